@@ -1,0 +1,410 @@
+#!/bin/sh
+# orch-agent.sh: the device side of orch. Spec: docs/agent-protocol.md (protocol v1).
+#
+# One POSIX sh file that runs unchanged under mksh with a toybox-only PATH (stock Android),
+# dash and bash. Hence: no awk/dd/tr/expr/bc (toybox lacks them), no python, no arrays, and
+# no `printf` in hot paths (it is not a builtin in mksh). The sampling loop forks nothing
+# but one `sleep` per interval: a fork per value costs ~10x more CPU on the measured device.
+AGENT_VERSION=1.0.0
+
+# Paths are overridable for tests and unusual devices.
+MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
+THERMAL_DIR=${ORCH_THERMAL_DIR:-/sys/class/thermal}
+BATTERY_DIR=${ORCH_BATTERY_DIR:-/sys/class/power_supply/battery}
+CPUINFO=${ORCH_CPUINFO:-/proc/cpuinfo}
+CPU_DIR=${ORCH_CPU_DIR:-/sys/devices/system/cpu}
+# A TAB without forking (printf is no builtin in mksh): the middle of the startup IFS,
+# which every shell sets to <space><tab><newline> whatever the environment says.
+TAB=${IFS#?}
+TAB=${TAB%?}
+
+# say LINE: write LINE verbatim plus a newline, as one builtin. `echo` is unusable (dash and
+# mksh expand backslashes); printf is a builtin in dash/bash, `print -r` in mksh.
+if [ "$(command -v printf)" = printf ]; then
+  say() { printf '%s\n' "$1"; }
+elif [ "$(command -v print)" = print ]; then
+  say() { print -r -- "$1"; }
+else
+  say() { printf '%s\n' "$1"; }
+fi
+
+die() { say "orch-agent: $*" >&2; exit 2; }
+
+# now_ms: NOW = uptime in ms from /proc/uptime ("12345.67 ..."); no `date` fork.
+now_ms() {
+  read -r up rest </proc/uptime
+  case $up in
+    *.*) s=${up%%.*}; f=${up#*.}00; f=${f%"${f#??}"}; f=${f#0} ;;  # keep 2 digits, no octal
+    *) s=$up; f=0 ;;
+  esac
+  NOW=$((s * 1000 + f * 10))
+}
+
+# alive PID: the process exists and is not a zombie. `kill -0` alone is not enough: a zombie
+# answers it (dash keeps children unreaped; a container's pid 1 may never reap orphans).
+alive() {
+  st=
+  while read -r k v rest; do
+    case $k in State:) st=$v; break ;; esac
+  done 2>/dev/null <"/proc/$1/status"
+  case $st in ''|Z|X) return 1 ;; esac
+  return 0
+}
+
+# sup_alive: the supervisor recorded in JOBDIR/pid is running; SPID = its pid.
+sup_alive() {
+  SPID=
+  read -r SPID 2>/dev/null <"$JOBDIR/pid"
+  case $SPID in ''|*[!0-9]*) return 1 ;; esac
+  alive "$SPID"
+}
+
+# list_zones: ZONES = "N:c N: ..." for every readable thermal_zoneN/temp, listed once; the
+# ":c" mark means the zone's type looks like a CPU sensor (it feeds cpu_temp_mC).
+list_zones() {
+  ZONES=
+  for z in "$THERMAL_DIR"/thermal_zone*; do
+    [ -r "$z/temp" ] || continue
+    n=${z##*thermal_zone}
+    case $n in ''|*[!0-9]*) continue ;; esac
+    ty=
+    read -r ty 2>/dev/null <"$z/type"
+    case $ty in
+      *[Cc][Pp][Uu]*|x86_pkg_temp|coretemp*|k10temp*|*cluster*|soc_thermal|BIG|MID|LITTLE|big|mid|little) c=c ;;
+      *) c= ;;
+    esac
+    ZONES="$ZONES $n:$c"
+  done
+  BATT=
+  [ -r "$BATTERY_DIR/temp" ] && BATT=$BATTERY_DIR/temp
+}
+
+# stat_fields FIELDS-AFTER-COMM: split /proc/PID/stat (after "(comm) ") with the shell's
+# own field splitting. 10 = majflt, 12/13 = utime/stime, 20 = starttime.
+stat_fields() { MAJ=${10}; TICKS=$((${12} + ${13})); START=${20}; }
+
+# sample: print one S line using builtins only. Sets GONE=1 once the engine has ended
+# (status file vanished, zombie, or the pid now belongs to another process).
+sample() {
+  now_ms
+  line="S$TAB$((NOW - UP0))"
+  st= rss= hwm=
+  while read -r k v rest; do
+    case $k in
+      State:) st=$v ;;
+      VmHWM:) hwm=$v ;;
+      VmRSS:) rss=$v; break ;;  # State and VmHWM come before VmRSS: stop reading here
+    esac
+  done 2>/dev/null <"/proc/$EPID/status"
+  case $st in ''|Z|X) GONE=1 ;; esac
+  [ -n "$rss" ] && line="$line${TAB}rss_kb=$rss"
+  [ -n "$hwm" ] && line="$line${TAB}hwm_kb=$hwm"
+  stat= MAJ= START=
+  read -r stat 2>/dev/null <"/proc/$EPID/stat"
+  case $stat in
+    *') '*)
+      stat_fields ${stat##*) }
+      line="$line${TAB}majflt=$MAJ${TAB}cpu_ticks=$TICKS"
+      [ -z "$START0" ] && START0=$START
+      [ "$START" = "$START0" ] || GONE=1 ;;
+  esac
+  while read -r k v rest; do
+    case $k in MemAvailable:) line="$line${TAB}mem_avail_kb=$v"; break ;; esac
+  done 2>/dev/null <"$MEMINFO"
+  cmax=
+  for z in $ZONES; do
+    n=${z%:*} t=
+    read -r t 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/temp"
+    case ${t#-} in ''|*[!0-9]*) continue ;; esac
+    line="$line${TAB}tz${n}_mC=$t"
+    if [ "${z#*:}" = c ] && { [ -z "$cmax" ] || [ "$t" -gt "$cmax" ]; }; then cmax=$t; fi
+  done
+  [ -n "$cmax" ] && line="$line${TAB}cpu_temp_mC=$cmax"
+  if [ -n "$BATT" ]; then
+    t=
+    read -r t 2>/dev/null <"$BATT"
+    case ${t#-} in ''|*[!0-9]*) ;; *) line="$line${TAB}batt_temp_dC=$t" ;; esac
+  fi
+  say "$line"
+}
+
+# drain FD TAG: print every complete line now readable on FD as "TAG<TAB>line". At EOF
+# `read` fails but leaves a partial line in $l: keep it in P_TAG and prefix it next time,
+# so a line the engine is still writing is never split.
+drain() {
+  eval "p=\$P_$2"
+  while :; do
+    l=
+    if IFS= read -r l <&"$1"; then say "$2$TAB$p$l"; p=; else p=$p$l; break; fi
+  done
+  eval "P_$2=\$p"
+}
+
+# open_csv: the engine may create its CSV late; open it (fd 5) as soon as it exists.
+# `command exec` keeps a failed open from exiting the shell.
+open_csv() {
+  [ -n "$CSV" ] && [ -z "$CSV_OPEN" ] && [ -f "$CSV" ] &&
+    command exec 5<"$CSV" 2>/dev/null && CSV_OPEN=1
+}
+
+drain_all() {
+  drain 3 O
+  drain 4 E
+  open_csv
+  [ -n "$CSV_OPEN" ] && drain 5 C
+}
+
+# supervise: the detached process `start` launches. Its stdout is the spool.
+supervise() {
+  cd "$JOBDIR" || exit 2
+  now_ms; UP0=$NOW
+  INTERVAL=1000 TIMEOUT=0 CSV= CWD= RUN=
+  if [ -r meta ]; then
+    while IFS= read -r l || [ -n "$l" ]; do
+      case $l in
+        interval_ms=*) INTERVAL=${l#*=} ;;
+        timeout_s=*) TIMEOUT=${l#*=} ;;
+        csv=*) CSV=${l#*=} ;;
+        cwd=*) CWD=${l#*=} ;;
+        run=*) RUN=${l#*=} ;;
+      esac
+    done <meta
+  fi
+  exec >>spool || exit 2
+  say "$$" >pid
+  t0=$(date +%s%N 2>/dev/null)
+  case $t0 in ''|*[!0-9]*) t0=$(date +%s)000 ;; *) t0=${t0%??????} ;; esac
+  say "H${TAB}proto=1${TAB}agent=$AGENT_VERSION${TAB}run=$RUN${TAB}t0=$t0"
+
+  case $INTERVAL in ''|*[!0-9]*) say "W${TAB}bad interval_ms '$INTERVAL', using 1000"; INTERVAL=1000 ;; esac
+  [ "$INTERVAL" -lt 10 ] && INTERVAL=10
+  case $TIMEOUT in ''|*[!0-9]*) say "W${TAB}bad timeout_s '$TIMEOUT', using 0"; TIMEOUT=0 ;; esac
+  f=$((INTERVAL % 1000))
+  case ${#f} in 1) f=00$f ;; 2) f=0$f ;; esac
+  SLP=$((INTERVAL / 1000)).$f
+  case $CSV in ''|/*) ;; *) CSV=$JOBDIR/$CSV ;; esac
+  case $CWD in '') CWD=$JOBDIR ;; /*) ;; *) CWD=$JOBDIR/$CWD ;; esac
+  if [ -r env ]; then
+    while IFS= read -r l || [ -n "$l" ]; do
+      case ${l%%=*} in
+        ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) say "W${TAB}env: ignored line '$l'" ;;
+        *) case $l in *=*) ;; *) say "W${TAB}env: ignored line '$l'" ;; esac ;;
+      esac
+    done <env
+  fi
+  SETSID=$(command -v setsid)
+  [ -n "$SETSID" ] || say "W${TAB}no setsid on PATH: the engine shares the agent's process group"
+
+  # argv: one file per element. $(cat f; echo x) keeps trailing newlines, which a bare
+  # command substitution would strip; nothing goes through eval or a command line.
+  set --
+  i=0
+  while :; do
+    a=$i
+    while [ ${#a} -lt 3 ]; do a=0$a; done
+    [ -f "args/$a" ] || break
+    v=$(cat "args/$a"; echo x)
+    set -- "$@" "${v%x}"
+    i=$((i + 1))
+  done
+  [ $# -gt 0 ] || say "W${TAB}args/000 missing"
+
+  list_zones
+  : >"$JOBDIR/stdout"
+  : >"$JOBDIR/stderr"
+  # The engine: env exported only in this subshell (an env line cannot change the agent's
+  # PATH or IFS); `exec setsid` keeps the pid, and makes the engine a process-group leader
+  # (a `&` child of a non-interactive shell is not one, so setsid does not fork).
+  (
+    if [ -r env ]; then
+      while IFS= read -r l || [ -n "$l" ]; do
+        case ${l%%=*} in ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) continue ;; esac
+        case $l in *=*) export "${l%%=*}=${l#*=}" ;; esac
+      done <env
+    fi
+    cd "$CWD" 2>>"$JOBDIR/stderr" || exit 126   # the reason shows up as an E line
+    exec $SETSID "$@" </dev/null >"$JOBDIR/stdout" 2>"$JOBDIR/stderr"
+  ) &
+  EPID=$!
+  say "$EPID" >engine.pid
+  exec 3<"$JOBDIR/stdout" 4<"$JOBDIR/stderr"
+
+  GONE= CAUSE= TERM_AT= START0=
+  while :; do
+    drain_all
+    sample
+    [ -n "$GONE" ] && break
+    t=$((NOW - UP0))
+    if [ "$TIMEOUT" -gt 0 ] && [ -z "$TERM_AT" ] && [ "$t" -ge $((TIMEOUT * 1000)) ]; then
+      CAUSE=timeout TERM_AT=$t
+      kill -TERM -"$EPID" 2>/dev/null || kill -TERM "$EPID" 2>/dev/null
+    fi
+    if [ -n "$TERM_AT" ] && [ $((t - TERM_AT)) -ge 3000 ]; then
+      kill -KILL -"$EPID" 2>/dev/null || kill -KILL "$EPID" 2>/dev/null
+    fi
+    sleep "$SLP" || sleep 1   # a sleep without fractions must not turn this into a busy loop
+  done
+  wait "$EPID"
+  rc=$?
+  # The engine has ended: everything it wrote is in the files now. Drain, then flush the
+  # last lines that had no newline, then X, then `done`.
+  drain_all
+  for tag in O E C; do
+    eval "p=\$P_$tag"
+    [ -n "$p" ] && say "$tag$TAB$p"
+  done
+  [ -n "$CSV" ] && [ -z "$CSV_OPEN" ] && say "W${TAB}csv never appeared: $CSV"
+  sig=0
+  [ "$rc" -gt 128 ] && sig=$((rc - 128))
+  now_ms
+  x="X$TAB$rc$TAB$sig$TAB$((NOW - UP0))"
+  [ -n "$CAUSE" ] && x="$x${TAB}cause=$CAUSE"
+  say "$x"
+  : >"$JOBDIR/done"
+}
+
+# attach SKIP: print the spool from complete line SKIP on, following it until the X line.
+attach() {
+  skip=$1 n=0 p= dead=
+  case $skip in ''|*[!0-9]*) die "attach: SKIP must be a number" ;; esac
+  while [ ! -f "$JOBDIR/spool" ]; do
+    sup_alive || [ -f "$JOBDIR/spool" ] || exit 3
+    sleep 0.2
+  done
+  exec 3<"$JOBDIR/spool"
+  while :; do
+    l=
+    if IFS= read -r l <&3; then
+      l=$p$l p=
+      n=$((n + 1))
+      [ "$n" -gt "$skip" ] && say "$l"
+      case $l in "X$TAB"*) exit 0 ;; esac
+    else
+      p=$p$l
+      [ -n "$dead" ] && exit 3
+      # Seen dead: read once more, the X line may have landed just before it exited.
+      if sup_alive; then sleep 0.2; else dead=1; fi
+    fi
+  done
+}
+
+# kill_job: TERM the engine's process group, KILL whatever is left after 3 s.
+kill_job() {
+  [ -f "$JOBDIR/done" ] && return 0
+  ep=
+  read -r ep 2>/dev/null <"$JOBDIR/engine.pid"
+  case $ep in ''|*[!0-9]*) die "kill: no engine.pid in $JOBDIR" ;; esac
+  kill -TERM -"$ep" 2>/dev/null || kill -TERM "$ep" 2>/dev/null || return 0
+  i=0
+  while [ $i -lt 15 ] && kill -0 -"$ep" 2>/dev/null; do sleep 0.2; i=$((i + 1)); done
+  kill -KILL -"$ep" 2>/dev/null
+  return 0
+}
+
+facts() {
+  F() { [ -n "$2" ] && say "F$TAB$1$TAB$2"; }
+  F uname "$(uname -a)"
+  F kernel "$(uname -r)"
+  F arch "$(uname -m)"
+  F hostname "$(uname -n)"
+  GETPROP=$(command -v getprop)
+  os=
+  if [ -r /etc/os-release ]; then
+    while IFS= read -r l; do
+      case $l in PRETTY_NAME=*) os=${l#*=}; os=${os#\"}; os=${os%\"} ;; esac
+    done </etc/os-release
+  fi
+  [ -z "$os" ] && [ -n "$GETPROP" ] && os="Android $(getprop ro.build.version.release)"
+  F os "$os"
+  mn= hw= pr= np=0
+  while IFS= read -r l; do
+    v=${l#*:}
+    v=${v#"${v%%[! $TAB]*}"}   # strip leading blanks
+    case $l in
+      'model name'*) [ -z "$mn" ] && mn=$v ;;
+      Hardware*) hw=$v ;;
+      Processor*) pr=$v ;;
+      processor*) np=$((np + 1)) ;;
+    esac
+  done 2>/dev/null <"$CPUINFO"
+  F cpu_model "${mn:-${hw:-$pr}}"
+  nc=0
+  for d in "$CPU_DIR"/cpu[0-9]*; do [ -d "$d" ] && nc=$((nc + 1)); done
+  [ "$nc" -gt 0 ] || nc=$np
+  [ "$nc" -gt 0 ] || nc=$(nproc 2>/dev/null)
+  F cores "$nc"
+  while read -r k v rest; do
+    case $k in MemTotal:) F mem_total_kb "$v"; break ;; esac
+  done 2>/dev/null <"$MEMINFO"
+  if [ -n "$KSH_VERSION" ]; then shn=${KSH_VERSION#'@(#)'}
+  elif [ -n "$BASH_VERSION" ]; then shn="bash $BASH_VERSION"
+  else shn=$(readlink "/proc/$$/exe" 2>/dev/null); shn=${shn##*/}
+  fi
+  F shell "$shn"
+  list_zones
+  for z in $ZONES; do
+    n=${z%:*} ty=
+    read -r ty 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/type"
+    F "thermal.zone$n.type" "$ty"
+  done
+  for d in "$CPU_DIR"/cpu[0-9]*; do
+    v=
+    read -r v 2>/dev/null <"$d/cpufreq/cpuinfo_max_freq" && F "cpu.${d##*/cpu}.max_khz" "$v"
+  done
+  if [ -n "$GETPROP" ]; then
+    for p in ro.product.model ro.product.manufacturer ro.build.fingerprint \
+        ro.build.version.release ro.build.version.sdk ro.soc.model ro.board.platform \
+        ro.product.cpu.abi; do
+      F "prop.$p" "$(getprop "$p" 2>/dev/null)"
+    done
+  fi
+  F battery.temp_path "$BATT"
+  return 0
+}
+
+# start: launch the supervisor detached (own session, stdin /dev/null, output to agent.log)
+# under the shell running this script, and return at once.
+start() {
+  [ -f "$JOBDIR/args/000" ] || die "start: $JOBDIR/args/000 missing"
+  if [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then die "start: $JOBDIR already started"; fi
+  command -v setsid >/dev/null || die "start: no setsid on PATH"
+  shb=${ORCH_AGENT_SHELL:-$(readlink "/proc/$$/exe" 2>/dev/null)}
+  [ -x "$shb" ] || shb=sh
+  setsid "$shb" "$0" _supervise "$JOBDIR" </dev/null >>"$JOBDIR/agent.log" 2>&1 &
+  spid=$!
+  say "$spid" >"$JOBDIR/pid"   # the supervisor writes it too; this closes the race with attach
+  say "started $spid"
+}
+
+# jobdir DIR: JOBDIR = DIR made absolute (the supervisor and the engine change directory).
+jobdir() {
+  [ -n "$1" ] || die "$cmd: JOBDIR missing"
+  JOBDIR=$(cd "$1" 2>/dev/null && pwd) || die "$cmd: no such directory: $1"
+}
+
+cmd=$1
+case $cmd in
+  version) say "$AGENT_VERSION" ;;
+  facts) list_zones; facts ;;
+  start) jobdir "$2"; start ;;
+  _supervise) jobdir "$2"; supervise ;;
+  attach) jobdir "$2"; attach "${3:-0}" ;;
+  status)
+    if [ -z "$2" ] || [ ! -d "$2" ]; then say absent; exit 0; fi
+    jobdir "$2"
+    if [ -f "$JOBDIR/done" ]; then say done
+    elif sup_alive; then say "running $SPID"
+    elif [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then say dead
+    else say absent
+    fi ;;
+  kill) jobdir "$2"; kill_job ;;
+  _bench_samples)
+    # _bench_samples N PID: N samples of PID back to back, no sleep (bench/agent_overhead).
+    EPID=$3 START0= GONE=
+    list_zones
+    now_ms; UP0=$NOW
+    i=0
+    while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
+  cooldown) die "cooldown: not implemented in agent $AGENT_VERSION (reserved, issue 7)" ;;
+  *) die "usage: orch-agent.sh version|facts|start JOBDIR|attach JOBDIR SKIP|status JOBDIR|kill JOBDIR" ;;
+esac

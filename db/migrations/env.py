@@ -1,0 +1,20 @@
+"""Alembic environment: orch runs migrations in-process on the connection it opened."""
+from alembic import context
+
+from orchestrator.db.schema import metadata
+
+connection = context.config.attributes.get("connection")
+if connection is None:  # `alembic` command line: use the URL from the config
+    from sqlalchemy import create_engine
+
+    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=metadata,
+                          render_as_batch=connection.dialect.name == "sqlite")
+        with context.begin_transaction():
+            context.run_migrations()
+else:
+    context.configure(connection=connection, target_metadata=metadata,
+                      render_as_batch=connection.dialect.name == "sqlite")
+    with context.begin_transaction():
+        context.run_migrations()

@@ -1,0 +1,132 @@
+"""The store's tables (DESIGN §4), as SQLAlchemy Core metadata.
+
+Alembic migrations in `db/migrations/versions` create and evolve exactly these tables; a change
+here needs a migration there (tests compare the two).
+"""
+from __future__ import annotations
+
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
+                        Integer, MetaData, String, Table, Text, UniqueConstraint)
+
+metadata = MetaData()
+
+device = Table(
+    "device", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("kind", String(20), nullable=False),
+    Column("facts", JSON),                     # F lines of the last probe: key -> value
+    Column("facts_at", DateTime(timezone=True)),
+    Column("idle_baseline", JSON),             # sensor -> idle temperature (calibrate)
+)
+
+session = Table(
+    "session", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("kind", String(20), nullable=False),          # run | import
+    Column("name", String(200)),
+    Column("matrix_name", String(200)),
+    Column("matrix_path", Text),
+    Column("matrix_text", Text),
+    Column("matrix_sha256", String(64)),
+    Column("source_dir", Text),                            # import: the directory read
+    Column("orch_version", String(50)),
+    Column("git_rev", String(60)),
+    Column("controller_host", String(200)),
+    Column("command", Text),                               # the orch command line
+    Column("seed", Integer),                               # shuffled order's seed
+    Column("started_at", DateTime(timezone=True)),
+    Column("ended_at", DateTime(timezone=True)),
+)
+
+run = Table(
+    "run", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("uid", String(40), nullable=False, unique=True),   # names the job dir on the device
+    Column("session_id", Integer, ForeignKey("session.id", ondelete="CASCADE"), nullable=False),
+    Column("device_id", Integer, ForeignKey("device.id"), nullable=False),
+    Column("cell_key", String(400), nullable=False),
+    Column("model", String(200)),
+    Column("config", String(400)),
+    Column("flags", Text),
+    Column("argv", JSON),
+    Column("repeat_index", Integer, default=0),
+    Column("order_index", Integer, default=0),
+    Column("status", String(20), nullable=False),   # pending running ok failed killed oom timeout interrupted skipped
+    Column("cause", Text),
+    Column("rc", Integer),
+    Column("signal", Integer),
+    Column("started_at", DateTime(timezone=True)),
+    Column("ended_at", DateTime(timezone=True)),
+    Column("cooldown_s", Float),
+    Column("cooldown_met", Boolean),
+    Column("temp_start", JSON),                      # sensor -> value at the start
+    Column("mem_avail_start_kb", BigInteger),
+    Column("engine", String(50)),
+    Column("engine_build", Text),
+    Column("binary_path", Text),
+    Column("binary_sha256", String(64)),
+    Column("model_size", BigInteger),
+    Column("model_sha256", String(64)),
+    Column("remote_dir", Text),
+    Column("spool_lines", Integer, default=0),       # stream lines consumed: resume point
+    Column("summary", JSON),
+    Column("text", Text),
+    Column("warnings", JSON),
+    Column("superseded", Boolean, nullable=False, default=False),
+)
+Index("ix_run_session", run.c.session_id, run.c.cell_key)
+
+token = Table(
+    "token", metadata,
+    Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True),        # row order in the engine's CSV, 0-based
+    Column("step", Integer),
+    Column("wall_ms", Float),
+    Column("io_ms", Float),
+    Column("compute_ms", Float),
+    Column("stall_ms", Float),
+    Column("mgmt_ms", Float),
+    Column("read_bytes", BigInteger),
+    Column("cache_hit_pct", Float),
+    Column("majflt", Float),
+    Column("cpu_ms", Float),
+    Column("extra", JSON),
+)
+
+sample = Table(
+    "sample", metadata,
+    Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("t_ms", Integer),
+    Column("rss_kb", BigInteger),
+    Column("hwm_kb", BigInteger),
+    Column("mem_avail_kb", BigInteger),
+    Column("majflt", BigInteger),
+    Column("cpu_ticks", BigInteger),
+    Column("cpu_temp_mC", Integer),
+    Column("batt_temp_dC", Integer),
+    Column("extra", JSON),
+)
+
+output = Table(
+    "output", metadata,
+    Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("stream", String(1), nullable=False),     # O stdout, E stderr, W agent warning
+    Column("line", Text, nullable=False),
+)
+
+imported_file = Table(
+    "imported_file", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", Integer, ForeignKey("session.id", ondelete="CASCADE"), nullable=False),
+    Column("path", Text, nullable=False),
+    Column("sha256", String(64), nullable=False),
+    UniqueConstraint("session_id", "path"),
+)
+
+TOKEN_FIELDS = ("step", "wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms", "read_bytes",
+                "cache_hit_pct", "majflt", "cpu_ms")
+SAMPLE_FIELDS = ("rss_kb", "hwm_kb", "mem_avail_kb", "majflt", "cpu_ticks", "cpu_temp_mC",
+                 "batt_temp_dC")

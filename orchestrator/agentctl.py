@@ -1,0 +1,116 @@
+"""Drive the device agent through any transport: install it, read facts, push and start jobs,
+follow their spool. Everything device-side goes through here (DESIGN §2)."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Iterator
+
+from .stream import LineSplitter, facts_from_lines
+from .transports.base import Transport, TransportError
+
+AGENT_NAME = "orch-agent.sh"
+
+
+def agent_source() -> Path:
+    return Path(str(resources.files("orchestrator.agent").joinpath(AGENT_NAME)))
+
+
+def shipped_file(name: str) -> Path:
+    """A file shipped in agent/ (the agent itself, moe_probe.py, ...)."""
+    return Path(str(resources.files("orchestrator.agent").joinpath(name)))
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class Job:
+    """One engine invocation, as the agent's job directory describes it."""
+
+    run_uid: str
+    argv: list[str]
+    env: dict[str, str]
+    interval_ms: int = 1000
+    timeout_s: float = 0
+    csv: str | None = None
+    cwd: str | None = None
+
+
+class AgentClient:
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._agent_path: str | None = None
+
+    @property
+    def agent_path(self) -> str:
+        if self._agent_path is None:
+            self._agent_path = self.install()
+        return self._agent_path
+
+    def install(self) -> str:
+        """Push the agent once per version: its name carries the sha256, so an existing file
+        is the right one; the sha256 is still compared, to catch a truncated earlier push."""
+        source = agent_source()
+        digest = file_sha256(source)
+        remote = f"{self.transport.workdir}/agent/orch-agent-{digest[:12]}.sh"
+        self.transport.push_if_changed(source, remote, mode=0o755)
+        return remote
+
+    def install_file(self, local: Path, subdir: str = "bin") -> str:
+        """Push a helper file (e.g. moe_probe.py) under a content-addressed name."""
+        digest = file_sha256(local)
+        remote = f"{self.transport.workdir}/{subdir}/{local.stem}-{digest[:12]}{local.suffix}"
+        self.transport.push_if_changed(local, remote, mode=0o755)
+        return remote
+
+    def _agent(self, *args: str) -> list[str]:
+        return [self.transport.shell, self.agent_path, *args]
+
+    def facts(self) -> dict[str, str]:
+        result = self.transport.run(self._agent("facts"), timeout=60)
+        if result.rc != 0:
+            raise TransportError(f"{self.transport.name}: agent facts failed (rc {result.rc}): "
+                                 f"{result.stderr.decode(errors='replace').strip()[:500]}")
+        return facts_from_lines(result.stdout.decode("utf-8", errors="replace").splitlines())
+
+    def job_dir(self, run_uid: str) -> str:
+        return f"{self.transport.workdir}/runs/{run_uid}"
+
+    def push_job(self, job: Job) -> str:
+        """Write the job directory: one file per argv element, so any byte reaches the engine."""
+        jobdir = self.job_dir(job.run_uid)
+        put = self.transport.put_bytes
+        for index, arg in enumerate(job.argv):
+            put(arg.encode("utf-8"), f"{jobdir}/args/{index:03d}")
+        put("".join(f"{k}={v}\n" for k, v in job.env.items()).encode(), f"{jobdir}/env")
+        meta = {"run": job.run_uid, "interval_ms": job.interval_ms,
+                "timeout_s": int(job.timeout_s) if job.timeout_s else 0}
+        if job.csv:
+            meta["csv"] = job.csv
+        if job.cwd:
+            meta["cwd"] = job.cwd
+        put("".join(f"{k}={v}\n" for k, v in meta.items()).encode(), f"{jobdir}/meta")
+        return jobdir
+
+    def start(self, jobdir: str) -> None:
+        result = self.transport.run(self._agent("start", jobdir), timeout=60)
+        if result.rc != 0 or not result.stdout.startswith(b"started"):
+            raise TransportError(f"{self.transport.name}: agent could not start the job: "
+                                 f"{(result.stdout + result.stderr).decode(errors='replace')[:500]}")
+
+    def attach(self, jobdir: str, skip: int) -> Iterator[str]:
+        """Stream lines from line `skip` of the spool until the agent's X line (then it ends)."""
+        splitter = LineSplitter()
+        for chunk in self.transport.stream(self._agent("attach", jobdir, str(skip))):
+            yield from splitter.feed(chunk)
+
+    def status(self, jobdir: str) -> str:
+        result = self.transport.run(self._agent("status", jobdir), timeout=30)
+        return result.stdout.decode(errors="replace").strip() or "absent"
+
+    def kill(self, jobdir: str) -> None:
+        self.transport.run(self._agent("kill", jobdir), timeout=30)

@@ -1,0 +1,80 @@
+"""Engine adapters: build an engine's argv for a cell and turn its output into rows (DESIGN §5).
+
+An adapter never talks to a device. The runner gives it the tagged lines the agent streamed
+(C: a per-token CSV line, O: stdout, E: stderr) and stores what it returns.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Token columns the store keeps as real columns; anything else an engine reports per token
+# goes to the row's `extra` mapping (e.g. the 22-column bmoe CSV's rss_mib, swap_mib, ...).
+TOKEN_COLUMNS: tuple[str, ...] = (
+    "step", "wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms",
+    "read_bytes", "cache_hit_pct", "majflt", "cpu_ms",
+)
+
+
+@dataclass
+class TokenRow:
+    step: int
+    wall_ms: float | None = None
+    io_ms: float | None = None
+    compute_ms: float | None = None
+    stall_ms: float | None = None
+    mgmt_ms: float | None = None
+    read_bytes: int | None = None
+    cache_hit_pct: float | None = None
+    majflt: float | None = None
+    cpu_ms: float | None = None
+    extra: dict[str, Any] | None = None
+
+
+@dataclass
+class CellSpec:
+    """What an adapter needs to build the command of one cell."""
+
+    binary: str                    # path of the engine on the device
+    model_path: str | None         # path of the model on the device (None for moe-probe)
+    prompt: str
+    tokens: int
+    flags: list[str]               # the config's flags, already split shell-like
+    csv_path: str                  # absolute path on the device for the per-token CSV
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RunParser(abc.ABC):
+    """Stateful parser for the lines of one run."""
+
+    @abc.abstractmethod
+    def feed(self, tag: str, text: str) -> list[TokenRow]:
+        """Take one stream line's payload (tag C, O or E); return the token rows it completes."""
+
+    @abc.abstractmethod
+    def summary(self) -> dict[str, Any]:
+        """What the run's output said as a whole: trailer, summary lines, settings, text."""
+
+    def warnings(self) -> list[str]:
+        """Engine-reported warnings worth surfacing (e.g. O_DIRECT unsupported)."""
+        return []
+
+
+class EngineAdapter(abc.ABC):
+    name: str = "?"
+    # Whether the engine writes a per-token CSV that the agent should tail.
+    writes_csv: bool = True
+
+    @abc.abstractmethod
+    def build_argv(self, cell: CellSpec) -> list[str]:
+        """The engine's argv, one element per argument, never joined into a shell string."""
+
+    @abc.abstractmethod
+    def new_parser(self, prompt: str | None = None) -> RunParser:
+        """A parser for one run; `prompt` lets it strip an echoed prompt from the text."""
+
+    def builtin_binary(self) -> Path | None:
+        """A local file orch ships and pushes as this engine when the matrix names no binary."""
+        return None

@@ -1,0 +1,71 @@
+"""Adapter for bmoe-cli (BigMoeOnEdge): argv building and per-run stream parsing."""
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Any
+
+from .base import CellSpec, EngineAdapter, RunParser, TokenRow
+from .bmoe_format import BmoeCsvParser, parse_summary_lines
+
+STDERR_TAIL = 50
+# stdout is kept whole for the text and the summary lines, but a runaway engine must not be
+# able to fill the controller's memory: beyond this many lines only the last ones are kept
+# (the summary lines come last, so they survive).
+MAX_STDOUT_LINES = 100_000
+_WARNING = re.compile(r"warn|O_DIRECT.*(unsupported|not supported|fail)", re.I)
+
+
+_NONE: list[TokenRow] = []
+
+
+class BmoeRunParser(RunParser):
+    def __init__(self, prompt: str | None = None) -> None:
+        self.csv = BmoeCsvParser()
+        self.prompt = prompt
+        self._stdout: deque[str] = deque(maxlen=MAX_STDOUT_LINES)
+        self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._warnings: list[str] = []
+
+    def feed(self, tag: str, text: str) -> list[TokenRow]:
+        if tag == "C":
+            row = self.csv.feed(text)
+            return _NONE if row is None else [row]
+        if tag == "O":
+            self._stdout.append(text)
+        elif tag == "E":
+            self._stderr.append(text)
+            if _WARNING.search(text) and len(self._warnings) < 20:
+                self._warnings.append(text.strip())
+        return []
+
+    def summary(self) -> dict[str, Any]:
+        lines = parse_summary_lines(self._stdout, prompt=self.prompt)
+        text = lines.pop("text")
+        errors = list(self.csv.finish())
+        return {
+            "settings": dict(self.csv.settings),
+            "trailer": self.csv.trailers[-1] if self.csv.trailers else None,
+            "lines": lines,
+            "text": text,
+            "stderr_tail": list(self._stderr),
+            "complete": self.csv.complete,
+            "errors": errors,
+        }
+
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
+
+
+class BmoeAdapter(EngineAdapter):
+    name = "bmoe"
+    writes_csv = True
+
+    def build_argv(self, cell: CellSpec) -> list[str]:
+        if not cell.model_path:
+            raise ValueError("bmoe-cli needs a model path (-m)")
+        return [cell.binary, "-m", cell.model_path, "-p", cell.prompt, "-n", str(cell.tokens),
+                *cell.flags, "--csv", cell.csv_path]
+
+    def new_parser(self, prompt: str | None = None) -> RunParser:
+        return BmoeRunParser(prompt=prompt)

@@ -1,0 +1,24 @@
+"""moe-probe, orch's built-in synthetic expert-streaming engine (DESIGN §6).
+
+It writes bmoe-cli's formats, so its output is parsed by the bmoe adapter's parser.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..agentctl import shipped_file
+from .base import CellSpec
+from .bmoe import BmoeAdapter
+
+
+class MoeProbeAdapter(BmoeAdapter):
+    name = "moe-probe"
+
+    def builtin_binary(self) -> Path:
+        return shipped_file("moe_probe.py")
+
+    def build_argv(self, cell: CellSpec) -> list[str]:
+        python = str(cell.extra.get("python", "python3"))
+        cache_dir = str(cell.extra.get("cache_dir", f"{cell.extra['workdir']}/probe-cache"))
+        return [python, cell.binary, "--prompt", cell.prompt, "-n", str(cell.tokens),
+                "--cache-dir", cache_dir, *cell.flags, "--csv", cell.csv_path]

@@ -1,0 +1,170 @@
+"""Matrix files: the YAML a user writes to describe a benchmark sweep, validated with pydantic."""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .yamlfile import ConfigError, load_yaml, validate
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
+
+
+def parse_duration(value: Any) -> float:
+    """`45`, `45s`, `2m`, `500ms` -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 45s")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"expected a duration such as 45s, got {value!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+class Cooldown(BaseModel):
+    """How long to let the device settle before each cell. A fixed wait for now; the shape
+    leaves room for a thermal condition (`until`, `sensor`, `min`, `max`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = 0.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_scalar(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return value
+        return {"seconds": parse_duration(value)}
+
+
+class BinarySpec(BaseModel):
+    """Where the engine is: a path already on the device, or a local file orch pushes."""
+
+    model_config = ConfigDict(extra="forbid")
+    device: str | None = None
+    local: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_scalar(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"device": value}
+        return value
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "BinarySpec":
+        if (self.device is None) == (self.local is None):
+            raise ValueError("give either a device path or `local: FILE` to push")
+        return self
+
+
+class Matrix(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str | None = None
+    engine: str
+    binary: BinarySpec | None = None
+    models: dict[str, str] = Field(default_factory=dict)
+    prompt: str | None = None
+    prompt_file: str | None = None
+    tokens: int = Field(default=64, gt=0)
+    configs: dict[str, str] = Field(default_factory=dict)
+    grid: dict[str, list[str | int | float | bool]] = Field(default_factory=dict)
+    repeat: int = Field(default=1, ge=1)
+    order: Literal["as-written", "interleaved", "shuffled"] = "as-written"
+    seed: int | None = None
+    cooldown: Cooldown = Field(default_factory=Cooldown)
+    timeout: float = 600.0
+    env: dict[str, str] = Field(default_factory=dict)
+    baseline: str | None = None
+    sample_interval: float = 1.0
+    engine_options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError("use letters, digits and . _ - = , + only")
+        return value
+
+    @field_validator("timeout", "sample_interval", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("configs")
+    @classmethod
+    def _config_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not _NAME.match(str(name)):
+                raise ValueError(f"config name {name!r}: use letters, digits and . _ - = , + only")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, val in value.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if "\n" in val or "\0" in val:
+                raise ValueError(f"{key}: values cannot contain newlines")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Matrix":
+        if self.prompt is not None and self.prompt_file is not None:
+            raise ValueError("give `prompt` or `prompt_file`, not both")
+        if not self.configs and not self.grid:
+            raise ValueError("give at least one of `configs` or `grid`")
+        for flag, values in self.grid.items():
+            if not values:
+                raise ValueError(f"grid.{flag}: needs at least one value")
+        return self
+
+
+class LoadedMatrix(BaseModel):
+    """A validated matrix plus what provenance needs: where it came from, its exact text."""
+
+    matrix: Matrix
+    path: str
+    text: str
+    sha256: str
+    prompt_text: str
+
+
+def load_matrix(path: str | Path) -> LoadedMatrix:
+    path = Path(path)
+    data, node, text = load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}:1: expected a mapping with name, engine, configs, ...")
+    matrix = validate(Matrix, data, node, path)
+    if matrix.prompt_file is not None:
+        prompt_path = (path.parent / matrix.prompt_file)
+        try:
+            prompt_text = prompt_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{path}: prompt_file: cannot read {prompt_path}: {exc.strerror}") from None
+    else:
+        prompt_text = matrix.prompt or ""
+    known = _known_configs(matrix)
+    if matrix.baseline is not None and matrix.baseline not in known:
+        raise ConfigError(f"{path}: baseline: {matrix.baseline!r} is not one of the configs "
+                          f"({', '.join(sorted(known))})")
+    return LoadedMatrix(matrix=matrix, path=str(path), text=text,
+                        sha256=hashlib.sha256(text.encode()).hexdigest(), prompt_text=prompt_text)
+
+
+def _known_configs(matrix: Matrix) -> set[str]:
+    from .plan import expand_configs  # local import: plan depends on this module
+
+    return {name for name, _ in expand_configs(matrix)}

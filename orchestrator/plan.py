@@ -1,0 +1,75 @@
+"""Expand a matrix into the ordered list of cells a device runs."""
+from __future__ import annotations
+
+import itertools
+import random
+import shlex
+from dataclasses import dataclass
+
+from .matrix import Matrix
+
+
+@dataclass(frozen=True)
+class Cell:
+    model: str                 # model name from the matrix ("-" when the engine has none)
+    model_path: str | None
+    config: str
+    flags: str                 # the flag string as written / generated
+    repeat: int                # 0-based repeat index
+    order: int = 0             # position in the run order
+
+    @property
+    def key(self) -> str:
+        """Identifies the cell within its matrix: the unit --resume works on."""
+        return f"{self.model}|{self.config}|{self.repeat}"
+
+    @property
+    def argv_flags(self) -> list[str]:
+        return shlex.split(self.flags)
+
+
+def _flag_value(flag: str, value: object) -> tuple[str, list[str]]:
+    """One grid entry -> (name part, flag tokens). Booleans switch a bare flag on/off."""
+    short = flag.lstrip("-")
+    if isinstance(value, bool):
+        return (f"{short}={'on' if value else 'off'}", [flag] if value else [])
+    return (f"{short}={value}", [flag, str(value)])
+
+
+def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
+    """(name, flag string) pairs: `configs` as written, crossed with the `grid` product."""
+    grid_items: list[tuple[str, str]] = []
+    if matrix.grid:
+        flags = list(matrix.grid)
+        for combo in itertools.product(*(matrix.grid[f] for f in flags)):
+            parts = [_flag_value(f, v) for f, v in zip(flags, combo)]
+            name = ",".join(p[0] for p in parts)
+            tokens = [t for p in parts for t in p[1]]
+            grid_items.append((name, shlex.join(tokens)))
+    if not matrix.configs:
+        return grid_items
+    base = list(matrix.configs.items())
+    if not grid_items:
+        return base
+    return [(f"{cname}+{gname}", f"{cflags} {gflags}".strip())
+            for cname, cflags in base for gname, gflags in grid_items]
+
+
+def plan_cells(matrix: Matrix, seed: int | None = None) -> list[Cell]:
+    """All cells in run order. Models are the outer loop; within a model:
+    as-written: A A A B B B; interleaved: A B A B A B; shuffled: a seeded permutation
+    (`seed` overrides the matrix's, so a run can record the seed it drew)."""
+    configs = expand_configs(matrix)
+    models: list[tuple[str, str | None]] = list(matrix.models.items()) or [("-", None)]
+    rng = random.Random(matrix.seed if seed is None else seed)
+    cells: list[Cell] = []
+    for model, path in models:
+        if matrix.order == "interleaved":
+            block = [(c, r) for r in range(matrix.repeat) for c in configs]
+        else:
+            block = [(c, r) for c in configs for r in range(matrix.repeat)]
+        if matrix.order == "shuffled":
+            rng.shuffle(block)
+        for (name, flags), rep in block:
+            cells.append(Cell(model=model, model_path=path, config=name, flags=flags, repeat=rep))
+    return [Cell(**{**c.__dict__, "order": i}) for i, c in enumerate(cells)]

@@ -1,0 +1,209 @@
+"""Run a matrix's cells on one device: cooldown, job, stream, status (DESIGN §1)."""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .agentctl import AgentClient, Job, file_sha256, shipped_file
+from .db.store import Store, now
+from .engines import CellSpec, EngineAdapter
+from .matrix import LoadedMatrix
+from .plan import Cell
+from .progress import Progress
+from .recorder import RunRecorder
+from .transports.base import LinkLost, Transport, TransportError
+
+STATUS_OK = "ok"
+
+
+@dataclass
+class LinkPolicy:
+    """How long a run waits for a lost device before it is marked interrupted."""
+
+    grace_s: float = 120.0
+    first_backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    max_attaches: int = 1000
+
+
+@dataclass
+class CellOutcome:
+    run_id: int
+    status: str
+    tokens: int
+    cause: str | None = None
+
+
+def classify(recorder: RunRecorder) -> tuple[str, str | None]:
+    """Status vocabulary of DESIGN §4 from what the stream said."""
+    exit_ = recorder.exit
+    if exit_ is None:
+        return "interrupted", "the stream ended without the agent's X line"
+    if exit_.cause == "timeout":
+        return "timeout", "exceeded the cell timeout"
+    if exit_.signal:
+        return "killed", f"signal {exit_.signal}"
+    if exit_.rc != 0:
+        return "failed", f"exit code {exit_.rc}"
+    return STATUS_OK, None
+
+
+@dataclass
+class DeviceRunner:
+    """Runs cells of one matrix on one device, recording into one session."""
+
+    store: Store
+    transport: Transport
+    adapter: EngineAdapter
+    loaded: LoadedMatrix
+    session_id: int
+    device_id: int
+    progress: Progress
+    link: LinkPolicy = field(default_factory=LinkPolicy)
+    sleep: Callable[[float], None] = time.sleep
+
+    def __post_init__(self) -> None:
+        self.client = AgentClient(self.transport)
+        self._binary: tuple[str, str | None] | None = None
+
+    # -- preparation ---------------------------------------------------------------------------
+    def binary(self) -> tuple[str, str | None]:
+        """(path on the device, sha256) of the engine, pushing it when the matrix says so."""
+        if self._binary is None:
+            spec = self.loaded.matrix.binary
+            if spec is None or spec.device == "builtin":
+                local = self.adapter.builtin_binary()
+                if local is None:
+                    raise TransportError(f"engine {self.adapter.name} needs `binary:` in the matrix")
+                self._binary = (self.client.install_file(local), file_sha256(local))
+            elif spec.local is not None:
+                from pathlib import Path
+
+                local = Path(self.loaded.path).parent / spec.local
+                if not local.exists():
+                    raise TransportError(f"binary.local: {local} does not exist")
+                self._binary = (self.client.install_file(local), file_sha256(local))
+            else:
+                self._binary = (spec.device, self.transport.remote_sha256(spec.device))
+        return self._binary
+
+    # -- one cell ------------------------------------------------------------------------------
+    def run_cell(self, cell: Cell, cooldown_s: float, superseding: int | None = None) -> CellOutcome:
+        matrix = self.loaded.matrix
+        uid = uuid.uuid4().hex[:16]
+        jobdir = self.client.job_dir(uid)
+        binary_path, binary_sha = self.binary()
+        spec = CellSpec(binary=binary_path, model_path=cell.model_path,
+                        prompt=self.loaded.prompt_text, tokens=matrix.tokens,
+                        flags=cell.argv_flags, csv_path=f"{jobdir}/tokens.csv",
+                        extra={"workdir": self.transport.workdir, **matrix.engine_options})
+        argv = self.adapter.build_argv(spec)
+        run_id = self.store.create_run(
+            uid=uid, session_id=self.session_id, device_id=self.device_id, cell_key=cell.key,
+            model=cell.model, config=cell.config, flags=cell.flags, argv=argv,
+            repeat_index=cell.repeat, order_index=cell.order, status="running",
+            started_at=now(), cooldown_s=cooldown_s, engine=self.adapter.name,
+            binary_path=binary_path, binary_sha256=binary_sha, remote_dir=jobdir,
+            superseded=False)
+        if superseding is not None:
+            self.store.update_run(superseding, superseded=True)
+        job = Job(run_uid=uid, argv=argv, env=dict(matrix.env),
+                  interval_ms=max(50, int(matrix.sample_interval * 1000)),
+                  timeout_s=matrix.timeout,
+                  csv=spec.csv_path if self.adapter.writes_csv else None)
+        try:
+            self.client.push_job(job)
+            self.client.start(jobdir)
+        except TransportError as exc:
+            self.store.update_run(run_id, status="failed", cause=f"could not start: {exc}",
+                                  ended_at=now())
+            return CellOutcome(run_id, "failed", 0, str(exc))
+        return self.follow(run_id, jobdir, stored_lines=0, cell=cell)
+
+    def follow(self, run_id: int, jobdir: str, stored_lines: int, cell: Cell) -> CellOutcome:
+        """Stream the job's spool into the store until its X line, surviving link loss."""
+        parser = self.adapter.new_parser(prompt=self.loaded.prompt_text)
+        self.progress.cell_running(cell, self.loaded.matrix.tokens)
+        recorder = RunRecorder(self.store, run_id, parser, stored_lines=stored_lines,
+                               on_token=lambda row, n: self.progress.token(row, n))
+        try:
+            self._stream_until_exit(recorder, jobdir)
+        except KeyboardInterrupt:
+            recorder.flush()
+            try:
+                self.client.kill(jobdir)
+            except TransportError:
+                pass
+            self.store.update_run(run_id, status="interrupted", cause="stopped by the user",
+                                  ended_at=now())
+            raise
+        recorder.flush()
+        status, cause = classify(recorder)
+        if status != STATUS_OK and recorder.exit is None and recorder.protocol_errors:
+            cause = f"{cause}; {recorder.protocol_errors[0]}"
+        return self._finish(run_id, recorder, status, cause)
+
+    def _stream_until_exit(self, recorder: RunRecorder, jobdir: str) -> None:
+        deadline: float | None = None
+        backoff = self.link.first_backoff_s
+        for _attempt in range(self.link.max_attaches):
+            skip = recorder.lines if recorder.lines >= recorder.stored_lines else 0
+            try:
+                for line in self.client.attach(jobdir, skip):
+                    recorder.handle(line)
+                    if recorder.exit is not None:
+                        return
+                # The follower ended without X: ask the agent whether the run is still alive
+                # (adb's v1 shell reports a dropped device as a normal end of output).
+                state = self.client.status(jobdir)
+                if not state.startswith("running") and not state.startswith("done"):
+                    return
+                deadline = None
+                backoff = self.link.first_backoff_s
+            except (LinkLost, TransportError) as exc:
+                recorder.flush()
+                if deadline is None:
+                    deadline = time.monotonic() + self.link.grace_s
+                    self.progress.note(f"link to {self.transport.name} lost ({exc}); reconnecting")
+                if time.monotonic() >= deadline:
+                    recorder.warnings.append(f"device unreachable for {self.link.grace_s:g} s: {exc}")
+                    return
+                self.sleep(backoff)
+                backoff = min(backoff * 2, self.link.max_backoff_s)
+                try:
+                    self.transport.close()
+                    self.transport.connect()
+                except TransportError:
+                    continue
+
+    def _finish(self, run_id: int, recorder: RunRecorder, status: str,
+                cause: str | None) -> CellOutcome:
+        summary = recorder.parser.summary()
+        warnings = recorder.warnings + recorder.parser.warnings()
+        first = recorder.first_sample or {}
+        temps = {k: v for k, v in first.items() if k.endswith("_mC") or k.endswith("_dC")}
+        values: dict[str, Any] = dict(
+            status=status, cause=cause, ended_at=now(), summary=_jsonable(summary),
+            text=summary.get("text") if isinstance(summary, dict) else None,
+            warnings=warnings or None, temp_start=temps or None,
+            mem_avail_start_kb=first.get("mem_avail_kb"))
+        if recorder.exit is not None:
+            values.update(rc=recorder.exit.rc, signal=recorder.exit.signal)
+        self.store.update_run(run_id, **values)
+        self.progress.cell_done(status, recorder.token_seq)
+        return CellOutcome(run_id, status, recorder.token_seq, cause)
+
+
+def _jsonable(value: Any) -> Any:
+    """Summaries go into a JSON column: keep plain types only."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

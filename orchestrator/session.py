@@ -1,0 +1,132 @@
+"""One `orch run`: a session on one device, its cells in order, with cooldowns and --resume."""
+from __future__ import annotations
+
+import getpass
+import random
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from sqlalchemy import select
+
+from . import __version__
+from .db import schema
+from .db.store import Store, now
+from .engines import get_adapter
+from .inventory import Inventory
+from .matrix import LoadedMatrix
+from .plan import Cell, plan_cells
+from .progress import Progress
+from .runner import CellOutcome, DeviceRunner, LinkPolicy
+from .transports import open_transport
+from .transports.base import TransportError
+from .yamlfile import ConfigError
+
+
+@dataclass
+class SessionResult:
+    session_id: int
+    outcomes: list[CellOutcome] = field(default_factory=list)
+    skipped: int = 0
+
+
+def git_revision() -> str | None:
+    """The orch checkout's revision (with -dirty), when orch runs from a git work tree."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return rev.stdout.strip() or None
+
+
+def _resume_state(store: Store, session_id: int) -> dict[str, object]:
+    """Latest (not superseded) run per cell key of a session."""
+    rows = store.fetch(select(schema.run).where(schema.run.c.session_id == session_id,
+                                                schema.run.c.superseded.is_(False)))
+    return {row.cell_key: row for row in rows}
+
+
+def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device: str,
+               progress: Progress, resume: bool = False, link: LinkPolicy | None = None,
+               command: str | None = None, sleep: Callable[[float], None] | None = None
+               ) -> SessionResult:
+    matrix = loaded.matrix
+    try:
+        adapter = get_adapter(matrix.engine, matrix.engine_options)
+    except KeyError as exc:
+        raise ConfigError(f"{loaded.path}: engine: {exc.args[0]}") from None
+    entry = inventory.get(device)
+    transport = open_transport(inventory, device)
+    device_id = store.upsert_device(device, entry.kind)
+
+    session_id = None
+    if resume:
+        session_id = store.latest_session(matrix.name, device_id)
+        if session_id is None:
+            raise ConfigError(f"--resume: no earlier session of matrix {matrix.name!r} on "
+                              f"device {device!r} in {store.url}")
+    seed = matrix.seed
+    if session_id is not None:
+        seed = store.session_row(session_id).seed
+    elif matrix.order == "shuffled" and seed is None:
+        seed = random.SystemRandom().randrange(1 << 31)
+    cells = plan_cells(matrix, seed)
+
+    with transport:
+        runner = DeviceRunner(store, transport, adapter, loaded, 0, device_id, progress,
+                              link=link or LinkPolicy(), **({"sleep": sleep} if sleep else {}))
+        facts = runner.client.facts()
+        store.upsert_device(device, entry.kind, facts)
+        if session_id is None:
+            session_id = store.create_session(
+                kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,
+                matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
+                git_rev=git_revision(), controller_host=f"{getpass.getuser()}@{socket.gethostname()}",
+                command=command or " ".join(sys.argv), seed=seed)
+        runner.session_id = session_id
+        result = SessionResult(session_id)
+        previous = _resume_state(store, session_id) if resume else {}
+        todo: list[tuple[Cell, object | None]] = []
+        for cell in cells:
+            earlier = previous.get(cell.key)
+            if earlier is not None and earlier.status == "ok":
+                result.skipped += 1
+                continue
+            todo.append((cell, earlier))
+        progress.start(device, len(todo), result.skipped)
+        first = True
+        for index, (cell, earlier) in enumerate(todo):
+            progress.cell_started(index, cell)
+            outcome = None
+            if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
+                outcome = _collect(runner, earlier, cell)
+            if outcome is None:
+                cooldown = 0.0 if first else matrix.cooldown.seconds
+                if cooldown:
+                    progress.cooldown(cooldown)
+                    runner.sleep(cooldown)
+                outcome = runner.run_cell(cell, cooldown,
+                                          superseding=earlier.id if earlier is not None else None)
+            first = False
+            result.outcomes.append(outcome)
+        store.update_session(session_id, ended_at=now())
+        progress.finish()
+    return result
+
+
+def _collect(runner: DeviceRunner, earlier: object, cell: Cell) -> CellOutcome | None:
+    """--resume of an interrupted run whose engine may have finished on the device: read the
+    rest of its spool instead of running it again. None when it must be re-run."""
+    try:
+        state = runner.client.status(earlier.remote_dir)
+    except TransportError:
+        return None
+    if not (state.startswith("done") or state.startswith("running")):
+        return None
+    runner.store.update_run(earlier.id, status="running", cause=None)
+    return runner.follow(earlier.id, earlier.remote_dir, earlier.spool_lines or 0, cell)

@@ -1,0 +1,105 @@
+"""Parse the agent's tagged line stream (protocol v1, docs/agent-protocol.md)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
+
+PROTO = "1"
+
+
+@dataclass
+class Sample:
+    t_ms: int
+    values: dict[str, int]
+
+
+@dataclass
+class Exit:
+    rc: int
+    signal: int
+    t_ms: int
+    cause: str | None = None
+
+
+@dataclass
+class Event:
+    tag: str                        # H F S C O E W X
+    text: str = ""                  # C/O/E/W payload
+    fields: dict[str, str] = field(default_factory=dict)   # H key=value, F key/value
+    sample: Sample | None = None
+    exit: Exit | None = None
+
+
+class ProtocolError(ValueError):
+    pass
+
+
+def _int(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def parse_line(line: str) -> Event:
+    """One stream line (without its newline) -> Event. Unknown tags raise ProtocolError."""
+    tag, _, rest = line.partition("\t")
+    if tag in ("C", "O", "E", "W"):
+        return Event(tag, text=rest)
+    if tag == "S":
+        parts = rest.split("\t")
+        t_ms = _int(parts[0]) or 0
+        values: dict[str, int] = {}
+        for part in parts[1:]:
+            key, _, value = part.partition("=")
+            number = _int(value)
+            if key and number is not None:
+                values[key] = number
+        return Event(tag, sample=Sample(t_ms, values))
+    if tag == "X":
+        parts = rest.split("\t")
+        if len(parts) < 3:
+            raise ProtocolError(f"short X line: {line!r}")
+        cause = None
+        for extra in parts[3:]:
+            key, _, value = extra.partition("=")
+            if key == "cause":
+                cause = value
+        return Event(tag, exit=Exit(_int(parts[0]) or 0, _int(parts[1]) or 0,
+                                    _int(parts[2]) or 0, cause))
+    if tag == "H":
+        fields = dict(p.partition("=")[::2] for p in rest.split("\t") if p)
+        if fields.get("proto") != PROTO:
+            raise ProtocolError(f"agent speaks protocol {fields.get('proto')!r}, orch speaks {PROTO}")
+        return Event(tag, fields=fields)
+    if tag == "F":
+        key, _, value = rest.partition("\t")
+        return Event(tag, fields={key: value})
+    raise ProtocolError(f"unknown stream line: {line[:80]!r}")
+
+
+class LineSplitter:
+    """Bytes in, complete decoded lines out. A trailing partial line waits for its newline:
+    the runner counts only complete lines, so a re-attach never splits or repeats one."""
+
+    def __init__(self) -> None:
+        self._pending = b""
+
+    def feed(self, chunk: bytes) -> Iterator[str]:
+        data = self._pending + chunk
+        *lines, self._pending = data.split(b"\n")
+        for raw in lines:
+            yield raw.decode("utf-8", errors="replace")
+
+    @property
+    def pending(self) -> bytes:
+        return self._pending
+
+
+def facts_from_lines(lines: Iterable[str]) -> dict[str, str]:
+    facts: dict[str, str] = {}
+    for line in lines:
+        if line.startswith("F\t"):
+            event = parse_line(line)
+            facts.update(event.fields)
+    return facts

@@ -1,0 +1,102 @@
+"""The one interface every device kind implements (DESIGN §5).
+
+A transport moves files to a device, runs short commands there, and streams long-running
+output back. It knows nothing of engines, matrices or the store: the runner drives it.
+"""
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+
+class TransportError(Exception):
+    """The device could not be reached or a transport operation failed."""
+
+
+class LinkLost(TransportError):
+    """The connection dropped in the middle of a stream; the device may still be running."""
+
+
+@dataclass
+class CommandResult:
+    rc: int
+    stdout: bytes
+    stderr: bytes
+
+
+def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(bufsize):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class Transport(abc.ABC):
+    """A connection to one device. Paths on the device are POSIX strings."""
+
+    kind: str = "?"
+
+    def __init__(self, name: str, workdir: str, shell: str = "sh") -> None:
+        self.name = name
+        self.workdir = workdir
+        self.shell = shell
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def connect(self) -> None:
+        """Open the connection and resolve `workdir` to an absolute path on the device."""
+
+    def close(self) -> None:
+        """Release the connection; never kills anything running detached on the device."""
+
+    def __enter__(self) -> "Transport":
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- commands ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
+        """Run a short command (argv, quoted safely by the transport) and wait for it."""
+
+    @abc.abstractmethod
+    def stream(self, argv: list[str]) -> Iterator[bytes]:
+        """Run a command and yield its stdout in chunks as they arrive.
+
+        Raises LinkLost when the connection drops before the command ended by itself.
+        """
+
+    # -- files -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def put(self, local: Path, remote: str, mode: int = 0o644) -> None:
+        """Copy a local file to the device (parents created)."""
+
+    @abc.abstractmethod
+    def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
+        """Write bytes to a file on the device (parents created)."""
+
+    @abc.abstractmethod
+    def get_bytes(self, remote: str) -> bytes:
+        """Read a whole (small) file from the device."""
+
+    def remote_sha256(self, remote: str) -> str | None:
+        """sha256 of a device file, or None when it does not exist."""
+        result = self.run(["sha256sum", remote])
+        if result.rc != 0:
+            return None
+        return result.stdout.split()[0].decode()
+
+    def push_if_changed(self, local: Path, remote: str, mode: int = 0o644) -> bool:
+        """Push unless the device already has a file with the same sha256. True if pushed."""
+        if self.remote_sha256(remote) == sha256_file(local):
+            return False
+        self.put(local, remote, mode)
+        return True
+
+    def describe(self) -> str:
+        return f"{self.kind}:{self.name}"

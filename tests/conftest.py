@@ -1,0 +1,35 @@
+"""Shared test fixtures. Real parts only: a private sshd, the real adb server with an emulated
+phone, mksh + toybox. Under CI=true a missing part is a failure, never a skip."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+sys.path.insert(0, str(TESTS))
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_tool(name: str) -> str:
+    """Path of a needed executable; fail under CI=true, skip elsewhere, when missing."""
+    path = shutil.which(name) or (f"/usr/sbin/{name}" if os.path.exists(f"/usr/sbin/{name}") else None)
+    if path is None:
+        message = f"{name} is not installed (scripts/install --test installs it)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def store(tmp_path):
+    from orchestrator.db.store import Store
+
+    return Store.open(str(tmp_path / "orch.db"))

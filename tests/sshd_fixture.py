@@ -1,0 +1,240 @@
+"""A private OpenSSH server on 127.0.0.1 for transport tests.
+
+    from sshd_fixture import sshd, sshd_factory   # or list the module in conftest's pytest_plugins
+
+`sshd` (session scope) is one server; `sshd_factory(**options)` starts extra, differently
+configured servers that are stopped at the end of the test. Each server object has
+`host`, `port`, `user`, `key` (client private key), `known_hosts` (a file trusting its host
+key), `host_pub` (the host public key line), `dir`, `log`, `pid`, and:
+
+- `kill_connections()`   SIGKILL the per-connection sshd processes: the client sees link loss
+                         at once; commands running under them get EOF/SIGPIPE, detached ones live on
+- `pause_connections()` / `resume_connections()`  SIGSTOP/SIGCONT them: a hung link (no FIN,
+                         no RST) that only timeouts or keepalive probes can notice
+- `stop()` / `start()`   make the device unreachable (connections refused) and bring it back
+                         on the same port with the same host key
+- `transport_kwargs()`   dict(host, port, user, key, known_hosts) for SshTransport
+
+Missing sshd: the tests are skipped, unless CI=true, where that is a failure.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+SSHD = "/usr/sbin/sshd"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"sshd fixture: {reason} (CI=true: the SSH tests must run)")
+    pytest.skip(f"sshd fixture: {reason}")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may contain spaces and parentheses
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+class Sshd:
+    host = "127.0.0.1"
+
+    def __init__(self, directory: Path, *, sftp: bool = True, setenv: dict[str, str] | None = None,
+                 extra_config: str = "") -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.user = getpass.getuser()
+        self.port = _free_port()
+        self.proc: subprocess.Popen | None = None
+        self.host_key = self.dir / "host_ed25519"
+        self.key = self.dir / "client_ed25519"
+        for path in (self.host_key, self.key):
+            if not path.exists():
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "orch-test",
+                                "-f", str(path)], check=True, timeout=30)
+        self.authorized_keys = self.dir / "authorized_keys"
+        self.authorized_keys.write_text(Path(f"{self.key}.pub").read_text())
+        self.host_pub = " ".join(Path(f"{self.host_key}.pub").read_text().split()[:2])
+        self.known_hosts = self.dir / "known_hosts"
+        self.known_hosts.write_text(f"[{self.host}]:{self.port} {self.host_pub}\n")
+        self.log = self.dir / "sshd.log"
+        self.config = self.dir / "sshd_config"
+        lines = [
+            f"Port {self.port}",
+            f"ListenAddress {self.host}",
+            f"HostKey {self.host_key}",
+            f"PidFile {self.dir / 'sshd.pid'}",
+            f"AuthorizedKeysFile {self.authorized_keys}",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            "PermitRootLogin prohibit-password",
+            "UseDNS no",
+            "MaxStartups 100",
+            "MaxSessions 50",
+        ]
+        if sftp:
+            lines.append("Subsystem sftp internal-sftp")
+        if setenv:
+            lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in setenv.items()))
+        self.config.write_text("\n".join(lines) + "\n" + extra_config)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc and self.proc.poll() is None else None
+
+    def start(self, timeout: float = 10.0) -> None:
+        if self.pid:
+            return
+        if os.geteuid() == 0:
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        log = open(self.log, "ab")
+        try:
+            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config)],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        finally:
+            log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"sshd exited with {self.proc.returncode}: "
+                                   f"{self.log.read_text()[-2000:]}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError(f"sshd did not listen on {self.port} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        killed = self.kill_connections()
+        deadline = time.monotonic() + 2  # let the listener reap them: no zombies left behind
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in killed):
+            time.sleep(0.02)
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+        self.proc = None
+
+    # -- link faults -------------------------------------------------------------------------
+    def connection_pids(self) -> list[int]:
+        """All sshd processes below the listener (the privileged monitor and the session
+        process of every connection); not the user's commands."""
+        root = self.pid
+        if root is None:
+            return []
+        parents: dict[int, int] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                ppid = _ppid(int(entry))
+                if ppid is not None:
+                    parents[int(entry)] = ppid
+        found: list[int] = []
+        frontier = {root}
+        for _ in range(10):  # bounded depth
+            children = [p for p, pp in parents.items() if pp in frontier and _comm(p) == "sshd"]
+            if not children:
+                break
+            found.extend(children)
+            frontier = set(children)
+        return found
+
+    def _signal_connections(self, sig: int) -> list[int]:
+        pids = self.connection_pids()
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def kill_connections(self) -> list[int]:
+        return self._signal_connections(signal.SIGKILL)
+
+    def pause_connections(self) -> list[int]:
+        return self._signal_connections(signal.SIGSTOP)
+
+    def resume_connections(self) -> list[int]:
+        return self._signal_connections(signal.SIGCONT)
+
+    def transport_kwargs(self) -> dict:
+        return dict(host=self.host, port=self.port, user=self.user, key=str(self.key),
+                    known_hosts=str(self.known_hosts))
+
+
+def _check_available() -> None:
+    if not Path(SSHD).exists():
+        _unavailable(f"{SSHD} is not installed")
+    if not shutil.which("ssh-keygen"):
+        _unavailable("ssh-keygen is not installed")
+
+
+def _start(directory: Path, **options) -> Sshd:
+    server = Sshd(directory, **options)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        _unavailable(str(exc))
+    return server
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory):
+    _check_available()
+    server = _start(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def sshd_factory(tmp_path):
+    """Start extra servers: `sshd_factory(sftp=False)`, `sshd_factory(setenv={...})`."""
+    _check_available()
+    servers: list[Sshd] = []
+
+    def make(**options) -> Sshd:
+        server = _start(tmp_path / f"sshd{len(servers)}", **options)
+        servers.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.stop()
