@@ -171,7 +171,11 @@ supervise() {
     done <meta
   fi
   exec >>spool || exit 2
-  say "$$" >pid
+  # `start` recorded $! as our pid; rewrite it only if wrong (setsid had to fork), and by
+  # rename, so a concurrent `status` never reads a truncated file.
+  p=
+  read -r p 2>/dev/null <pid
+  [ "$p" = "$$" ] || { say "$$" >pid.new && mv -f pid.new pid; }
   t0=$(date +%s%N 2>/dev/null)
   case $t0 in ''|*[!0-9]*) t0=$(date +%s)000 ;; *) t0=${t0%??????} ;; esac
   say "H${TAB}proto=1${TAB}agent=$AGENT_VERSION${TAB}run=$RUN${TAB}t0=$t0"
@@ -372,7 +376,9 @@ start() {
   [ -x "$shb" ] || shb=sh
   setsid "$shb" "$0" _supervise "$JOBDIR" </dev/null >>"$JOBDIR/agent.log" 2>&1 &
   spid=$!
-  say "$spid" >"$JOBDIR/pid"   # the supervisor writes it too; this closes the race with attach
+  # Written here, before returning, so `status`/`attach` work at once; by rename, since the
+  # supervisor may be reading it.
+  say "$spid" >"$JOBDIR/pid.start" && mv -f "$JOBDIR/pid.start" "$JOBDIR/pid"
   say "started $spid"
 }
 

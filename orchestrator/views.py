@@ -25,22 +25,9 @@ def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
 
 
 def stats_for_runs(store: Store, run_rows: list[Any]) -> dict[int, dict[str, Any]]:
-    """Per-run statistics (analysis.run_stats) for the given run rows."""
-    from .analysis import pressure_from_samples, run_stats
+    from .results import stats_dicts
 
-    ids = [r.id for r in run_rows]
-    if not ids:
-        return {}
-    tokens = store.frame("token", ids)
-    samples = store.frame("sample", ids)
-    out: dict[int, dict[str, Any]] = {}
-    for row in run_rows:
-        toks = tokens[tokens.run_id == row.id]
-        samp = samples[samples.run_id == row.id]
-        pressure = pressure_from_samples(samp) if len(samp) else None
-        summary = row.summary or {}
-        out[row.id] = run_stats(toks, summary, pressure)
-    return out
+    return stats_dicts(store, run_rows)
 
 
 def _status(row: Any) -> str:

@@ -3,8 +3,8 @@
 Attach it to a real adb server with `adb -P PORT connect 127.0.0.1:<phone.port>` (fixtures in
 conftest_adb.py). Wire protocol: AOSP adb protocol.txt (24-byte LE header: command, arg0, arg1,
 data length, byte-sum checksum, magic = command ^ 0xffffffff). Services: `shell:CMD` (v1),
-`shell,v2[,opts]:CMD` (shell protocol; TERM= honoured, pty ignored: always pipes), `sync:`
-(adb_sync.py). Anything else is refused with CLSE.
+`shell,v2[,opts]:CMD` (shell protocol; TERM= honoured, pty ignored: always pipes), `exec:CMD`
+(as v1), `sync:` (adb_sync.py). Anything else is refused with CLSE.
 
 Path mapping: device paths are REAL absolute paths on this machine. The fake root `.root`
 (a temp dir, or the one passed in) holds an Android-like tree:
@@ -355,6 +355,8 @@ class EmulatedPhone:
     def _service(self, name: str):
         if name == "sync:":
             return serve_sync
+        if name.startswith("exec:"):  # adb exec-out: like shell v1 (raw bytes, no exit code)
+            return lambda s: self._shell(s, name[5:], False, None)
         head, sep, cmd = name.partition(":")
         opts = head.split(",")
         if not sep or opts[0] != "shell":

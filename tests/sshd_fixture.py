@@ -15,7 +15,7 @@ key), `host_pub` (the host public key line), `dir`, `log`, `pid`, and:
                          on the same port with the same host key
 - `transport_kwargs()`   dict(host, port, user, key, known_hosts) for SshTransport
 
-Missing sshd: the tests are skipped, unless CI=true, where that is a failure.
+Missing sshd: the tests are skipped, unless CI=true (or 1/yes), where that is a failure.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ SSHD = "/usr/sbin/sshd"
 
 
 def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):  # as conftest.IN_CI
         pytest.fail(f"sshd fixture: {reason} (CI=true: the SSH tests must run)")
     pytest.skip(f"sshd fixture: {reason}")
 

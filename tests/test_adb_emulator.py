@@ -45,6 +45,7 @@ def test_shell_v1_output(phone, adb_device):
     assert (r.returncode, r.stdout) == (0, "out\nerr\n")
     assert adb_device.shell("echo out; echo err >&2") == "out\nerr"
     assert adb_device.shell(["echo", "a b"]) == "a b"
+    assert cli(phone, "exec-out", "printf raw").stdout == "raw"
 
 
 def test_shell_v2_exit_codes_and_split_streams(phone, adb_device):

@@ -44,6 +44,9 @@ def test_run_rc_stdout_stderr_and_workdir(sshd, ssh):
     assert ssh.workdir.startswith(str(sshd.dir)) and Path(ssh.workdir).is_dir()
     assert ssh.run(["pwd"]).stdout.decode().strip() == ssh.workdir
     assert ssh.run(["no-such-program-orch"]).rc == 127
+    # a command killed by a signal reports 128+N (sshd's exit-signal would be lost in paramiko)
+    assert ssh.run(["sh", "-c", "kill -KILL $$"]).rc == 137
+    assert ssh.run(["cat"]).stdout == b""  # stdin is closed: nothing waits for input
     assert ssh.kind == "ssh" and "127.0.0.1" in ssh.describe()
 
 
@@ -83,7 +86,7 @@ def test_put_get_put_bytes_and_progress(ssh, tmp_path):
     data = os.urandom(3 * 1024 * 1024 + 17)
     local.write_bytes(data)
     seen = []
-    ssh.put(local, "sub/dir/blob", mode=0o640, progress=lambda done, total: seen.append((done, total)))
+    ssh.put(local, "sub/dir/blob", mode=0o640, progress=lambda d, t: seen.append((d, t)))
     assert ssh.get_bytes("sub/dir/blob") == data
     remote = Path(ssh.workdir, "sub/dir/blob")
     assert remote.stat().st_mode & 0o777 == 0o640
@@ -93,6 +96,8 @@ def test_put_get_put_bytes_and_progress(ssh, tmp_path):
     assert ssh.get_bytes(f"{ssh.workdir}/job/args/000") == "ü\n\0x".encode()
     assert Path(ssh.workdir, "job/args/000").stat().st_mode & 0o777 == 0o600
     with pytest.raises(FileNotFoundError):
+        ssh.get_bytes("missing")
+    with pytest.raises(TransportError):  # also a TransportError, like the local transport's
         ssh.get_bytes("missing")
 
 
@@ -111,6 +116,8 @@ def test_files_without_sftp_subsystem(sshd_factory, tmp_path):
         transport.put_bytes(b"x'y\n", "c/d")
         assert transport.get_bytes("c/d") == b"x'y\n"
         with pytest.raises(FileNotFoundError):
+            transport.get_bytes("missing")
+        with pytest.raises(TransportError):
             transport.get_bytes("missing")
         assert transport.push_if_changed(local, "a/b/blob") is False
 
@@ -352,8 +359,8 @@ def test_noisy_rc_files_do_not_reach_callers(sshd_factory, tmp_path):
     (home / ".bashrc").write_text("echo RC-NOISE-OUT; echo RC-NOISE-ERR >&2; printf 'no newline'\n"
                                   "sleep 0.2\n")
     server = sshd_factory(setenv={"HOME": str(home)})
-    plain = subprocess.run(["ssh", "-i", str(server.key), "-p", str(server.port), "-o", "BatchMode=yes",
-                            "-o", f"UserKnownHostsFile={server.known_hosts}",
+    plain = subprocess.run(["ssh", "-i", str(server.key), "-p", str(server.port),
+                            "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={server.known_hosts}",
                             f"{server.user}@{server.host}", "echo out"],
                            capture_output=True, timeout=30)
     assert plain.stdout == b"RC-NOISE-OUT\nno newlineout\n"  # the noise is real

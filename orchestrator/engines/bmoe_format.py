@@ -368,7 +368,7 @@ def parse_metrics_sidecar(text: str) -> dict[str, Any]:
     return out
 
 
-_SIDECAR_KEY = re.compile(r"[a-z_]+_(kb|dC|mC)=")
+SIDECAR_KEY = re.compile(r"[a-z_]+_(kb|dC|mC)=")
 
 
 def split_log(text: str) -> dict[str, Any]:
@@ -381,7 +381,7 @@ def split_log(text: str) -> dict[str, Any]:
     sidecar: list[str] = []
     other: list[str] = []
     for line in text.lstrip(BOM).splitlines():
-        if _SIDECAR_KEY.match(line.strip()):
+        if SIDECAR_KEY.match(line.strip()):
             sidecar.append(line)
         elif match_summary_line(line):
             summary.append(line)

@@ -50,17 +50,22 @@ if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" 
 h=$(sha256sum < "$f") || exit 4
 h=${h%% *}
 if [ "$(stat -c '%s %Y' -- "$f")" = "$st" ] && [ $(( $(date +%s) - ${st#* } )) -ge 2 ]; then
-  { printf '%s %s\n' "$st" "$h" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null || rm -f -- "$c.$$"
+  { printf '%s %s\n' "$st" "$h" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null ||
+    rm -f -- "$c.$$"
 fi
 echo "$h computed"'''
-# Without SFTP: stdin -> $1 (via a temp file), mode $2; and reading $1.
-_CAT_PUT = ('d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 1; '
+# Without SFTP: stdin -> $1 (via a temp file, dropping a sha256 cache), mode $2; reading $1.
+_CAT_PUT = ('d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 1; rm -f -- "$1.orch-sha256"; '
             'cat > "$1.orch-part" && chmod "$2" "$1.orch-part" && mv -f -- "$1.orch-part" "$1"')
 _CAT_GET = '[ -e "$1" ] || exit 66; cat < "$1"'
 
 
 class HostKeyError(TransportError):
     """The device's host key is unknown or has changed."""
+
+
+class RemoteFileNotFound(TransportError, FileNotFoundError):
+    """The device file does not exist (both a TransportError and a FileNotFoundError)."""
 
 
 class CommandTimedOut(TransportError):
@@ -175,7 +180,7 @@ class SshTransport(Transport):
 
     def _connection(self, host: str, port: int | None, user: str | None,
                     gateway: Connection | None = None) -> Connection:
-        kwargs: dict = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
+        kwargs: dict = dict(banner_timeout=self.connect_timeout, auth_timeout=self.connect_timeout)
         if self.key:
             kwargs.update(key_filename=[self.key], look_for_keys=False)
         if os.environ.get("ORCH_SSH_PASSWORD"):  # popped again right after connecting
@@ -229,7 +234,8 @@ class SshTransport(Transport):
                 f"remove its old line from {files} and {hint}")
         if isinstance(exc, _Unknown):
             return HostKeyError(f"{self.name}: the host key of {where} is not known (offered "
-                                f"{exc.key.get_name()} {fingerprint(exc.key)}); check it, then {hint}")
+                                f"{exc.key.get_name()} {fingerprint(exc.key)}); check it, "
+                                f"then {hint}")
         what = "authentication failed" if isinstance(exc, paramiko.AuthenticationException) \
             else "cannot connect"
         return TransportError(f"{self.name}: {what} ({self.user or 'default user'}@{where}): "
@@ -333,7 +339,8 @@ class SshTransport(Transport):
             held[i].clear()
             return rest
 
-        transport, last_rx, probe, probe_t, eof = chan.get_transport(), time.monotonic(), None, 0, False
+        transport, last_rx = chan.get_transport(), time.monotonic()
+        probe, probe_t, eof = None, 0.0, False
         chan.settimeout(0.2)
         while not eof:
             now = time.monotonic()
@@ -429,7 +436,7 @@ class SshTransport(Transport):
 
     def _file_error(self, what: str, exc: BaseException) -> Exception:
         if isinstance(exc, FileNotFoundError):
-            return FileNotFoundError(f"{self.name}: {what}: no such file")
+            return RemoteFileNotFound(f"{self.name}: {what}: no such file")
         if self._conn is None or not self._conn.transport.is_active():
             return self._lost(what, exc)
         return TransportError(f"{self.name}: {what} failed: {exc}")
@@ -447,7 +454,8 @@ class SshTransport(Transport):
                 sftp.stat(directory)  # made meanwhile by someone else? else this raises
         self._dirs.add(directory)
 
-    def _upload(self, handle, size: int, remote: str, mode: int, progress: Progress | None) -> None:
+    def _upload(self, handle, size: int, remote: str, mode: int, progress: Progress | None,
+                drop_cache: bool = False) -> None:
         remote = self._path(remote)
         if (sftp := self._sftp_client()) is None:
             result = self._run([self.shell, "-c", _CAT_PUT, "sh", remote, f"{mode:o}"], None,
@@ -457,6 +465,11 @@ class SshTransport(Transport):
                                      f"{result.stderr.decode(errors='replace').strip()}")
             return
         try:
+            if drop_cache:  # first, so that no moment has new content with an old sha256
+                try:
+                    sftp.remove(remote + CACHE_SUFFIX)
+                except FileNotFoundError:
+                    pass
             self._makedirs(sftp, posixpath.dirname(remote))
             sftp.putfo(handle, remote + ".orch-part", file_size=size, callback=progress)
             sftp.chmod(remote + ".orch-part", mode)
@@ -466,19 +479,9 @@ class SshTransport(Transport):
 
     def _put(self, local: Path, remote: str, mode: int, progress: Progress | None) -> str:
         """Upload; return the sha256 of what was sent. A stale sha256 cache goes first."""
-        cache = self._path(remote) + CACHE_SUFFIX
-        if (sftp := self._sftp_client()) is None:
-            self._run(["rm", "-f", cache], 60)
-        else:
-            try:
-                sftp.remove(cache)
-            except FileNotFoundError:
-                pass
-            except _NET as exc:
-                raise self._file_error(f"removing {cache}", exc) from exc
         with open(local, "rb") as handle:
             reader = _HashingReader(handle)
-            self._upload(reader, os.fstat(handle.fileno()).st_size, remote, mode, progress)
+            self._upload(reader, os.fstat(handle.fileno()).st_size, remote, mode, progress, True)
         return reader.digest.hexdigest()
 
     def put(self, local: Path, remote: str, mode: int = 0o644,
@@ -494,7 +497,7 @@ class SshTransport(Transport):
         if (sftp := self._sftp_client()) is None:
             result = self._run([self.shell, "-c", _CAT_GET, "sh", remote], None)
             if result.rc == 66:
-                raise FileNotFoundError(f"{self.name}: reading {remote}: no such file")
+                raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file")
             if result.rc != 0:
                 raise TransportError(f"{self.name}: reading {remote} failed: "
                                      f"{result.stderr.decode(errors='replace').strip()}")

@@ -9,30 +9,30 @@ from typing import Any, Callable
 import click
 from rich.console import Console
 
-from . import __version__
-from .yamlfile import ConfigError
+from .. import __version__
+from ..yamlfile import ConfigError
 
 # Piped output (logs, CI) gets wide tables instead of rich's 80-column default with "…" cells.
 console = Console() if sys.stdout.isatty() else Console(width=220)
 errors = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=220)
 
 
-def _db_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def db_option(func: Callable[..., Any]) -> Callable[..., Any]:
     func = click.option("--db", envvar="ORCH_DB", metavar="URL",
                         help="Store: a SQLAlchemy URL or a SQLite file path "
                              "(default ./orch.db; env ORCH_DB).")(func)
     return func
 
 
-def _inventory_option(func: Callable[..., Any]) -> Callable[..., Any]:
+def inventory_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--inventory", "-i", metavar="FILE",
                         help="Device inventory (default ./devices.yaml, then "
                              "~/.config/orch/devices.yaml; `local` always exists).")(func)
 
 
-def _friendly(func: Callable[..., Any]) -> Callable[..., Any]:
+def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn the library's user-facing errors into a message and an exit code, not a trace."""
-    from .transports.base import TransportError
+    from ..transports.base import TransportError
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -71,9 +71,9 @@ def main() -> None:
                    "that finished while orch was away, re-run cells that did not end ok.")
 @click.option("--link-grace", type=float, default=120.0, show_default=True, metavar="SECONDS",
               help="How long to wait for a device that dropped off before a run is interrupted.")
-@_inventory_option
-@_db_options
-@_friendly
+@inventory_option
+@db_option
+@friendly
 def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: float,
         inventory: str | None, db: str | None) -> None:
     """Run MATRIX_FILE's cells on a device and store the results.
@@ -82,13 +82,13 @@ def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: fl
     Cells continue past a failed cell. Exit code 0 when every cell ended ok, 1 otherwise,
     2 for a bad matrix or inventory (nothing is written then).
     """
-    from .db.store import Store
-    from .inventory import load_inventory
-    from .matrix import load_matrix
-    from .progress import ConsoleProgress
-    from .runner import LinkPolicy
-    from .session import run_matrix
-    from .views import print_session_table
+    from ..db.store import Store
+    from ..inventory import load_inventory
+    from ..matrix import load_matrix
+    from ..progress import ConsoleProgress
+    from ..runner import LinkPolicy
+    from ..session import run_matrix
+    from ..views import print_session_table
 
     loaded = load_matrix(matrix_file)
     inv = load_inventory(inventory)
@@ -108,24 +108,24 @@ def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: fl
 @main.command()
 @click.option("--session", "-s", type=int, help="Only this session's runs.")
 @click.option("--limit", "-n", type=int, default=30, show_default=True)
-@_db_options
-@_friendly
+@db_option
+@friendly
 def runs(session: int | None, limit: int, db: str | None) -> None:
     """List past runs, newest first (id, session, device, matrix, config, status, tok/s)."""
-    from .db.store import Store
-    from .views import print_runs
+    from ..db.store import Store
+    from ..views import print_runs
 
     print_runs(console, Store.open(db), session, limit)
 
 
 @main.command()
 @click.argument("run_id", type=int)
-@_db_options
-@_friendly
+@db_option
+@friendly
 def show(run_id: int, db: str | None) -> None:
     """Print one run's statistics: tok/s distribution, I/O, cache, device pressure."""
-    from .db.store import Store
-    from .views import print_run
+    from ..db.store import Store
+    from ..views import print_run
 
     print_run(console, Store.open(db), run_id)
 
@@ -133,17 +133,19 @@ def show(run_id: int, db: str | None) -> None:
 @main.command()
 @click.option("--probe", is_flag=True, help="Connect to each device and print its facts.")
 @click.argument("names", nargs=-1)
-@_inventory_option
-@_db_options
-@_friendly
+@inventory_option
+@db_option
+@friendly
 def devices(probe: bool, names: tuple[str, ...], inventory: str | None, db: str | None) -> None:
     """List the inventory's devices; with --probe, collect and print their facts."""
-    from .inventory import load_inventory
-    from .views import print_devices
+    from ..inventory import load_inventory
+    from ..views import print_devices
 
     inv = load_inventory(inventory)
     print_devices(console, inv, list(names) or inv.names(), probe, db)
 
+
+from . import data  # noqa: E402,F401  (registers import, table, export)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

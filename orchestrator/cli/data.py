@@ -1,0 +1,92 @@
+"""Commands over stored data: import artifacts, print tables, export rows."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from . import console, db_option, friendly, main
+
+TABLE_KINDS = ("throughput", "pressure", "adaptive", "variants")
+
+
+@main.command("import")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--engine", "-e", default="bmoe", show_default=True,
+              help="Which engine wrote the artifacts.")
+@click.option("--device", "-d", default="imported", show_default=True,
+              help="Device name to file the runs under.")
+@click.option("--name", "-n", help="Session name (default: the directory's name).")
+@db_option
+@friendly
+def import_cmd(directory: str, engine: str, device: str, name: str | None, db: str | None) -> None:
+    """Import a directory of existing artifacts as a session: one run per per-token CSV (named
+    by the file's stem), with its .metrics sidecar, .log summary lines and .out log.
+
+    Importing the same directory again changes nothing; files that changed replace their run.
+    A CSV without its '# summary' trailer imports as interrupted (†). Problems are reported
+    per file and the rest of the directory still imports.
+    """
+    from ..db.store import Store
+    from ..importer import import_dir
+
+    report = import_dir(Store.open(db), directory, engine=engine, device=device, name=name)
+    click.echo(f"session {report.session_id}: {len(report.imported)} run(s) imported, "
+               f"{len(report.unchanged)} unchanged")
+    for problem in report.problems:
+        click.echo(f"  {problem}", err=True)
+
+
+@main.command()
+@click.argument("session", required=False)
+@click.option("--matrix", "-m", help="The latest session of this matrix name.")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md",
+              show_default=True)
+@click.option("--tables", "-t", default="throughput,pressure,adaptive", show_default=True,
+              help=f"Which tables, comma-separated: {', '.join(TABLE_KINDS)}.")
+@click.option("--quantile", type=click.Choice(["linear", "lower"]), default="linear",
+              show_default=True,
+              help="p5/p95 method: linear interpolation (bmoe-formats §6) or the lower "
+                   "neighbour (what some older published tables used).")
+@db_option
+@friendly
+def table(session: str | None, matrix: str | None, fmt: str, tables: str, quantile: str,
+          db: str | None) -> None:
+    """Print the per-run tables of a session (default: the newest), with the columns of the
+    published summary tables: throughput, device pressure, adaptive cache / speculation.
+
+    SESSION is a session id or name. Runs that did not end ok carry a dagger (†) and are
+    listed with their cause under the table."""
+    from ..db.store import Store
+    from ..results import resolve_session
+    from ..tabulate import session_tables
+
+    kinds = [k.strip() for k in tables.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in TABLE_KINDS]
+    if bad:
+        raise click.BadParameter(f"unknown table(s) {', '.join(bad)}", param_hint="--tables")
+    store = Store.open(db)
+    sid = resolve_session(store, session, matrix)
+    sys.stdout.write(session_tables(store, sid, kinds, fmt, quantile))
+
+
+@main.command()
+@click.argument("session", required=False)
+@click.option("--matrix", "-m", help="The latest session of this matrix name.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet"]), default="csv",
+              show_default=True)
+@click.option("--out", "-o", "out_dir", type=click.Path(file_okay=False), default=".",
+              show_default=True, help="Directory for runs.<ext>, tokens.<ext>, samples.<ext>.")
+@db_option
+@friendly
+def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, db: str | None) -> None:
+    """Export a session's run, token and sample tables as csv, json or parquet files."""
+    from ..db.store import Store
+    from ..results import resolve_session
+    from ..tabulate import export_session
+
+    store = Store.open(db)
+    sid = resolve_session(store, session, matrix)
+    for path in export_session(store, sid, Path(out_dir), fmt):
+        console.print(f"wrote {path}")
