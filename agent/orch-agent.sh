@@ -70,7 +70,8 @@ list_zones() {
     ty=
     read -r ty 2>/dev/null <"$z/type"
     case $ty in
-      *[Cc][Pp][Uu]*|x86_pkg_temp|coretemp*|k10temp*|*cluster*|soc_thermal|BIG|MID|LITTLE|big|mid|little) c=c ;;
+      *[Cc][Pp][Uu]*|x86_pkg_temp|coretemp*|k10temp*|*cluster*|soc_thermal) c=c ;;
+      BIG|MID|LITTLE|big|mid|little) c=c ;;  # Exynos / Tensor CPU clusters
       *) c= ;;
     esac
     ZONES="$ZONES $n:$c"
@@ -180,7 +181,9 @@ supervise() {
   case $t0 in ''|*[!0-9]*) t0=$(date +%s)000 ;; *) t0=${t0%??????} ;; esac
   say "H${TAB}proto=1${TAB}agent=$AGENT_VERSION${TAB}run=$RUN${TAB}t0=$t0"
 
-  case $INTERVAL in ''|*[!0-9]*) say "W${TAB}bad interval_ms '$INTERVAL', using 1000"; INTERVAL=1000 ;; esac
+  case $INTERVAL in
+    ''|*[!0-9]*) say "W${TAB}bad interval_ms '$INTERVAL', using 1000"; INTERVAL=1000 ;;
+  esac
   [ "$INTERVAL" -lt 10 ] && INTERVAL=10
   case $TIMEOUT in ''|*[!0-9]*) say "W${TAB}bad timeout_s '$TIMEOUT', using 0"; TIMEOUT=0 ;; esac
   f=$((INTERVAL % 1000))
@@ -412,5 +415,6 @@ case $cmd in
     i=0
     while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
   cooldown) die "cooldown: not implemented in agent $AGENT_VERSION (reserved, issue 7)" ;;
-  *) die "usage: orch-agent.sh version|facts|start JOBDIR|attach JOBDIR SKIP|status JOBDIR|kill JOBDIR" ;;
+  *) die "usage: orch-agent.sh version | facts | start JOBDIR | attach JOBDIR SKIP |" \
+      "status JOBDIR | kill JOBDIR" ;;
 esac

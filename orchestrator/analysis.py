@@ -200,7 +200,7 @@ _FROM_LINES: dict[str, tuple[tuple[str, str], ...]] = {
     "moe_spec_gate": (("spec_recall_pct", "recall_pct"), ("spec_auto_off", "auto_disabled")),
 }
 _FLAT_KEYS = [k for pairs in _FROM_LINES.values() for k, _ in pairs] + [
-    "io_s", "_stream_line", "_moe_stream", "_complete", "_trailer"]
+    "io_s", "tok/s", "_stream_line", "_moe_stream", "_complete", "_trailer"]
 
 
 def _parts(summary: Mapping[str, Any] | None) -> tuple[dict, dict, dict, bool | None]:
@@ -273,6 +273,7 @@ def _scalars(flats: list[dict[str, Any]], pressures: list[Any], tok: pd.DataFram
             "compute_s_per_tok": np.where(is_stream, num(S, "compute_s/tok"), np.nan),
             "io_s_per_tok": np.where(is_stream, num(S, "io_s/tok"), np.nan),
             "streaming": streaming, "complete": obj("_complete"),
+            "_summary_tps": num(S, "tok/s"),
             "cache_budget_mib": num(S, "cache_budget_MiB"),
             "cache_resident_mib": num(S, "cache_resident_MiB"),
             "cache_resizes": num(S, "cache_resizes"),
@@ -310,6 +311,8 @@ def runs_table(tokens: pd.DataFrame, summaries: Mapping[Any, Mapping[str, Any]] 
     scal = pd.DataFrame(_scalars(flats, [pressure.get(rid) for rid in ids], tok),
                         index=tok.index)
     out = pd.concat([tok.drop(columns=["_read_bytes", "_last_hit"]), scal], axis=1)
+    # engines without per-token rows (llama-bench, llama-cli): the engine's own tok/s
+    out["mean"] = out["mean"].where(out["n"] > 0, scal["_summary_tps"])
     return out[list(STAT_COLUMNS)]
 
 

@@ -87,8 +87,12 @@ class Matrix(BaseModel):
     timeout: float = 600.0
     env: dict[str, str] = Field(default_factory=dict)
     baseline: str | None = None
+    # A/B pairs that run back to back in every repeat, so each comparison sees the same
+    # device state: [[baseline, candidate], ...]
+    pairs: list[list[str]] = Field(default_factory=list)
     sample_interval: float = 1.0
     engine_options: dict[str, Any] = Field(default_factory=dict)
+    path_check: Literal["warn", "refuse", "off"] = "warn"  # model paths vs streaming (pathcheck.py)
 
     @field_validator("name")
     @classmethod
@@ -96,6 +100,11 @@ class Matrix(BaseModel):
         if not _NAME.match(value):
             raise ValueError("use letters, digits and . _ - = , + only")
         return value
+
+    @field_validator("path_check", mode="before")
+    @classmethod
+    def _bare_off(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
 
     @field_validator("timeout", "sample_interval", mode="before")
     @classmethod
@@ -160,6 +169,14 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
     if matrix.baseline is not None and matrix.baseline not in known:
         raise ConfigError(f"{path}: baseline: {matrix.baseline!r} is not one of the configs "
                           f"({', '.join(sorted(known))})")
+    seen: set[str] = set()
+    for i, pair in enumerate(matrix.pairs):
+        for name in pair:
+            if name not in known:
+                raise ConfigError(f"{path}: pairs.{i}: {name!r} is not one of the configs")
+            if name in seen:
+                raise ConfigError(f"{path}: pairs.{i}: {name!r} is already in another pair")
+            seen.add(name)
     return LoadedMatrix(matrix=matrix, path=str(path), text=text,
                         sha256=hashlib.sha256(text.encode()).hexdigest(), prompt_text=prompt_text)
 

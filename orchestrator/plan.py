@@ -55,21 +55,38 @@ def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
             for cname, cflags in base for gname, gflags in grid_items]
 
 
+def _units(configs: list[tuple[str, str]], pairs: list[list[str]]) -> list[list[tuple[str, str]]]:
+    by_name = dict(configs)
+    paired = {name: i for i, pair in enumerate(pairs) for name in pair}
+    units: list[list[tuple[str, str]]] = []
+    placed: set[int] = set()
+    for name, flags in configs:
+        if name not in paired:
+            units.append([(name, flags)])
+        elif paired[name] not in placed:
+            placed.add(paired[name])
+            units.append([(n, by_name[n]) for n in pairs[paired[name]]])
+    return units
+
+
 def plan_cells(matrix: Matrix, seed: int | None = None) -> list[Cell]:
     """All cells in run order. Models are the outer loop; within a model:
     as-written: A A A B B B; interleaved: A B A B A B; shuffled: a seeded permutation
     (`seed` overrides the matrix's, so a run can record the seed it drew)."""
     configs = expand_configs(matrix)
+    units = _units(configs, matrix.pairs)
     models: list[tuple[str, str | None]] = list(matrix.models.items()) or [("-", None)]
     rng = random.Random(matrix.seed if seed is None else seed)
     cells: list[Cell] = []
     for model, path in models:
+        # A unit is one config, or an A/B pair that always runs back to back.
         if matrix.order == "interleaved":
-            block = [(c, r) for r in range(matrix.repeat) for c in configs]
+            block = [(u, r) for r in range(matrix.repeat) for u in units]
         else:
-            block = [(c, r) for c in configs for r in range(matrix.repeat)]
+            block = [(u, r) for u in units for r in range(matrix.repeat)]
         if matrix.order == "shuffled":
             rng.shuffle(block)
-        for (name, flags), rep in block:
-            cells.append(Cell(model=model, model_path=path, config=name, flags=flags, repeat=rep))
+        for unit, rep in block:
+            for name, flags in unit:
+                cells.append(Cell(model=model, model_path=path, config=name, flags=flags, repeat=rep))
     return [Cell(**{**c.__dict__, "order": i}) for i, c in enumerate(cells)]

@@ -1,12 +1,14 @@
-"""What a user sees while a matrix runs: a live bar on a terminal, plain lines otherwise."""
+"""What a user sees while a matrix runs: a live board on a terminal (one line per device: cell,
+tokens, tok/s now and mean, temperature, free RAM, cooldown countdown, cells done, ETA), and
+plain lines when the output is not a terminal, so logs stay readable."""
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
 
 
 class Progress:
@@ -16,78 +18,148 @@ class Progress:
     def cell_started(self, index: int, cell: Any) -> None: ...
     def cell_running(self, cell: Any, tokens: int) -> None: ...
     def token(self, row: Any, count: int) -> None: ...
-    def cooldown(self, seconds: float) -> None: ...
+    def sample(self, values: dict[str, int]) -> None: ...
+    def cooldown(self, seconds: float, left: float | None = None, temp_c: float | None = None) -> None: ...
     def cell_done(self, status: str, tokens: int) -> None: ...
     def note(self, message: str) -> None: ...
     def finish(self) -> None: ...
 
 
-class ConsoleProgress(Progress):
-    """Per cell: config name, tokens so far, current and mean tok/s. On a terminal a rich bar
-    redrawn in place; when piped, one line per cell so logs stay readable."""
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+class Board:
+    """The shared display of every device of one `orch run` (devices run concurrently)."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.live = self.console.is_terminal
-        self._bar: RichProgress | None = None
-        self._task: Any = None
-        self._prefix = ""
-        self._total = 0
-        self._wall = 0.0
-        self._count = 0
-        self._cur = 0.0
-        self._started = 0.0
-
-    def start(self, device: str, cells: int, skipped: int) -> None:
-        self.device, self.cells = device, cells
-        extra = f" ({skipped} already ok, skipped)" if skipped else ""
-        self.console.print(f"[bold]{device}[/]: {cells} cell(s) to run{extra}")
+        self.lock = threading.Lock()
+        self.bar: RichProgress | None = None
         if self.live:
-            self._bar = RichProgress(TextColumn("{task.description}"), BarColumn(),
-                                     MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
-                                     TimeElapsedColumn(), console=self.console, transient=True)
-            self._bar.start()
+            self.bar = RichProgress(TextColumn("[bold]{task.fields[device]}[/]"),
+                                    TextColumn("{task.description}"), BarColumn(bar_width=20),
+                                    MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
+                                    console=self.console, transient=False)
+            self.bar.start()
+
+    def device(self, name: str) -> "DeviceProgress":
+        return DeviceProgress(self, name)
+
+    def print(self, text: str) -> None:
+        with self.lock:
+            self.console.print(text, highlight=False)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+
+class DeviceProgress(Progress):
+    def __init__(self, board: Board, device: str) -> None:
+        self.board, self.device = board, device
+        self.task: Any = None
+        self.cells = self.done = 0
+        self.prefix = ""
+        self.cell_times: list[float] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.total = self.count = 0
+        self.wall = self.current = 0.0
+        self.temp_c: float | None = None
+        self.free_gb: float | None = None
+        self.started = time.monotonic()
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _status(self, extra: str = "") -> str:
+        parts = []
+        if self.count:
+            mean = self.count / (self.wall / 1000.0) if self.wall else 0.0
+            parts.append(f"{self.current:6.2f} tok/s now, {mean:6.2f} mean")
+        if self.temp_c is not None:
+            parts.append(f"{self.temp_c:.1f}°C")
+        if self.free_gb is not None:
+            parts.append(f"{self.free_gb:.2f} GB free")
+        if extra:
+            parts.append(extra)
+        parts.append(f"cells {self.done}/{self.cells}")
+        if self.cell_times and self.done < self.cells:
+            per_cell = sum(self.cell_times) / len(self.cell_times)
+            parts.append(f"ETA {_duration(per_cell * (self.cells - self.done))}")
+        return " · ".join(parts)
+
+    def _update(self, **fields: Any) -> None:
+        bar = self.board.bar
+        if bar is None:
+            return
+        if self.task is None:
+            self.task = bar.add_task(self.prefix, total=self.total or None, device=self.device,
+                                     status="")
+        bar.update(self.task, **fields)
+
+    # -- hooks ---------------------------------------------------------------------------------
+    def start(self, device: str, cells: int, skipped: int) -> None:
+        self.cells = cells
+        extra = f" ({skipped} already ok, skipped)" if skipped else ""
+        self.board.print(f"[bold]{self.device}[/]: {cells} cell(s) to run{extra}")
 
     def cell_started(self, index: int, cell: Any) -> None:
         model = "" if cell.model == "-" else f"{cell.model} "
         rep = f" #{cell.repeat + 1}" if cell.repeat else ""
-        self._prefix = f"[{index + 1}/{self.cells}] {model}{cell.config}{rep}"
+        self.prefix = f"[{index + 1}/{self.cells}] {model}{cell.config}{rep}"
+        self._cell_clock = time.monotonic()
 
     def cell_running(self, cell: Any, tokens: int) -> None:
-        self._total, self._wall, self._count, self._cur = tokens, 0.0, 0, 0.0
-        self._started = time.monotonic()
-        if self._bar is not None:
-            self._task = self._bar.add_task(self._prefix, total=tokens, rate="")
+        self._reset()
+        self.total = tokens
+        self._update(description=self.prefix, total=tokens, completed=0, status=self._status())
 
     def token(self, row: Any, count: int) -> None:
         wall = getattr(row, "wall_ms", None) or 0.0
-        self._count = count
+        self.count = count
         if wall > 0:
-            self._wall += wall
-            self._cur = 1000.0 / wall
-        if self._bar is not None and self._task is not None:
-            mean = self._count / (self._wall / 1000.0) if self._wall else 0.0
-            self._bar.update(self._task, completed=count,
-                             rate=f"{self._cur:6.2f} tok/s now, {mean:6.2f} mean")
+            self.wall += wall
+            self.current = 1000.0 / wall
+        self._update(completed=count, status=self._status())
 
-    def cooldown(self, seconds: float) -> None:
-        if not self.live:
-            self.console.print(f"  cooldown {seconds:g} s")
+    def sample(self, values: dict[str, int]) -> None:
+        if "cpu_temp_mC" in values:
+            self.temp_c = values["cpu_temp_mC"] / 1000.0
+        if "mem_avail_kb" in values:
+            self.free_gb = values["mem_avail_kb"] / 1048576.0
+        self._update(status=self._status())
+
+    def cooldown(self, seconds: float, left: float | None = None, temp_c: float | None = None) -> None:
+        if temp_c is not None:
+            self.temp_c = temp_c
+        if self.board.bar is None:
+            if left is None:
+                self.board.print(f"  {self.device}: cooldown up to {seconds:g} s")
+            return
+        remaining = seconds if left is None else left
+        self._update(description=f"{self.prefix} (cooling)",
+                     status=self._status(f"cooldown {_duration(remaining)} left"))
 
     def cell_done(self, status: str, tokens: int) -> None:
-        if self._bar is not None and self._task is not None:
-            self._bar.remove_task(self._task)
-            self._task = None
-        mean = tokens / (self._wall / 1000.0) if self._wall else 0.0
+        self.done += 1
+        took = time.monotonic() - getattr(self, "_cell_clock", self.started)
+        self.cell_times.append(took)
+        mean = tokens / (self.wall / 1000.0) if self.wall else 0.0
         colour = "green" if status == "ok" else "red"
-        took = time.monotonic() - self._started
-        self.console.print(f"{self._prefix}: [{colour}]{status}[/] {tokens} tokens, "
-                           f"{mean:.2f} tok/s mean ({took:.1f} s)")
+        self.board.print(f"{self.device} {self.prefix}: [{colour}]{status}[/] {tokens} tokens, "
+                         f"{mean:.2f} tok/s mean ({took:.1f} s)")
+        if self.board.bar is not None and self.task is not None:
+            self.board.bar.remove_task(self.task)
+            self.task = None
 
     def note(self, message: str) -> None:
-        self.console.print(f"  [yellow]{message}[/]")
+        self.board.print(f"  {self.device}: [yellow]{message}[/]")
 
     def finish(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
+        if self.board.bar is not None and self.task is not None:
+            self.board.bar.remove_task(self.task)
+            self.task = None

@@ -23,7 +23,8 @@ TokenCallback = Callable[[TokenRow, int], None]
 class RunRecorder:
     def __init__(self, store: Store, run_id: int, parser: RunParser, stored_lines: int = 0,
                  flush_rows: int = 5000, flush_seconds: float = 1.0,
-                 on_token: TokenCallback | None = None) -> None:
+                 on_token: TokenCallback | None = None,
+                 on_sample: Callable[[dict[str, int]], None] | None = None) -> None:
         self.store = store
         self.run_id = run_id
         self.parser = parser
@@ -47,6 +48,7 @@ class RunRecorder:
         self._flush_seconds = flush_seconds
         self._last_flush = time.monotonic()
         self._on_token = on_token
+        self._on_sample = on_sample
 
     def handle(self, line: str) -> None:
         replay = self.lines < self.stored_lines
@@ -80,6 +82,8 @@ class RunRecorder:
             if self.first_sample is None:
                 self.first_sample = values
             self.last_sample = values
+            if self._on_sample is not None and not replay:
+                self._on_sample(values)
             if not replay:
                 row: dict[str, Any] = dict.fromkeys(schema.SAMPLE_FIELDS)
                 row.update(run_id=self.run_id, seq=self.sample_seq, t_ms=event.sample.t_ms)

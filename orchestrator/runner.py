@@ -1,6 +1,7 @@
 """Run a matrix's cells on one device: cooldown, job, stream, status (DESIGN §1)."""
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ class DeviceRunner:
     device_id: int
     progress: Progress
     link: LinkPolicy = field(default_factory=LinkPolicy)
+    stop: threading.Event | None = None          # set by Ctrl-C when several devices run
     sleep: Callable[[float], None] = time.sleep
 
     def __post_init__(self) -> None:
@@ -127,7 +129,7 @@ class DeviceRunner:
         parser = self.adapter.new_parser(prompt=self.loaded.prompt_text)
         self.progress.cell_running(cell, self.loaded.matrix.tokens)
         recorder = RunRecorder(self.store, run_id, parser, stored_lines=stored_lines,
-                               on_token=lambda row, n: self.progress.token(row, n))
+                               on_token=self.progress.token, on_sample=self.progress.sample)
         try:
             self._stream_until_exit(recorder, jobdir)
         except KeyboardInterrupt:
@@ -155,6 +157,8 @@ class DeviceRunner:
                     recorder.handle(line)
                     if recorder.exit is not None:
                         return
+                    if self.stop is not None and self.stop.is_set():
+                        raise KeyboardInterrupt
                 # The follower ended without X: ask the agent whether the run is still alive
                 # (adb's v1 shell reports a dropped device as a normal end of output).
                 state = self.client.status(jobdir)

@@ -6,6 +6,7 @@ import random
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -18,8 +19,9 @@ from .db.store import Store, now
 from .engines import get_adapter
 from .inventory import Inventory
 from .matrix import LoadedMatrix
+from .pathcheck import check_model_paths
 from .plan import Cell, plan_cells
-from .progress import Progress
+from .progress import Board, Progress
 from .runner import CellOutcome, DeviceRunner, LinkPolicy
 from .transports import open_transport
 from .transports.base import TransportError
@@ -53,8 +55,8 @@ def _resume_state(store: Store, session_id: int) -> dict[str, object]:
 
 def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device: str,
                progress: Progress, resume: bool = False, link: LinkPolicy | None = None,
-               command: str | None = None, sleep: Callable[[float], None] | None = None
-               ) -> SessionResult:
+               command: str | None = None, sleep: Callable[[float], None] | None = None,
+               stop: threading.Event | None = None) -> SessionResult:
     matrix = loaded.matrix
     try:
         adapter = get_adapter(matrix.engine, matrix.engine_options)
@@ -79,9 +81,13 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
 
     with transport:
         runner = DeviceRunner(store, transport, adapter, loaded, 0, device_id, progress,
-                              link=link or LinkPolicy(), **({"sleep": sleep} if sleep else {}))
+                              link=link or LinkPolicy(), stop=stop,
+                              **({"sleep": sleep} if sleep else {}))
         facts = runner.client.facts()
         store.upsert_device(device, entry.kind, facts)
+        path_warnings = check_model_paths(transport, loaded)  # ConfigError when refused
+        for warning in path_warnings:
+            progress.note(warning)
         if session_id is None:
             session_id = store.create_session(
                 kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,
@@ -108,15 +114,76 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
             if outcome is None:
                 cooldown = 0.0 if first else matrix.cooldown.seconds
                 if cooldown:
-                    progress.cooldown(cooldown)
-                    runner.sleep(cooldown)
+                    _count_down(runner, progress, cooldown)
                 outcome = runner.run_cell(cell, cooldown,
                                           superseding=earlier.id if earlier is not None else None)
             first = False
+            _add_warnings(store, outcome.run_id,
+                          [w for w in path_warnings if w.applies(cell.model, cell.config)])
             result.outcomes.append(outcome)
         store.update_session(session_id, ended_at=now())
         progress.finish()
     return result
+
+
+def _count_down(runner: DeviceRunner, progress: Progress, seconds: float) -> None:
+    """A fixed cooldown, in one-second steps so the board shows what is left."""
+    progress.cooldown(seconds)
+    left = seconds
+    while left > 0:
+        if runner.stop is not None and runner.stop.is_set():
+            raise KeyboardInterrupt
+        step = min(1.0, left)
+        runner.sleep(step)
+        left -= step
+        progress.cooldown(seconds, left)
+
+
+def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, devices: list[str],
+                board: Board, **options: object) -> dict[str, SessionResult | BaseException]:
+    """Run the matrix on several devices at once: one worker thread per device, each device's
+    cells in order. Store writes are serialised by the store's lock. One device failing (an
+    unreachable host, a refused key) does not stop the others; its error is its result."""
+    results: dict[str, SessionResult | BaseException] = {}
+    stop = threading.Event()
+
+    def work(name: str) -> None:
+        try:
+            results[name] = run_matrix(store, inventory, loaded, name, board.device(name),
+                                       stop=stop, **options)  # type: ignore[arg-type]
+        except KeyboardInterrupt as exc:
+            results[name] = exc
+        except (ConfigError, TransportError) as exc:
+            results[name] = exc
+
+    if len(devices) == 1:  # no thread: Ctrl-C reaches the runner directly
+        work(devices[0])
+        if isinstance(results[devices[0]], KeyboardInterrupt):
+            raise KeyboardInterrupt
+        if isinstance(results[devices[0]], ConfigError):  # e.g. a refused model path: exit 2
+            raise results[devices[0]]
+        return results
+    threads = [threading.Thread(target=work, args=(name,), name=f"orch-{name}", daemon=True)
+               for name in devices]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.5)
+    except KeyboardInterrupt:
+        stop.set()  # each runner stops its engine and marks its run interrupted
+        for thread in threads:
+            thread.join(timeout=60)
+        raise
+    return results
+
+
+def _add_warnings(store: Store, run_id: int, extra: list) -> None:
+    """Append warnings found before the run (model path check) to the run's own."""
+    if extra:
+        have = list(store.run_row(run_id).warnings or [])
+        store.update_run(run_id, warnings=have + [str(w) for w in extra if str(w) not in have])
 
 
 def _collect(runner: DeviceRunner, earlier: object, cell: Cell) -> CellOutcome | None:

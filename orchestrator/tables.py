@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -149,10 +150,20 @@ def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = Non
     return pd.DataFrame(data, columns=["Config"] + [c.header for c in spec])
 
 
+_NEWLINES = re.compile(r"\s*[\r\n\x0b\x0c\x85\u2028\u2029]+\s*")
+
+
+def escape_cell(value: Any) -> str:
+    """A table cell that cannot end the cell or the row: `\\` -> `\\\\`, `|` -> `\\|`, line
+    breaks -> one space (a config name, flag or prompt may hold any of them)."""
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
+    return _NEWLINES.sub(" ", text)
+
+
 def to_markdown(table: pd.DataFrame, kind: str) -> str:
     aligns = ["---"] + [c.align for c in TABLES[kind]]
     lines = ["| " + " | ".join(table.columns) + " |", "|" + "|".join(aligns) + "|"]
-    lines += ["| " + " | ".join(map(str, r)) + " |" for r in table.itertuples(index=False)]
+    lines += ["| " + " | ".join(map(escape_cell, r)) + " |" for r in table.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 

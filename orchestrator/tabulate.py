@@ -51,7 +51,10 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
                     parts.append(tables.CAPTIONS[kind] + "\n")
                 parts.append(tables.markdown(stats.loc[ids], kind, labels))
         note = failures_note(rows)
-        return "\n".join(parts) + ("\n" + note if note else "")
+        from .drift import session_warnings
+
+        warnings = "".join(f"⚠ {w}\n" for w in session_warnings(store, session_id))
+        return "\n".join(parts) + ("\n" + note if note else "") + ("\n" + warnings if warnings else "")
     records = []
     by_id = {r.id: r for r in rows}
     for kind in kinds:

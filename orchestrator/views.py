@@ -57,6 +57,10 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
     for row in rows:
         for warning in row.warnings or []:
             console.print(f"[yellow]warning[/] run {row.id} {row.config}: {warning}")
+    from .drift import session_warnings
+
+    for warning in session_warnings(store, session_id):
+        console.print(f"[yellow]comparability[/]: {warning}")
 
 
 def print_runs(console: Console, store: Store, session_id: int | None, limit: int) -> None:

@@ -137,7 +137,19 @@ class Sshd:
     def stop(self) -> None:
         if self.proc is None:
             return
-        killed = self.kill_connections()
+        # Stop listening first: a client reconnecting between the connection kill and the
+        # listener's end would otherwise get a session that outlives stop().
+        # (SIGSTOP: it can neither accept nor fork; SIGKILL: it dies with its backlog unaccepted)
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        children = self.connection_pids()
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=5)
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed = children
         deadline = time.monotonic() + 2  # let the listener reap them: no zombies left behind
         while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in killed):
             time.sleep(0.02)

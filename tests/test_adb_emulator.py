@@ -15,8 +15,7 @@ import pytest
 adbutils = pytest.importorskip("adbutils")
 
 from adb_emulator import A_CLSE, A_CNXN, A_OKAY, A_OPEN, A_WRTE, EmulatedPhone, pack  # noqa: E402
-from conftest_adb import (adb, adb_device, adb_server, phone, require_adb_stack,  # noqa: E402,F401
-                          wait_for_state)
+from conftest_adb import adb, require_adb_stack, wait_for_state  # noqa: E402
 
 
 def cli(ph, *args, **kw):

@@ -386,9 +386,9 @@ def test_loop_forks_only_sleep(shell, jobs, tmp_path):
     wrapped.mkdir()
     log = tmp_path / "exec.log"
     real_path = shell.environ()["PATH"]
-    for tool in ("sleep", "cat", "date", "setsid", "readlink", "sed", "grep", "head", "tail",
-                 "cut", "wc", "od", "printf", "mv", "echo", "test", "kill", "ps", "uname", "nproc",
-                 "awk", "dd", "tr", "expr", "python3"):
+    for tool in ("sleep", "cat", "date", "setsid", "readlink", "mv", "sed", "grep", "head",
+                 "tail", "cut", "wc", "od", "printf", "echo", "test", "kill", "ps", "uname",
+                 "nproc", "awk", "dd", "tr", "expr", "python3"):
         real = shutil.which(tool, path=real_path)
         if real is None:
             real = "/nonexistent"   # still logged: proves the agent tried it

@@ -104,3 +104,11 @@ def test_prompt_file(tmp_path):
     (tmp_path / "p.txt").write_text("line1\nline2 € 日本\n")
     loaded = load_matrix(write(tmp_path, GOOD.replace("prompt: hello", "prompt_file: p.txt")))
     assert loaded.prompt_text == "line1\nline2 € 日本\n"
+
+
+def test_pairs_run_back_to_back(tmp_path):
+    base = GOOD.replace("  b: --io mmap\n", "  b: --io mmap\n  c: --io odirect\n")
+    loaded = load_matrix(write(tmp_path, base + "repeat: 2\norder: interleaved\npairs: [[a, c]]\n"))
+    assert [x.config for x in plan_cells(loaded.matrix)] == ["a", "c", "b", "a", "c", "b"]
+    with pytest.raises(ConfigError, match=r"pairs.0: 'zz' is not one of the configs"):
+        load_matrix(write(tmp_path, base + "pairs: [[a, zz]]\n"))

@@ -15,7 +15,6 @@ import pytest
 from orchestrator.transports.base import LinkLost, TransportError
 from orchestrator.transports.ssh import (CommandTimedOut, HostKeyError, SshTransport,
                                          add_known_host, fetch_host_key, fingerprint)
-from sshd_fixture import sshd, sshd_factory  # noqa: F401  (fixtures; move to conftest)
 
 COUNT = "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.3; done"
 

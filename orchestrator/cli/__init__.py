@@ -65,7 +65,8 @@ def main() -> None:
 @main.command()
 @click.argument("matrix_file", type=click.Path(dir_okay=False))
 @click.option("--device", "-d", "devices", multiple=True, default=("local",), show_default=True,
-              help="Device name from the inventory (repeatable).")
+              help="Device name from the inventory; repeat it to run several devices at "
+                   "once (each device runs its cells in order), or `all`.")
 @click.option("--resume", is_flag=True,
               help="Continue the latest session of this matrix on the device: collect runs "
                    "that finished while orch was away, re-run cells that did not end ok.")
@@ -85,21 +86,32 @@ def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: fl
     from ..db.store import Store
     from ..inventory import load_inventory
     from ..matrix import load_matrix
-    from ..progress import ConsoleProgress
+    from ..progress import Board
     from ..runner import LinkPolicy
-    from ..session import run_matrix
     from ..views import print_session_table
 
     loaded = load_matrix(matrix_file)
     inv = load_inventory(inventory)
-    for name in devices:
+    from ..session import run_devices
+
+    names = inv.names() if devices == ("all",) else list(dict.fromkeys(devices))
+    for name in names:
         inv.get(name)
     store = Store.open(db)
+    board = Board(errors)
+    try:
+        results = run_devices(store, inv, loaded, names, board, resume=resume,
+                              link=LinkPolicy(grace_s=link_grace),
+                              command="orch " + shlex.join(sys.argv[1:]))
+    finally:
+        board.close()
     ok = True
-    command = "orch " + shlex.join(sys.argv[1:])
-    for name in devices:
-        result = run_matrix(store, inv, loaded, name, ConsoleProgress(errors), resume=resume,
-                            link=LinkPolicy(grace_s=link_grace), command=command)
+    for name in names:
+        result = results[name]
+        if isinstance(result, BaseException):
+            click.echo(f"{name}: {result}", err=True)
+            ok = False
+            continue
         print_session_table(console, store, result.session_id)
         ok = ok and all(o.status == "ok" for o in result.outcomes)
     sys.exit(0 if ok else 1)
@@ -130,14 +142,18 @@ def show(run_id: int, db: str | None) -> None:
     print_run(console, Store.open(db), run_id)
 
 
-@main.command()
+@main.group(invoke_without_command=True)
 @click.option("--probe", is_flag=True, help="Connect to each device and print its facts.")
-@click.argument("names", nargs=-1)
+@click.option("--device", "-d", "names", multiple=True, help="Only these devices.")
 @inventory_option
 @db_option
+@click.pass_context
 @friendly
-def devices(probe: bool, names: tuple[str, ...], inventory: str | None, db: str | None) -> None:
+def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: str | None,
+            db: str | None) -> None:
     """List the inventory's devices; with --probe, collect and print their facts."""
+    if ctx.invoked_subcommand is not None:
+        return
     from ..inventory import load_inventory
     from ..views import print_devices
 
@@ -145,7 +161,37 @@ def devices(probe: bool, names: tuple[str, ...], inventory: str | None, db: str 
     print_devices(console, inv, list(names) or inv.names(), probe, db)
 
 
+@devices.command()
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Add the key without asking.")
+@inventory_option
+@friendly
+def trust(name: str, yes: bool, inventory: str | None) -> None:
+    """Fetch an SSH device's host key, show its fingerprint, and add it to the known_hosts
+    file the device uses (the inventory's `known_hosts`, else ~/.ssh/known_hosts) once you
+    confirm. Use it after checking the fingerprint on the machine itself
+    (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`)."""
+    from ..inventory import load_inventory
+    from ..transports.ssh import add_known_host, fetch_host_key, fingerprint
+
+    entry = load_inventory(inventory).get(name)
+    if entry.kind != "ssh":
+        raise ConfigError(f"{name} is a {entry.kind} device; only ssh devices have host keys")
+    key = fetch_host_key(entry.host, entry.port)
+    path = entry.known_hosts or "~/.ssh/known_hosts"
+    click.echo(f"{entry.host}:{entry.port} offers {key.get_name()} key {fingerprint(key)}")
+    if not yes and not click.confirm(f"Trust it and add it to {path}?", default=False):
+        click.echo("not trusted; nothing written")
+        sys.exit(1)
+    if add_known_host(path, entry.host, entry.port, key):
+        click.echo(f"added to {path}")
+    else:
+        click.echo(f"already trusted in {path}")
+
+
 from . import data  # noqa: E402,F401  (registers import, table, export)
+from . import report  # noqa: E402,F401  (registers report, compare)
+from . import engines  # noqa: E402,F401  (registers engines build, models make-moe)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -157,8 +157,10 @@ class SshTransport(Transport):
                  key: str | None = None, known_hosts: str | None = None,
                  workdir: str = "~/.cache/orch", jump: str | None = None,
                  connect_timeout: float = 10, shell: str = "sh", *, keepalive: float = 5.0,
-                 dead_after: float = 15.0, reconnect_s: float = 30.0) -> None:
+                 dead_after: float = 15.0, reconnect_s: float = 30.0,
+                 env: dict[str, str] | None = None) -> None:
         super().__init__(name, workdir, shell)
+        self.env = dict(env or {})
         self.host, self.port, self.user, self.jump = host, int(port), user, jump
         self.key = str(Path(key).expanduser()) if key else None
         self.known_hosts, self.connect_timeout = known_hosts, connect_timeout
@@ -204,15 +206,15 @@ class SshTransport(Transport):
             conn.open()
         except _NET as exc:
             self._drop()
-            raise self._connect_error(exc) from (exc if not isinstance(exc, (
-                _Unknown, paramiko.BadHostKeyException)) else None)
+            error = self._connect_error(exc)
+            raise error from (None if isinstance(error, HostKeyError) else exc)
         finally:
             for c in (conn, gateway):
                 if c is not None:
                     c.connect_kwargs.pop("password", None)  # fabric would keep it
         conn.transport.set_keepalive(max(1, round(self.keepalive)))
         result = self._run([self.shell, "-c", _RESOLVE, "sh", self.requested_workdir],
-                           self.connect_timeout + 30, in_workdir=False)
+                           self.connect_timeout + 30, conn=conn)
         if result.rc != 0 or result.stdout.count(b"\n") < 2:
             self._drop()
             raise TransportError(f"{self.name}: cannot create workdir {self.requested_workdir}: "
@@ -289,22 +291,24 @@ class SshTransport(Transport):
                         + (f": {exc}" if exc else ""))
 
     # -- commands ----------------------------------------------------------------------------
-    def _open(self, argv: list[str], in_workdir: bool) -> tuple[paramiko.Channel, bytes]:
+    def _open(self, argv: list[str], conn: Connection | None) -> tuple[paramiko.Channel, bytes]:
+        """Start argv (in the workdir unless on connect()'s own `conn`)."""
         if not argv:
             raise ValueError("empty argv")
         for attempt in (1, 2):
-            conn = self._ensure()
             try:
-                chan = conn.transport.open_session(timeout=self.connect_timeout)
+                chan = (conn or self._ensure()).transport.open_session(timeout=self.connect_timeout)
                 break
             except _NET as exc:  # nothing started yet: reconnect and retry once
                 lost = self._lost("open_session", exc)
-                if attempt == 2:
+                if attempt == 2 or conn is not None:
                     raise lost from exc
         marker = f"orch-{uuid.uuid4().hex}"
         # argv[0] always quoted: never a keyword, alias or assignment
         words = ["'" + argv[0].replace("'", "'\"'\"'") + "'"] + [shlex.quote(a) for a in argv[1:]]
-        cd = f"cd {shlex.quote(self.workdir)} && " if in_workdir and self._resolved else ""
+        cd = f"cd {shlex.quote(self.workdir)} && " if conn is None else ""
+        if self.env:  # the inventory's env (e.g. ORCH_THERMAL_DIR), for every command
+            words = ["env"] + [shlex.quote(f"{k}={v}") for k, v in self.env.items()] + words
         try:
             chan.exec_command(f"printf %s {marker}; printf %s {marker} >&2; {cd}{' '.join(words)}")
         except _NET as exc:
@@ -375,12 +379,13 @@ class SshTransport(Transport):
             raise self._lost(what)
         return chan.exit_status
 
-    def _run(self, argv: list[str], timeout: float | None, in_workdir: bool = True,
+    def _run(self, argv: list[str], timeout: float | None, conn: Connection | None = None,
              stdin=None, progress: Progress | None = None, size: int = 0) -> CommandResult:
-        chan, marker = self._open(argv, in_workdir)
+        chan, marker = self._open(argv, conn)
         out, err, done = bytearray(), bytearray(), 0
         try:
             try:
+                chan.settimeout(max(60.0, 2 * self.dead_after))  # a hung link must not block
                 while stdin is not None and (chunk := stdin.read(1 << 18)):
                     chan.sendall(chunk)
                     done += len(chunk)
@@ -404,7 +409,7 @@ class SshTransport(Transport):
 
     def stream(self, argv: list[str]) -> Iterator[bytes]:
         """Yield stdout chunks as they arrive; the generator returns the exit status."""
-        chan, marker = self._open(argv, True)
+        chan, marker = self._open(argv, None)
         self.last_stderr = b""
 
         def keep_tail(data: bytes) -> None:
@@ -427,6 +432,7 @@ class SshTransport(Transport):
         if self._sftp is None and self._sftp_ok:
             try:
                 self._sftp = conn.client.open_sftp()
+                self._sftp.get_channel().settimeout(max(60.0, 2 * self.dead_after))  # hung link
             except _NET as exc:
                 if not conn.transport.is_active():
                     raise self._lost("sftp start", exc) from exc

@@ -1,0 +1,85 @@
+"""Commands that prepare engines and models: `orch engines build`, `orch models make-moe`."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from . import main
+
+ENGINE_BUILDS = ("llama.cpp",)
+
+
+@main.group()
+def engines() -> None:
+    """Build the engines orch can run (llama.cpp from PyPI's llama-cpp-python sdist)."""
+
+
+@engines.command("build")
+@click.argument("engine", type=click.Choice(ENGINE_BUILDS))
+@click.option("--version", "version", metavar="V", help="llama-cpp-python release whose "
+              "vendored llama.cpp to build (default: the version orch pins).")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=2, show_default=True,
+              help="Parallel compile jobs.")
+@click.option("--force", is_flag=True, help="Rebuild even when the cache has this version.")
+@click.option("--bindings/--no-bindings", default=True, show_default=True,
+              help="Also pip-install llama-cpp-python (same version, without compiling "
+                   "llama.cpp again) for the Python orch runs in; the llama-token engine "
+                   "needs it.")
+def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings: bool) -> None:
+    """Build ENGINE into the cache and print where it is.
+
+    \b
+    llama.cpp: downloads the pinned llama-cpp-python sdist with pip (it vendors llama.cpp's
+    source), compiles llama-bench, llama-completion and libllama with cmake + ninja into
+    $ORCH_LLAMA_CACHE/<version> (default ~/.cache/orch/llama.cpp/<version>); a finished build
+    is reused. Needs cmake, ninja and g++ (Debian: apt-get install cmake ninja-build g++).
+    About 4 minutes on 2 cores.
+    """
+    from ..llamacpp_build import LLAMA_CPP_VERSION, BuildError, build, install_bindings
+
+    def log(line: str) -> None:
+        click.echo(line)
+
+    try:
+        done = build(version or LLAMA_CPP_VERSION, jobs=jobs, force=force, log=log)
+        if bindings:
+            install_bindings(done, log=log)
+    except BuildError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"llama-bench:      {done.binary('llama-bench')}")
+    click.echo(f"llama-completion: {done.binary('llama-completion')}")
+    click.echo(f"libllama:         {done.lib_dir}  (LLAMA_CPP_LIB_PATH)")
+
+
+@main.group()
+def models() -> None:
+    """Make models for the engines to run (no model hub is needed)."""
+
+
+@models.command("make-moe")
+@click.option("--size", type=click.Choice(["tiny", "medium"]), default="tiny", show_default=True,
+              help="tiny: 4 layers x 8 experts, top-2, ~7 MB; medium: 8 layers x 16 experts, "
+                   "top-4, embedding 512, expert FF 1024, f16, ~416 MB.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Where to write the GGUF (default ~/.cache/orch/models/qwen3moe-SIZE.gguf, "
+                   "the path matrices/llama-local.yaml uses).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Weight seed.")
+def make_moe_cmd(size: str, out: str | None, seed: int) -> None:
+    """Write a random-weight qwen3moe GGUF that llama.cpp loads: a real MoE graph (router,
+    top-k experts) with seeded random weights and a byte vocabulary whose generated text is
+    printable ASCII. Same size and seed, same file."""
+    try:
+        from ..moe_model import default_model_path, make_moe
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        click.echo(f"error: {exc}; install orch's `llama` extra (pip install -e '.[llama]')",
+                   err=True)
+        sys.exit(1)
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        click.echo("error: the `gguf` package is missing; install orch's `llama` extra "
+                   "(pip install -e '.[llama]')", err=True)
+        sys.exit(1)
+    make_moe(size, out or default_model_path(size), seed=seed, log=click.echo)

@@ -1,0 +1,244 @@
+"""Adapter for llama.cpp's text generators: `llama-completion` and `llama-cli`.
+
+Neither writes per-token data, so feed() returns no token rows; the summary is built from the
+closing timing block that llama.cpp logs on stderr after generation::
+
+    common_perf_print:        load time =     812.34 ms
+    common_perf_print: prompt eval time =     401.22 ms /     8 tokens (   50.15 ms per token, ...
+        ...    19.94 tokens per second)
+    common_perf_print:        eval time =    3650.61 ms /    63 runs   (   57.95 ms per token, ...
+        ...    17.26 tokens per second)
+    common_perf_print:       total time =    4075.90 ms /    71 tokens
+
+(long lines wrapped here). The prefix depends on the build: `common_perf_print:`
+(common/sampling.cpp, current llama-completion), `llama_perf_context_print:`
+(src/llama-context.cpp, builds of late 2024 to 2025), `llama_print_timings:` (older). The
+rewritten chat-only `llama-cli` (tools/cli) prints only
+`[ Prompt: 19.9 t/s | Generation: 17.3 t/s ]` on stdout; that is read too, as a fallback
+with one decimal and no token counts.
+
+"eval" counts decode calls after the prompt: the first generated token comes out of the prompt
+eval, so `tokens` = eval runs = generated tokens - 1, and tok/s = runs / eval time, exactly the
+number llama.cpp prints (computed from the ms, which carry more digits than the printed rate).
+
+Conversation mode is decided by the config's flags, never added here: llama-completion and the
+older llama-cli switch to conversation mode when the model has a chat template (pass `-no-cnv`
+for plain completion); the rewritten llama-cli is always conversational and ignores `-no-cnv`
+(llama.cpp issue #27214): pass `-st` (single turn) so it exits after the answer.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from typing import Any
+
+from .base import CellSpec, EngineAdapter, RunParser, TokenRow
+
+STDERR_TAIL = 50
+MAX_STDOUT_LINES = 100_000    # as bmoe: a runaway engine must not fill the controller's memory
+_NONE: list[TokenRow] = []
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?(?:inf|nan)"
+# Only a logger prefix naming perf/timings counts: generated prose cannot start a line with
+# e.g. "llama_perf_context_print:" by accident, and a log prefix/timestamp before it is allowed.
+_PERF = re.compile(
+    rf"\b(?P<fn>\w*(?:perf|timings)\w*):\s+(?P<kind>load|prompt eval|eval|total|sample|sampling)"
+    rf" time\s*=\s*(?P<ms>{_NUM}) ms(?:\s*/\s*(?P<n>\d+) (?:tokens|runs))?"
+    rf"(?:\s*\(\s*(?P<mspt>{_NUM}) ms per token,\s*(?P<tps>{_NUM}) tokens per second\))?")
+_CLI_TIMINGS = re.compile(rf"\[ Prompt: (?P<pp>{_NUM}) t/s \| Generation: (?P<tg>{_NUM}) t/s")
+_BUILD = re.compile(r"\bbuild: (?P<number>\d+) \((?P<commit>[0-9a-fA-F]+|unknown)\)"
+                    r"(?: with (?P<compiler>.+?) for (?P<target>\S+))?")
+_SYSINFO = re.compile(r"system_info: n_threads = (\d+)(?: \(n_threads_batch = (\d+)\))? / (\d+)")
+_MODEL = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and "
+                    r"(\d+) tensors from (.+?) \(version")
+_CNV_ON = re.compile(r"enabling conversation mode")
+_INTERRUPTED = re.compile(r"^Interrupted by user\s*$")
+_END_OF_TEXT = " [end of text]"
+_STDOUT_NOISE = re.compile(r"^(?:Exiting\.\.\.|EOF by user|Interrupted by user)\s*$")
+
+
+def _f(s: str | None) -> float | None:
+    if s is None:
+        return None
+    try:
+        v = float(s)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _rate(n: int | None, ms: float | None) -> float | None:
+    return n / (ms / 1000.0) if n and ms else None
+
+
+def parse_perf_line(line: str) -> tuple[str, dict[str, Any]] | None:
+    """(kind, fields) for one llama.cpp timing line, else None. kind: load, prompt eval,
+    eval, total, sample, sampling."""
+    m = _PERF.search(_ANSI.sub("", line))
+    if m is None:
+        return None
+    n = m.group("n")
+    return m.group("kind"), {"ms": _f(m.group("ms")), "n": int(n) if n is not None else None,
+                             "ms_per_token": _f(m.group("mspt")), "tps": _f(m.group("tps")),
+                             "source": m.group("fn")}
+
+
+class LlamaCliRunParser(RunParser):
+    def __init__(self, prompt: str | None = None) -> None:
+        self.prompt = prompt
+        self.perf: dict[str, dict[str, Any]] = {}
+        self.cli_timings: dict[str, float | None] | None = None
+        self.settings: dict[str, Any] = {}
+        self.engine_build: str | None = None
+        self.interrupted = False
+        self._stdout: deque[str] = deque(maxlen=MAX_STDOUT_LINES)
+        self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
+        self._warnings: list[str] = []
+
+    def feed(self, tag: str, text: str) -> list[TokenRow]:
+        if tag not in ("O", "E"):
+            return _NONE
+        # llama.cpp logs to stderr, but a wrapper script may merge the streams: timing lines
+        # are recognised on either; stdout minus them is the generated text.
+        if self._meta(tag, text):
+            return _NONE
+        if tag == "O":
+            self._stdout.append(text)
+        else:
+            self._stderr.append(text)
+        return _NONE
+
+    def _meta(self, tag: str, text: str) -> bool:
+        """Record a timing/metadata line; True when it is a timing line (kept out of text)."""
+        hit = parse_perf_line(text) if "time" in text else None
+        if hit is not None:
+            kind, fields = hit
+            # a later block wins: in a multi-turn conversation the last turn closes the run
+            self.perf[kind] = fields
+            self._stderr.append(text)
+            return True
+        clean = _ANSI.sub("", text)
+        m = _CLI_TIMINGS.search(clean)
+        if m is not None:
+            self.cli_timings = {"prompt_tps": _f(m.group("pp")), "gen_tps": _f(m.group("tg"))}
+            return True
+        if _INTERRUPTED.match(clean):   # LOG() without a level: stdout
+            self.interrupted = True
+        elif tag == "E":
+            # build/system/model lines are LOG_INF, i.e. stderr: looking for them on stdout
+            # could only pick up generated text
+            self._stderr_meta(clean)
+        return False
+
+    def _stderr_meta(self, clean: str) -> None:
+        if self.engine_build is None and (m := _BUILD.search(clean)) is not None:
+            self.engine_build = f"{m.group('commit')} ({m.group('number')})"
+            if m.group("target"):
+                self.settings.update(compiler=m.group("compiler"), target=m.group("target"))
+        elif (m := _SYSINFO.search(clean)) is not None:
+            self.settings.update(n_threads=int(m.group(1)), n_cpus=int(m.group(3)))
+            if m.group(2):
+                self.settings["n_threads_batch"] = int(m.group(2))
+        elif (m := _MODEL.search(clean)) is not None:
+            self.settings.update(model=m.group(2), n_tensors=int(m.group(1)))
+        elif _CNV_ON.search(clean) and len(self._warnings) < 20:
+            self._warnings.append("conversation mode was enabled (model has a chat template): "
+                                  "the prompt went through the template; pass -no-cnv for "
+                                  "plain completion, or -st with the chat-only llama-cli")
+
+    def _text(self) -> str | None:
+        lines = [l for l in self._stdout if not _STDOUT_NOISE.match(_ANSI.sub("", l))]
+        text = "\n".join(lines).rstrip()
+        if text.endswith(_END_OF_TEXT.strip()):
+            text = text[: -len(_END_OF_TEXT.strip())].rstrip()
+        # only echoed with --display-prompt (orch passes --no-display-prompt by default)
+        if self.prompt and text.startswith(self.prompt):
+            text = text[len(self.prompt):].lstrip("\n")
+        return text or None
+
+    def summary(self) -> dict[str, Any]:
+        ev, pe, load = self.perf.get("eval"), self.perf.get("prompt eval"), self.perf.get("load")
+        total = self.perf.get("total")
+        trailer: dict[str, Any] = {}
+        lines: dict[str, Any] = {}
+        source = None
+        if ev is not None:
+            source = ev["source"]
+            n, ms = ev["n"], ev["ms"]
+            tps = _rate(n, ms) or ev["tps"]
+            trailer.update({"tokens": n, "tok/s": tps,
+                            "s/tok": ms / n / 1000.0 if n and ms is not None else None,
+                            "ms/tok": ev["ms_per_token"]})
+        elif self.cli_timings is not None:
+            source = "cli"
+            tps = self.cli_timings["gen_tps"]
+            trailer.update({"tokens": None, "tok/s": tps, "s/tok": 1.0 / tps if tps else None})
+        if pe is not None:
+            trailer.update({"n_prompt": pe["n"],
+                            "prefill_tps": _rate(pe["n"], pe["ms"]) or pe["tps"],
+                            "prefill_s": pe["ms"] / 1000.0 if pe["ms"] is not None else None})
+        elif self.cli_timings is not None:
+            trailer["prefill_tps"] = self.cli_timings["prompt_tps"]
+        if load is not None and load["ms"] is not None:
+            trailer["load_s"] = load["ms"] / 1000.0
+        if total is not None and total["ms"] is not None:
+            trailer["total_s"] = total["ms"] / 1000.0
+        if "tok/s" in trailer:
+            lines["generation"] = {"tokens": trailer.get("tokens"), "tok_per_s": trailer["tok/s"],
+                                   "s_per_token": trailer.get("s/tok")}
+        if "prefill_tps" in trailer:
+            lines["prefill"] = {"tokens": trailer.get("n_prompt"), "s": trailer.get("prefill_s"),
+                                "tok_per_s": trailer["prefill_tps"],
+                                "load_s": trailer.get("load_s"), "ttft_s": None}
+        complete = source is not None and not self.interrupted
+        errors: list[str] = []
+        if source is None:
+            errors.append("no llama.cpp timing lines (eval time / [ Prompt: ... ]): run crashed "
+                          "or was killed before the end; see stderr_tail")
+        elif self.interrupted:
+            errors.append("interrupted by SIGINT: timings cover a partial generation")
+        return {
+            "trailer": trailer or None,
+            "lines": lines,
+            "perf": dict(self.perf),
+            "timing_source": source,
+            "settings": dict(self.settings),
+            "engine_build": self.engine_build,
+            "text": self._text(),
+            "stderr_tail": list(self._stderr),
+            "complete": complete,
+            "errors": errors,
+        }
+
+    def warnings(self) -> list[str]:
+        return list(self._warnings)
+
+
+def _has_any(flags: list[str], *names: str) -> bool:
+    return any(f in names for f in flags)
+
+
+class LlamaCliAdapter(EngineAdapter):
+    """`llama-cli` and `llama-completion` take the same generation flags."""
+
+    name = "llama-cli"
+    writes_csv = False
+
+    def __init__(self, name: str = "llama-cli") -> None:
+        self.name = name
+
+    def build_argv(self, cell: CellSpec) -> list[str]:
+        if not cell.model_path:
+            raise ValueError(f"{self.name} needs a model path (-m)")
+        # The prompt is one argv element whatever it holds (quotes, newlines): the agent passes
+        # argv without a shell. --no-display-prompt keeps stdout to the generated text; both
+        # llama-completion and llama-cli accept it. The config's flags come last, so a flag
+        # repeated there (-n, --display-prompt, -c ...) wins: llama.cpp keeps the last value.
+        argv = [cell.binary, "-m", cell.model_path, "-p", cell.prompt, "-n", str(cell.tokens)]
+        if not _has_any(cell.flags, "--display-prompt", "--no-display-prompt"):
+            argv.append("--no-display-prompt")
+        return [*argv, *cell.flags]
+
+    def new_parser(self, prompt: str | None = None) -> RunParser:
+        return LlamaCliRunParser(prompt=prompt)

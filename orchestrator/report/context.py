@@ -1,0 +1,256 @@
+"""The data of a report: which runs, their statistics, and how repeats and failures aggregate.
+
+Everything is read with a fixed number of queries (runs per session, one token read, one sample
+read, devices, sessions), never one per run: a report over 1,000 runs must cost about what
+reading their token rows costs (bench/report).
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+import yaml
+from sqlalchemy import func, select
+
+from .. import analysis
+from ..db import schema
+from ..db.store import Store
+from ..results import DAGGER, labelled, resolve_session, runs_stats
+from ..yamlfile import ConfigError
+from .cells import ok
+
+# How a config's repeats combine into one row. Throughput columns average the runs' values
+# (mean = mean of the runs' means, the figure the spread is about); extremes and device
+# pressure take the worst case, since a report must not hide the hottest or fullest run.
+_WORST = {"min": min, "max": max, "peak_rss_gb": max, "mem_floor_gb": min,
+          "cpu_temp_max_c": max, "batt_temp_max_c": max}
+
+
+@dataclass
+class RunView:
+    row: Any                      # run row joined with device, matrix_name, session_name
+    label: str                    # config (#repeat), with a dagger when it did not end ok
+    stats: dict[str, Any]
+
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+    @property
+    def ok(self) -> bool:
+        return self.row.status == "ok"
+
+
+@dataclass
+class ConfigAgg:
+    """One config of one (model, device) group: its ok runs combined."""
+
+    config: str
+    runs: list[RunView]           # ok runs only: failed ones are in no aggregate
+    values: dict[str, Any]
+    spread: dict[str, Any]
+    bad: list[RunView] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[int]:
+        return [r.id for r in self.runs]
+
+
+@dataclass
+class Group:
+    model: str
+    device: str
+    title: str
+    slug: str
+    runs: list[RunView]
+    configs: list[ConfigAgg]
+
+    @property
+    def failed(self) -> list[RunView]:
+        return [r for r in self.runs if not r.ok]
+
+    def config(self, name: str) -> ConfigAgg | None:
+        return next((c for c in self.configs if c.config == name), None)
+
+
+@dataclass
+class ReportData:
+    sessions: list[Any]
+    devices: dict[str, Any]        # name -> device row (facts)
+    runs: list[RunView]
+    groups: list[Group]
+    matrices: dict[int, dict[str, Any]]   # session id -> parsed matrix YAML ({} for imports)
+    baseline: str | None
+    imported_files: dict[int, Any]  # session id -> {stem: imported_file row}
+    tokens: pd.DataFrame | None = None     # kept for the plots (None when not read)
+    samples: pd.DataFrame | None = None
+
+    @property
+    def failed(self) -> list[RunView]:
+        return [r for r in self.runs if not r.ok]
+
+    @property
+    def title(self) -> str:
+        names = list(dict.fromkeys(s.matrix_name or s.name or f"session {s.id}"
+                                   for s in self.sessions))
+        return ", ".join(names)
+
+
+class _FrameCache:
+    """Hands results.runs_stats the store's frames and keeps them for the plots, so the token
+    rows are read once (runs_stats only calls `frame`)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.frames: dict[str, pd.DataFrame] = {}
+
+    def frame(self, table_name: str, run_ids: Iterable[int]) -> pd.DataFrame:
+        if table_name not in self.frames:
+            self.frames[table_name] = self.store.frame(table_name, run_ids)
+        return self.frames[table_name]
+
+
+# ---- which runs --------------------------------------------------------------------------
+
+def select_runs(store: Store, session: str | None, matrix: str | None,
+                devices: Sequence[str] = ()) -> list[Any]:
+    """Runs of SESSION (on --device D only, when given); else of the latest session of the
+    matrix per device (every device that ran it, or the --device ones); else the newest
+    session. `--device` alone means the matrix of the newest session on those devices."""
+    if session is not None or (matrix is None and not devices):
+        sid = resolve_session(store, session, matrix)
+        rows = store.runs(sid)
+        if devices:
+            missing = [d for d in devices if d not in {r.device for r in rows}]
+            if missing:
+                raise ConfigError(f"session {sid} has no runs on {', '.join(missing)}")
+            rows = [r for r in rows if r.device in devices]
+        return rows
+    run, dev, ses = schema.run, schema.device, schema.session
+    if matrix is None:
+        newest = store.fetch(select(ses.c.matrix_name).join(run).join(dev)
+                             .where(dev.c.name.in_(list(devices)))
+                             .order_by(ses.c.id.desc()).limit(1))
+        if not newest:
+            raise ConfigError(f"no runs on {', '.join(devices)} in {store.url}")
+        matrix = newest[0].matrix_name
+    stmt = (select(dev.c.name, func.max(run.c.session_id).label("sid")).join(dev).join(ses)
+            .where(ses.c.matrix_name == matrix).group_by(dev.c.name))
+    if devices:
+        stmt = stmt.where(dev.c.name.in_(list(devices)))
+    latest = {r.name: r.sid for r in store.fetch(stmt)}
+    missing = [d for d in devices if d not in latest]
+    if missing or not latest:
+        raise ConfigError(f"no session of matrix {matrix!r} on "
+                          f"{', '.join(missing) or 'any device'} in {store.url}")
+    order = list(devices) or sorted(latest)
+    rows: list[Any] = []
+    by_session: dict[int, list[Any]] = {}
+    for name in order:
+        sid = latest[name]
+        if sid not in by_session:
+            by_session[sid] = store.runs(sid)
+        rows += [r for r in by_session[sid] if r.device == name]
+    return rows
+
+
+# ---- aggregation -------------------------------------------------------------------------
+
+def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(combined stats, spread of the means) of a config's ok runs. With one run the values
+    are that run's, unchanged."""
+    values: dict[str, Any] = {}
+    if runs:
+        for key in analysis.STAT_COLUMNS:
+            xs = [r.stats.get(key) for r in runs if ok(r.stats.get(key))]
+            if not xs:
+                values[key] = None
+            elif key in _WORST:
+                values[key] = _WORST[key](xs)
+            elif all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
+                values[key] = statistics.fmean(xs) if len(xs) > 1 else xs[0]
+            else:
+                values[key] = xs[0]
+        values["n"] = sum(int(r.stats.get("n") or 0) for r in runs)
+    return values, analysis.spread([r.stats.get("mean") for r in runs])
+
+
+def _slug(*parts: str) -> str:
+    text = "-".join(parts).lower()
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:60] or "group"
+
+
+def _groups(runs: list[RunView]) -> list[Group]:
+    by_key: dict[tuple[str, str], list[RunView]] = {}
+    for r in runs:
+        by_key.setdefault((r.row.model or "-", r.row.device), []).append(r)
+    groups = []
+    for i, ((model, device), members) in enumerate(by_key.items(), 1):
+        engine = members[0].row.engine or "engine"
+        title = f"{model if model != '-' else engine} on {device}"
+        configs: dict[str, list[RunView]] = {}
+        for r in members:
+            configs.setdefault(r.row.config, []).append(r)
+        aggs = []
+        for name, rs in configs.items():
+            good = [r for r in rs if r.ok]
+            values, spread = aggregate(good)
+            aggs.append(ConfigAgg(name, good, values, spread, [r for r in rs if not r.ok]))
+        groups.append(Group(model, device, title, f"{i}-{_slug(model, device)}", members, aggs))
+    return groups
+
+
+def _matrix_yaml(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
+          quantile: str = "linear", keep_frames: bool = True) -> ReportData:
+    """Everything a report shows, from the selected runs."""
+    if not rows:
+        raise ConfigError("no runs to report")
+    # runs_stats needs the rows in one list; order them as they ran (session, then order)
+    rows = sorted(rows, key=lambda r: (r.session_id, r.order_index, r.id))
+    cache = _FrameCache(store)
+    stats = runs_stats(cache, rows, quantile_method=quantile)      # type: ignore[arg-type]
+    records = {rid: {k: analysis._py(v) for k, v in rec.items()}
+               for rid, rec in stats.to_dict("index").items()}
+    labels = labelled(rows)
+    runs = [RunView(r, labels[r.id], records.get(r.id, {})) for r in rows]
+    sids = list(dict.fromkeys(r.session_id for r in rows))
+    sessions = store.fetch(select(schema.session).where(schema.session.c.id.in_(sids))
+                           .order_by(schema.session.c.id))
+    names = list(dict.fromkeys(r.device for r in rows))
+    devices = {d.name: d for d in store.fetch(select(schema.device)
+                                             .where(schema.device.c.name.in_(names)))}
+    files: dict[int, Any] = {}
+    for f in store.fetch(select(schema.imported_file)
+                         .where(schema.imported_file.c.session_id.in_(sids))):
+        files.setdefault(f.session_id, {})[f.path] = f
+    matrices = {s.id: _matrix_yaml(s.matrix_text) for s in sessions}
+    if baseline is None:
+        declared = {m.get("baseline") for m in matrices.values() if m.get("baseline")}
+        baseline = next(iter(declared)) if len(declared) == 1 else None
+    return ReportData(sessions=sessions, devices=devices, runs=runs, groups=_groups(runs),
+                      matrices=matrices, baseline=baseline, imported_files=files,
+                      tokens=cache.frames.get("token") if keep_frames else None,
+                      samples=cache.frames.get("sample") if keep_frames else None)
+
+
+def left_out_line(r: RunView) -> str:
+    """Plain text (escaped by the caller) saying why a run is in no aggregate."""
+    n = int(r.stats.get("n") or 0)
+    return (f"{r.row.config}{' #%d' % (r.row.repeat_index + 1) if r.row.repeat_index else ''} "
+            f"{DAGGER} run {r.id} on {r.row.device}: {r.row.status}"
+            + (f" — {r.row.cause}" if r.row.cause else "")
+            + f"; {n} token(s) recorded; left out of every aggregate")

@@ -1,0 +1,174 @@
+"""Provenance: what a reader needs to trust or reproduce every number of a report.
+
+Per device its facts, per engine build its binary hash and version, model files, the matrix
+file and its hash, orch's version and git revision, and every run with its id, exact flags,
+timestamps and the cooldown it got.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cells import DASH, Table, gib_from_kb, id_list, md_code, md_escape, when
+from .context import ReportData, RunView
+
+
+@dataclass
+class Provenance:
+    sessions: Table
+    devices: Table
+    engines: Table
+    models: Table
+    files: Table
+    runs: Table
+    prompts: list[tuple[str, str]] = field(default_factory=list)   # (caption, text)
+    matrices: list[tuple[str, str]] = field(default_factory=list)  # (caption, YAML text)
+
+
+def _fact(facts: dict[str, Any], *keys: str) -> str:
+    for key in keys:
+        if facts.get(key):
+            return md_escape(facts[key])
+    return DASH
+
+
+def devices_table(data: ReportData) -> Table:
+    t = Table(["Device", "kind", "model", "SoC / CPU", "cores", "RAM", "kernel", "OS",
+               "build fingerprint", "ABI / arch", "facts collected"], ["---"] * 11)
+    for name, dev in data.devices.items():
+        f = dict(dev.facts or {})
+        model = " ".join(x for x in (f.get("prop.ro.product.manufacturer"),
+                                     f.get("prop.ro.product.model")) if x)
+        soc = " / ".join(x for x in (f.get("prop.ro.soc.model") or f.get("prop.ro.board.platform"),
+                                     f.get("cpu_model")) if x)
+        ram = (f"{gib_from_kb(f['mem_total_kb'])} ({f['mem_total_kb']} kB)"
+               if f.get("mem_total_kb") else DASH)
+        os_ = f.get("os") or ""
+        if f.get("prop.ro.build.version.sdk"):
+            os_ += f" (SDK {f['prop.ro.build.version.sdk']})"
+        t.rows.append([md_escape(name), md_escape(dev.kind), md_escape(model) or DASH,
+                       md_escape(soc) or DASH, _fact(f, "cores"), ram,
+                       _fact(f, "kernel", "uname"), md_escape(os_.strip()) or DASH,
+                       md_code(f.get("prop.ro.build.fingerprint")),
+                       _fact(f, "prop.ro.product.cpu.abi", "arch"), when(dev.facts_at)])
+    t = t.drop_empty(keep=(0, 1))
+    if any(not dev.facts for dev in data.devices.values()):
+        t.notes.append("Devices without facts were imported from files (no probe) or never "
+                       "probed (`orch devices --probe`).")
+    return t
+
+
+def _version(r: RunView) -> str:
+    """The engine's own version line when its output carried one (bmoe preamble v2 `# engine=`,
+    or the adapter's engine_build), else nothing: a hash is then the only identity."""
+    settings = (r.row.summary or {}).get("settings") or {}
+    for value in (settings.get("engine"), settings.get("version"), settings.get("build"),
+                  r.row.engine_build):
+        if value:
+            return str(value)
+    return ""
+
+
+def engines_table(data: ReportData) -> Table:
+    t = Table(["Engine", "binary", "sha256", "version", "runs"], ["---"] * 5)
+    seen: dict[tuple[str, str, str, str], list[int]] = {}
+    for r in data.runs:
+        key = (r.row.engine or "", os.path.basename(r.row.binary_path or ""),
+               r.row.binary_sha256 or "", _version(r))
+        seen.setdefault(key, []).append(r.id)
+    for (engine, binary, sha, version), ids in seen.items():
+        t.rows.append([md_escape(engine) or DASH, md_code(binary), md_code(sha),
+                       md_code(version), id_list(ids)])
+    return t.drop_empty(keep=(0, 2, 4))
+
+
+def models_table(data: ReportData) -> Table:
+    t = Table(["Model", "file", "size", "sha256", "runs"], ["---", "---", "---:", "---", "---"])
+    seen: dict[tuple[str, str, Any, str], list[int]] = {}
+    for r in data.runs:
+        settings = (r.row.summary or {}).get("settings") or {}
+        declared = (data.matrices.get(r.row.session_id, {}).get("models") or {})
+        path = declared.get(r.row.model) if isinstance(declared, dict) else None
+        file = str(path or settings.get("model") or "")
+        key = (r.row.model or "-", file, r.row.model_size, r.row.model_sha256 or "")
+        seen.setdefault(key, []).append(r.id)
+    for (model, file, size, sha), ids in seen.items():
+        size_cell = "%.2f GB (%d bytes)" % (size / 1e9, size) if size else DASH
+        t.rows.append([md_escape(model), md_code(file), size_cell, md_code(sha), id_list(ids)])
+    t = t.drop_empty(keep=(0, 4))
+    return t if any(c != DASH for row in t.rows for c in row[1:-1]) else Table([], [])
+
+
+def sessions_table(data: ReportData) -> Table:
+    t = Table(["Session", "kind", "name", "matrix file", "matrix sha256", "orch", "git revision",
+               "controller", "command", "started", "ended"], ["---"] * 11)
+    for s in data.sessions:
+        t.rows.append([str(s.id), md_escape(s.kind), md_escape(s.name or DASH),
+                       md_code(os.path.basename(s.matrix_path or s.source_dir or "")),
+                       md_code(s.matrix_sha256), md_escape(s.orch_version or DASH),
+                       md_code(s.git_rev), md_escape(s.controller_host or DASH),
+                       md_code(s.command), when(s.started_at), when(s.ended_at)])
+    return t.drop_empty(keep=(0, 1, 2))
+
+
+def files_table(data: ReportData) -> Table:
+    """Imported runs: the files each was read from and the digest `orch import` recorded."""
+    t = Table(["Run", "per-token CSV", "sidecars", "files sha256"], ["---:", "---", "---", "---"])
+    for r in data.runs:
+        source = r.row.remote_dir or ""
+        imported = data.imported_files.get(r.row.session_id, {}).get(r.row.config)
+        if imported is None or not source.endswith(".csv"):
+            continue
+        stem = source[:-4]
+        sidecars = [os.path.basename(stem + s) for s in (".metrics", ".log", ".out")
+                    if os.path.exists(stem + s)]
+        t.rows.append([str(r.id), md_code(os.path.basename(source)),
+                       ", ".join(md_code(s) for s in sidecars) or DASH, md_code(imported.sha256)])
+    return t.drop_empty(keep=(0, 1, 3))
+
+
+def runs_table(data: ReportData) -> Table:
+    t = Table(["Run", "session", "device", "model", "config", "rep", "status", "tokens",
+               "started", "ended", "cooldown (s)", "flags"],
+              ["---:", "---:", "---", "---", "---", "---:", "---", "---:", "---", "---",
+               "---:", "---"])
+    for r in data.runs:
+        row = r.row
+        status = row.status if r.ok else f"† {row.status}"
+        if row.cause and not r.ok:
+            status += f": {row.cause}"
+        cooldown = DASH if row.cooldown_s is None else "%g" % row.cooldown_s
+        if row.cooldown_met is False:
+            cooldown += " (not met)"
+        t.rows.append([str(row.id), str(row.session_id), md_escape(row.device),
+                       md_escape(row.model or "-"), md_escape(row.config),
+                       str(row.repeat_index + 1), md_escape(status), str(int(r.stats.get("n") or 0)),
+                       when(row.started_at), when(row.ended_at), cooldown, md_code(row.flags)])
+    return t
+
+
+def _prompt_from_argv(argv: Any) -> str | None:
+    if not isinstance(argv, list):
+        return None
+    for flag in ("-p", "--prompt"):
+        if flag in argv[:-1]:
+            return str(argv[argv.index(flag) + 1])
+    return None
+
+
+def build(data: ReportData) -> Provenance:
+    prompts: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for r in data.runs:             # the prompt exactly as the engine received it (argv)
+        text = _prompt_from_argv(r.row.argv)
+        if text is not None and text not in seen:
+            seen.add(text)
+            prompts.append((f"session {r.row.session_id}", text))
+    matrices = [(f"session {s.id}: {os.path.basename(s.matrix_path or '')} "
+                 f"(sha256 {s.matrix_sha256})", s.matrix_text)
+                for s in data.sessions if s.matrix_text]
+    return Provenance(sessions=sessions_table(data), devices=devices_table(data),
+                      engines=engines_table(data), models=models_table(data),
+                      files=files_table(data), runs=runs_table(data), prompts=prompts,
+                      matrices=matrices)

@@ -1,0 +1,180 @@
+"""Render a report: Jinja2 templates -> markdown, and that markdown -> a standalone HTML page.
+
+Templates come from `reports/templates/` (package data of orchestrator.reports); `--template`
+puts a user file or directory in front of them (ChoiceLoader), so a user can replace the whole
+document or one part (`provenance.md.j2`, `page.html.j2`, ...) and include the built-in rest.
+Markdown templates are not autoescaped (markdown is not HTML): every value that comes from
+data goes through the `md` / `code` filters, and the built cells are escaped already. HTML
+templates (*.html, *.html.j2) are autoescaped; the markdown body is converted with HTML
+disabled, so a `<script>` in a config name arrives as text.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
+from jinja2 import select_autoescape
+from markupsafe import Markup
+
+from .. import __version__
+from ..db.store import Store
+from . import cells, context, provenance, sections
+
+MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
+
+
+def environment(template: str | Path | None = None) -> tuple[Environment, str | None]:
+    """(environment, name of the user's main template when --template is a file)."""
+    loaders: list[Any] = []
+    main = None
+    if template is not None:
+        path = Path(template).expanduser()
+        if path.is_dir():
+            loaders.append(FileSystemLoader(str(path)))
+        elif path.is_file():
+            loaders.append(FileSystemLoader(str(path.parent)))
+            main = path.name
+        else:
+            from ..yamlfile import ConfigError
+
+            raise ConfigError(f"--template: {template}: no such file or directory")
+    loaders.append(PackageLoader("orchestrator.reports", "templates"))
+    env = Environment(loader=ChoiceLoader(loaders), undefined=StrictUndefined,
+                      autoescape=select_autoescape(enabled_extensions=("html", "htm", "html.j2"),
+                                                   default_for_string=False, default=False),
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters.update(md=cells.md_escape, code=cells.md_code, fence=cells.md_fence,
+                       table=cells.md_table, pct=cells.pct, ratio=cells.ratio, when=cells.when,
+                       ids=cells.id_list)
+    return env, main
+
+
+def _is_html(name: str) -> bool:
+    return name.endswith((".html", ".htm", ".html.j2"))
+
+
+# ---- the document's context --------------------------------------------------------------
+
+def _device_line(name: str, dev: Any) -> str:
+    f = dict(dev.facts or {})
+    bits = [" ".join(x for x in (f.get("prop.ro.product.manufacturer"),
+                                 f.get("prop.ro.product.model")) if x),
+            f.get("prop.ro.soc.model") or f.get("cpu_model") or "",
+            f"{f['cores']} cores" if f.get("cores") else "",
+            f"{cells.gib_from_kb(f['mem_total_kb'])} RAM" if f.get("mem_total_kb") else "",
+            f.get("os") or ""]
+    detail = ", ".join(b for b in bits if b)
+    return cells.md_escape(f"{name} ({detail})" if detail else name)
+
+
+def header(data: context.ReportData) -> dict[str, Any]:
+    rows = [r.row for r in data.runs]
+    matrices = list(data.matrices.values())
+    starts = [t for r in rows for t in (r.started_at, r.ended_at) if t is not None]
+    starts += [t for s in data.sessions for t in (s.started_at, s.ended_at) if t is not None]
+    configs = list(dict.fromkeys(r.config for r in rows))
+    models = list(dict.fromkeys(r.model for r in rows if r.model and r.model != "-"))
+    engines = list(dict.fromkeys(r.engine or "?" for r in rows))
+    repeats = max(r.repeat_index for r in rows) + 1
+    tokens = sorted({m.get("tokens") for m in matrices if isinstance(m.get("tokens"), int)})
+    what = (f"engine {', '.join(cells.md_code(e) for e in engines)}: {len(configs)} config(s)"
+            + (f" × {len(models)} model(s)" if models else "")
+            + (f", up to {repeats} repeats each" if repeats > 1 else "")
+            + (f", {', '.join(map(str, tokens))} tokens per run" if tokens else "")
+            + f" — {len(rows)} run(s)")
+    builds = list(dict.fromkeys((r.engine or "?", r.binary_sha256) for r in rows))
+    build_text = "; ".join(f"{cells.md_escape(e)} sha256 {cells.md_code(sha[:16]) + '…'}"
+                           if sha else f"{cells.md_escape(e)} (no binary hash recorded)"
+                           for e, sha in builds)
+    kinds = {s.kind for s in data.sessions}
+    period = (f"{cells.when(min(starts))} → {cells.when(max(starts))} UTC" if starts else "—")
+    if kinds == {"import"}:
+        period = (f"imported {cells.when(max(starts))} UTC; the files do not say when they "
+                  f"were measured" if starts else "—")
+    failed = data.failed
+    return {
+        "title": cells.md_escape(data.title),
+        "descriptions": [cells.md_escape(m["description"]) for m in matrices
+                         if m.get("description")],
+        "what": what, "period": period,
+        "sessions": ", ".join(str(s.id) for s in data.sessions),
+        "devices": "; ".join(_device_line(n, d) for n, d in data.devices.items()),
+        "engines": build_text,
+        "counts": f"{len(rows) - len(failed)} ended ok, {len(failed)} left out (†)",
+        "baseline": cells.md_escape(data.baseline) if data.baseline else None,
+    }
+
+
+def document_context(data: context.ReportData, plots: dict[str, list[Any]] | None,
+                     plot_note: str | None = None) -> dict[str, Any]:
+    groups = []
+    for g in data.groups:
+        ab, ab_note = sections.ab(g, data.baseline)
+        groups.append({"title": cells.md_escape(g.title), "slug": g.slug, "group": g,
+                       "throughput": sections.throughput(g), "pressure": sections.pressure(g),
+                       "ab": ab, "ab_note": ab_note,
+                       "plots": (plots or {}).get(g.slug, [])})
+    return {"data": data, "header": header(data), "groups": groups,
+            "captions": sections.CAPTIONS, "left_out": sections.left_out(data.runs),
+            "provenance": provenance.build(data), "plot_note": plot_note,
+            "generated": cells.when(dt.datetime.now(dt.timezone.utc)),
+            "orch_version": __version__}
+
+
+# ---- markdown -> HTML --------------------------------------------------------------------
+
+def _anchor(text: str) -> str:
+    # GitHub's heading anchors, so the document's own [links](#provenance) work in HTML too
+    return re.sub(r"[^\w\- ]", "", text.lower()).strip().replace(" ", "-")
+
+
+def markdown_to_html(text: str) -> Markup:
+    """CommonMark + GFM tables with raw HTML disabled: anything that looks like a tag in the
+    data is escaped, and javascript: links are refused by markdown-it's link validation.
+    (markdown-it-py comes with rich, a dependency of orch.)"""
+    from markdown_it import MarkdownIt
+
+    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = md.parse(text)
+    for i, tok in enumerate(tokens):
+        if tok.type == "heading_open" and i + 1 < len(tokens):
+            tok.attrSet("id", _anchor(tokens[i + 1].content))
+    return Markup(md.renderer.render(tokens, md.options, {}))
+
+
+# ---- entry point -------------------------------------------------------------------------
+
+def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fmt: str = "md",
+           template: str | Path | None = None, baseline: str | None = None,
+           plots: bool = True, quantile: str = "linear") -> str:
+    """The report of these runs as markdown or HTML; written to `out` (with the figures in
+    `<out stem>_files/`) when given. Returns the text."""
+    data = context.build(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots)
+    drawn, note = None, None
+    if plots and out is None:
+        note = "Figures are written only with `-o FILE` (next to the document)."
+    elif plots:
+        from . import plots as plotting
+
+        drawn = plotting.draw(data, out)
+    env, user_main = environment(template)
+    ctx = document_context(data, drawn, note)
+    if fmt == "html" and user_main is not None and _is_html(user_main):
+        # the user's page template wraps the built-in markdown body
+        ctx["body"] = markdown_to_html(env.get_template(MAIN["md"]).render(ctx))
+        text = env.get_template(user_main).render(ctx)
+    else:
+        md_text = env.get_template(user_main or MAIN["md"]).render(ctx)
+        if fmt == "html":
+            ctx["body"] = markdown_to_html(md_text)
+            text = env.get_template(MAIN["html"]).render(ctx)
+        else:
+            text = md_text
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    return text

@@ -1,0 +1,473 @@
+"""Android phones over adb (DESIGN §5), with adbutils talking to a running adb server.
+
+- Every call has a socket timeout (adbutils' default is 600 s), and orch never lets adbutils
+  run `adb start-server` behind its back: that would start its own bundled adb on another
+  port. A missing server is a TransportError that says how to start one.
+- Commands are argv lists, each element shell-quoted, run in the workdir over the shell v2
+  protocol (exit code, separate stderr); the inventory's `env` becomes an `env K=V` prefix.
+- Unplug detection: the adb server closes every open stream when a device drops, so a v2
+  command or stream that ends WITHOUT its exit packet raises LinkLost (the v1 fallback for
+  pre-Android-7 phones checks the device state after EOF instead, since a v1 end looks like a
+  normal end). Calls on an offline device raise LinkLost too. A hung device (state still
+  `device`) is noticed by timeouts: a stream silent for `dead_after` s is probed with a
+  short `true`; no answer -> LinkLost. connect() of a TCP serial (host:port, wireless debugging)
+  re-runs `adb connect` itself instead of waiting for the server's 10 s retry.
+- Files go over the sync service with our own SEND (64 KiB DATA packets, sendall, progress):
+  adbutils' push sends 4 KiB pieces with socket.send(), which may write short. A file goes to
+  `<file>.orch-tmp` and is renamed; files over PIECE bytes go as pieces (see _put_pieces).
+- push_if_changed: size first (sync STAT), then sha256, cached on the device in
+  `<file>.orch-sha256` ("size mtime sha256") as the ssh transport does.
+"""
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import shlex
+import socket
+import stat as statmod
+import struct
+import time
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+import adbutils
+from adbutils import AdbConnection, AdbError
+
+from .base import CommandResult, LinkLost, Transport, TransportError, sha256_file
+
+Progress = Callable[[int, int], None]
+CACHE_SUFFIX = ".orch-sha256"
+SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
+PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)
+_NET = (AdbError, OSError, EOFError, struct.error)
+
+# Same rules as ssh.py: sha256 of $1, cached in `$1.orch-sha256` while `stat` still matches;
+# a file modified less than 2 s ago is hashed but not cached (same-second rewrites keep %Y).
+_SHA = r'''f=$1 c=$1.orch-sha256
+st=$(stat -c '%s %Y' -- "$f" 2>/dev/null) || exit 3
+if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" ]; then
+  echo "$h cached"; exit 0; fi
+h=$(sha256sum < "$f") || exit 4
+h=${h%% *}
+if [ "$(stat -c '%s %Y' -- "$f")" = "$st" ] && [ $(( $(date +%s) - ${st#* } )) -ge 2 ]; then
+  { printf '%s %s\n' "$st" "$h" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null ||
+    rm -f -- "$c.$$"
+fi
+echo "$h computed"'''
+# After a push we know the sha256: cache it against the file's new size and mtime.
+_CACHE = 'st=$(stat -c "%s %Y" -- "$1") && printf "%s %s\\n" "$st" "$2" > "$1.orch-sha256"'
+# Append pieces $1.0 .. $1.N-1 to $1.cat, deleting each once appended (peak space: the file
+# plus one piece); resumable: pieces already in $1.cat are skipped, a cut-off append is
+# truncated away. Then chmod, rename to $6, and drop stale pieces of earlier versions.
+_ASSEMBLE = r'''p=$1 n=$2 piece=$3 total=$4 c=$1.cat
+[ -f "$c" ] || : > "$c" || exit 1
+i=0
+while [ "$i" -lt "$n" ]; do
+  have=$(stat -c %s -- "$c") || exit 1
+  [ "$have" -eq "$total" ] && break
+  at=$((i * piece))
+  if [ "$have" -ge $((at + piece)) ]; then i=$((i + 1)); continue; fi
+  if [ "$have" -ne "$at" ]; then truncate -s "$at" "$c" || exit 1; fi
+  [ -f "$p.$i" ] || { echo "piece $p.$i is missing" >&2; exit 3; }
+  cat -- "$p.$i" >> "$c" && rm -f -- "$p.$i" || exit 1
+  i=$((i + 1))
+done
+[ "$(stat -c %s -- "$c")" -eq "$total" ] || { echo "assembled size differs" >&2; exit 4; }
+chmod "$5" "$c" && mv -f -- "$c" "$6" && rm -f -- "$6".orch-part-*'''
+
+
+class RemoteFileNotFound(TransportError, FileNotFoundError):
+    """The device file does not exist (both a TransportError and a FileNotFoundError)."""
+
+
+class CommandTimedOut(TransportError):
+    """A command did not end within its timeout (it may still run on the device)."""
+
+
+class _Connection(AdbConnection):
+    def _safe_connect(self) -> socket.socket:
+        # adbutils would run `adb start-server` (its own adb, maybe another port) on failure
+        return self._create_socket()
+
+
+class _Client(adbutils.AdbClient):
+    def __init__(self, host: str, port: int, socket_timeout: float) -> None:
+        super().__init__(host, port, socket_timeout=socket_timeout)
+        self.timeout = socket_timeout
+
+    def make_connection(self, timeout: float | None = None) -> AdbConnection:
+        # ours, always: adbutils passes 600 s (or nothing) on many calls
+        conn = _Connection(self.host, self.port)
+        conn.conn.settimeout(self.timeout)
+        return conn
+
+
+class AdbTransport(Transport):
+    kind = "adb"
+
+    def __init__(self, name: str, serial: str, adb_host: str = "127.0.0.1",
+                 adb_port: int = 5037, workdir: str = "/data/local/tmp/orch", shell: str = "sh",
+                 env: dict[str, str] | None = None, *, timeout: float = 30.0,
+                 dead_after: float = 30.0, poll: float = 1.0) -> None:
+        super().__init__(name, workdir, shell)
+        self.serial, self.adb_host, self.adb_port = serial, adb_host, int(adb_port)
+        self.env = dict(env or {})
+        self.timeout, self.dead_after, self.poll = timeout, dead_after, poll
+        self.requested_workdir = workdir
+        self._client = _Client(adb_host, self.adb_port, timeout)
+        self._dev: adbutils.AdbDevice | None = None
+        self._v2 = True
+        self._dirs: set[str] = set()
+        self.last_stderr = b""  # stderr tail of the last stream()
+        self.last_sha256_source = ""  # "cached" or "computed" (last remote_sha256)
+
+    # -- connection --------------------------------------------------------------------------
+    def state(self) -> str | None:
+        """The server's state for our serial (device, offline, unauthorized, ...) or None."""
+        try:
+            infos = self._client.list()
+        except _NET as exc:
+            raise TransportError(
+                f"{self.name}: no adb server at {self.adb_host}:{self.adb_port} ({exc}); start "
+                f"one with `adb -P {self.adb_port} start-server`") from None
+        return next((i.state for i in infos if i.serial == self.serial), None)
+
+    def connect(self) -> None:
+        self._dev, self._dirs = None, set()
+        state = self.state()
+        if state != "device" and _is_tcp(self.serial):
+            state = self._adb_connect(state)
+        if state != "device":
+            hint = ("accept the USB debugging prompt on the phone" if state == "unauthorized"
+                    else "is it plugged in, is USB debugging on?")
+            raise TransportError(f"{self.name}: device {self.serial} is {state or 'not found'} "
+                                 f"(adb server {self.adb_host}:{self.adb_port}); {hint}")
+        self._dev = self._client.device(self.serial)
+        try:
+            self._v2 = "shell_v2" in self._dev.get_features().split(",")
+        except _NET as exc:
+            raise self._error("features", exc) from None
+        script = 'd=$1; mkdir -p -- "$d" && cd -- "$d" && pwd'
+        result = self._exec([self.shell, "-c", script, "sh", self.requested_workdir],
+                            self.timeout, cd=False)
+        if result.rc != 0 or not result.stdout.strip():
+            raise TransportError(f"{self.name}: cannot create workdir {self.requested_workdir}: "
+                                 f"{result.stderr.decode(errors='replace').strip()}")
+        self.workdir = result.stdout.decode().strip().splitlines()[-1]
+
+    def _adb_connect(self, state: str | None) -> str | None:
+        """`adb connect` a TCP device; an offline one is disconnected first (adb would answer
+        "already connected" and wait for its own retry, ~10 s)."""
+        try:
+            if state == "offline":
+                self._client.disconnect(self.serial)
+            answer = self._client.connect(self.serial, timeout=min(self.timeout, 10))
+        except _NET:
+            return self.state()
+        if "connected" not in answer:  # "failed to connect ...", "unable to connect ..."
+            return self.state()
+        for _ in range(30):  # the server needs a moment for the CNXN handshake
+            if (state := self.state()) == "device":
+                break
+            time.sleep(0.1)
+        return state
+
+    def close(self) -> None:
+        """Nothing stays open between calls (one server socket per call); detached jobs live on."""
+        self._dev = None
+
+    def _device(self) -> adbutils.AdbDevice:
+        if self._dev is None:
+            self.connect()
+        assert self._dev is not None
+        return self._dev
+
+    def _error(self, what: str, exc: BaseException | None = None) -> TransportError:
+        """LinkLost when the device is no longer `device`, else a plain TransportError."""
+        detail = f": {exc}" if exc else ""
+        try:
+            state = self.state()
+        except TransportError as err:
+            return LinkLost(f"{err} (during {what})")
+        if state != "device":
+            self._dev = None
+            return LinkLost(f"{self.name}: device {self.serial} is {state or 'gone'} "
+                            f"(during {what}){detail}")
+        return TransportError(f"{self.name}: {what} failed{detail}")
+
+    # -- commands ----------------------------------------------------------------------------
+    def _command(self, argv: list[str], cd: bool = True) -> str:
+        if not argv:
+            raise ValueError("empty argv")
+        # argv[0] always quoted: never a keyword, alias or assignment
+        words = ["'" + argv[0].replace("'", "'\"'\"'") + "'"] + [shlex.quote(a) for a in argv[1:]]
+        if self.env:
+            words = ["env", *(shlex.quote(f"{k}={v}") for k, v in self.env.items()), *words]
+        prefix = f"cd {shlex.quote(self.workdir)} && " if cd else ""
+        return prefix + " ".join(words)
+
+    def _open(self, service: str, what: str) -> AdbConnection:
+        try:
+            conn = self._device().open_transport()
+            conn.send_command(service)
+            conn.check_okay()
+        except _NET as exc:
+            raise self._error(what, exc) from None
+        return conn
+
+    def _packets(self, conn: AdbConnection, what: str, deadline: float | None,
+                 watch: bool) -> Iterator[tuple[int, bytes]]:
+        """Shell v2 packets ([id u8][len u32][data]) until the exit packet (id 3)."""
+        buf, last_rx = bytearray(), time.monotonic()
+        conn.conn.settimeout(self.poll)
+        while True:
+            while len(buf) >= 5 and len(buf) >= 5 + (n := int.from_bytes(buf[1:5], "little")):
+                kind, data = buf[0], bytes(buf[5:5 + n])
+                del buf[:5 + n]
+                yield kind, data
+                if kind == 3:
+                    return
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
+                raise CommandTimedOut(f"{self.name}: {what} did not end in time")
+            if watch and now - last_rx > self.dead_after:
+                self._probe(what)  # raises LinkLost when the device does not answer
+                last_rx = now
+            try:
+                chunk = conn.conn.recv(1 << 16)
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                raise self._error(what, exc) from None
+            if not chunk:  # closed without an exit packet: the device (or server) went away
+                err = self._error(what)
+                raise err if isinstance(err, LinkLost) else LinkLost(f"{err} (no exit status)")
+            buf += chunk
+            last_rx = time.monotonic()
+
+    def _probe(self, what: str) -> None:
+        try:
+            result = self._exec(["true"], min(self.timeout, 10.0), cd=False)
+        except TransportError as exc:
+            raise LinkLost(f"{self.name}: no answer from {self.serial} while waiting on "
+                           f"{what}: {exc}") from None
+        if result.rc != 0:
+            raise LinkLost(f"{self.name}: {self.serial} does not run commands any more")
+
+    def _exec(self, argv: list[str], timeout: float, cd: bool = True) -> CommandResult:
+        cmd, what = self._command(argv, cd), f"`{shlex.join(argv)[:80]}`"
+        if not self._v2:  # pre-Android-7: adbutils appends `echo X4EXIT:$?`; stderr is merged
+            try:
+                raw = self._device().shell2(cmd, timeout=timeout, encoding=None)
+            except _NET as exc:
+                raise self._error(what, exc) from None
+            return CommandResult(raw.returncode, raw.output, b"")
+        conn = self._open(f"shell,v2:{cmd}", what)
+        out, err, rc = bytearray(), bytearray(), 255
+        try:
+            for kind, data in self._packets(conn, what, time.monotonic() + timeout, False):
+                if kind == 1:
+                    out += data
+                elif kind == 2:
+                    err += data
+                elif kind == 3 and data:
+                    rc = data[0]
+        finally:
+            conn.close()
+        return CommandResult(rc, bytes(out), bytes(err))
+
+    def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
+        return self._exec(argv, timeout)
+
+    def stream(self, argv: list[str]) -> Iterator[bytes]:
+        """Yield stdout chunks as they arrive; the generator returns the exit status."""
+        what = f"stream `{shlex.join(argv)[:80]}`"
+        self.last_stderr = b""
+        service = ("shell,v2:" if self._v2 else "shell:") + self._command(argv)
+        conn = self._open(service, what)
+        try:
+            if not self._v2:
+                return (yield from self._stream_v1(conn, what))
+            for kind, data in self._packets(conn, what, None, True):
+                if kind == 1:
+                    yield data
+                elif kind == 2:
+                    self.last_stderr = (self.last_stderr + data)[-65536:]
+                elif kind == 3:
+                    return data[0] if data else None
+        finally:
+            conn.close()  # the server closes the device stream: the follower there ends
+        return None
+
+    def _stream_v1(self, conn: AdbConnection, what: str) -> Iterator[bytes]:
+        conn.conn.settimeout(self.poll)
+        while True:
+            try:
+                chunk = conn.conn.recv(1 << 16)
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                raise self._error(what, exc) from None
+            if not chunk:  # v1 EOF is no proof of anything: ask the server about the device
+                if (err := self._error(what)) and isinstance(err, LinkLost):
+                    raise err
+                return None
+            yield chunk
+
+    # -- files -------------------------------------------------------------------------------
+    def _path(self, remote: str) -> str:
+        return remote if remote.startswith("/") else posixpath.join(self.workdir, remote)
+
+    def _sh(self, script: str, *args: str, timeout: float | None = None) -> None:
+        result = self._exec([self.shell, "-c", script, "sh", *args], timeout or self.timeout)
+        if result.rc != 0:
+            raise TransportError(f"{self.name}: {script.split()[0]} on {args[0] if args else ''} "
+                                 f"failed (rc {result.rc}): "
+                                 f"{result.stderr.decode(errors='replace').strip()[:300]}")
+
+    def _stat(self, remote: str) -> tuple[int, int] | None:
+        """(size, mtime) by sync STAT, or None when the path does not exist."""
+        try:
+            info = self._device().sync.stat(remote)
+        except _NET as exc:
+            raise self._error(f"stat {remote}", exc) from None
+        if not info.mode or info.mtime is None:
+            return None
+        return info.size, int(info.mtime.timestamp())
+
+    def _send(self, handle: BinaryIO, length: int, remote: str, mode: int,
+              progress: Progress | None = None, done: int = 0, total: int = 0) -> None:
+        """One sync SEND of `length` bytes from `handle`. adbd deletes a half-sent file."""
+        spec = f"{remote},{statmod.S_IFREG | mode}".encode()
+        what = f"push to {remote}"
+        conn = self._open("sync:", what)
+        try:
+            sock = conn.conn
+            sock.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
+            left = length
+            while left > 0:
+                chunk = handle.read(min(SYNC_DATA_MAX, left))
+                if not chunk:
+                    raise TransportError(f"{self.name}: local file shrank while pushing {remote}")
+                sock.sendall(b"DATA" + struct.pack("<I", len(chunk)) + chunk)
+                left -= len(chunk)
+                done += len(chunk)
+                if progress:
+                    progress(done, total or length)
+            sock.sendall(b"DONE" + struct.pack("<I", int(time.time())))
+            status = conn.read_exact(8)
+            if status[:4] != b"OKAY":
+                message = conn.read_exact(struct.unpack("<I", status[4:])[0]).decode(errors="replace")
+                raise TransportError(f"{self.name}: {what} refused: {message}")
+            sock.sendall(b"QUIT" + bytes(4))
+        except _NET as exc:
+            raise self._error(what, exc) from None
+        finally:
+            conn.close()
+
+    def _prepare(self, remote: str) -> None:
+        """Parents exist and a stale sha256 cache is gone before new bytes arrive."""
+        parent = posixpath.dirname(remote) or "/"
+        self._sh('mkdir -p -- "$1" && rm -f -- "$2"', parent, remote + CACHE_SUFFIX)
+        self._dirs.add(parent)
+
+    def _put(self, local: Path, remote: str, mode: int, progress: Progress | None,
+             digest: str | None = None) -> None:
+        size = local.stat().st_size
+        self._prepare(remote)
+        if size > PIECE:
+            key = (digest or f"{size}-{local.stat().st_mtime_ns}")[:16]
+            return self._put_pieces(local, size, remote, mode, progress, key)
+        with open(local, "rb") as handle:
+            self._send(handle, size, remote + ".orch-tmp", 0o600, progress)
+        self._sh('chmod "$2" "$1.orch-tmp" && mv -f -- "$1.orch-tmp" "$1"', remote, f"{mode:o}")
+
+    def _put_pieces(self, local: Path, size: int, remote: str, mode: int,
+                    progress: Progress | None, key: str) -> None:
+        """Resumable push. SEND cannot append and adbd deletes a half-sent file, so the file
+        goes as PIECE-sized files `<file>.orch-part-KEY.N` (KEY: the local sha256, else size
+        and mtime, so pieces of another version never count). A piece whose size matches is
+        kept from an interrupted push; the device then appends them in order (_ASSEMBLE)."""
+        prefix = f"{remote}.orch-part-{key}"
+        count = (size + PIECE - 1) // PIECE
+        have = self._listing(posixpath.dirname(remote))
+        assembled = have.get(posixpath.basename(prefix) + ".cat", 0)
+        inside = count if assembled == size else assembled // PIECE
+        with open(local, "rb") as handle:
+            for i in range(count):
+                length = min(PIECE, size - i * PIECE)
+                name = f"{prefix}.{i}"
+                if i < inside or have.get(posixpath.basename(name)) == length:
+                    if progress:
+                        progress(min(size, (i + 1) * PIECE), size)
+                    continue
+                handle.seek(i * PIECE)
+                self._send(handle, length, name, 0o600, progress, i * PIECE, size)
+                if (got := self._stat(name)) is None or got[0] != length:
+                    raise TransportError(f"{self.name}: piece {name} has {got and got[0]} bytes "
+                                         f"on the device, expected {length}")
+        self._sh(_ASSEMBLE, prefix, str(count), str(PIECE), str(size), f"{mode:o}", remote,
+                 timeout=max(self.timeout, size / (20 << 20)))  # on-device copy at >= 20 MB/s
+
+    def _listing(self, directory: str) -> dict[str, int]:
+        try:
+            return {e.path: e.size for e in self._device().sync.iter_directory(directory)}
+        except _NET as exc:
+            raise self._error(f"list {directory}", exc) from None
+
+    def put(self, local: Path, remote: str, mode: int = 0o644,
+            progress: Progress | None = None) -> None:
+        """Copy a file (parents created); `progress(bytes_done, total)` is called along."""
+        self._put(Path(local), self._path(remote), mode, progress)
+
+    def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
+        # Small files (job files, caches) go straight to their name: one SEND, no rename.
+        remote = self._path(remote)
+        parent = posixpath.dirname(remote) or "/"
+        if parent not in self._dirs:
+            self._sh('mkdir -p -- "$1"', parent)
+            self._dirs.add(parent)
+        self._send(io.BytesIO(data), len(data), remote, mode)
+
+    def get_bytes(self, remote: str) -> bytes:
+        remote = self._path(remote)
+        try:
+            return self._device().sync.read_bytes(remote)
+        except AdbError as exc:
+            if "No such file" in str(exc):
+                raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file") from None
+            raise self._error(f"reading {remote}", exc) from None
+        except (OSError, EOFError) as exc:
+            raise self._error(f"reading {remote}", exc) from None
+
+    # -- sha256 with a cache next to the file ------------------------------------------------
+    def remote_sha256(self, remote: str) -> str | None:
+        """sha256 of a device file; `<file>.orch-sha256` spares re-hashing an unchanged one."""
+        result = self.run([self.shell, "-c", _SHA, "sh", self._path(remote)], timeout=3600)
+        if result.rc != 0 or len(fields := result.stdout.split()) < 2:
+            return None
+        self.last_sha256_source = fields[1].decode()
+        return fields[0].decode()
+
+    def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
+                        progress: Progress | None = None) -> bool:
+        """Push unless the device has the same file: size first (cheap), then sha256."""
+        local, remote = Path(local), self._path(remote)
+        digest = sha256_file(local)
+        stat = self._stat(remote)
+        if stat is not None and stat[0] == local.stat().st_size and \
+                self.remote_sha256(remote) == digest:
+            return False
+        self._put(local, remote, mode, progress, digest)
+        self._sh(_CACHE, remote, digest)  # we know what we wrote
+        return True
+
+    def describe(self) -> str:
+        return f"adb:{self.name} ({self.serial} via {self.adb_host}:{self.adb_port})"
+
+
+def _is_tcp(serial: str) -> bool:
+    """A wireless-debugging / `adb connect` serial: host:port."""
+    host, sep, port = serial.rpartition(":")
+    return bool(sep and host and port.isdigit())

@@ -1,0 +1,392 @@
+"""`orch report` and `orch compare`: published numbers, real runs, failures, escaping, bench."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.db.store import Store
+from orchestrator.report.cells import expand_ids
+from orchestrator.results import runs_stats
+from test_analysis_oracle import FIX, JUL13_SECTIONS, JUL13_SUFFIX_LABEL, md_cells
+
+ENGINES = Path(__file__).resolve().parent / "engines"
+REPO = Path(__file__).resolve().parent.parent
+PNG = b"\x89PNG\r\n\x1a\n"
+CELL_SPLIT = re.compile(r"(?<!\\)\|")     # GFM: a pipe after a backslash is content
+
+
+def orch(*args: str) -> str:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def split_row(line: str) -> list[str]:
+    inner = line.strip()
+    assert inner.startswith("|") and inner.endswith("|") and not inner.endswith("\\|"), line
+    return [c.strip() for c in CELL_SPLIT.split(inner[1:-1])]
+
+
+def md_tables(text: str) -> list[dict]:
+    """Every markdown table: {title (last heading), headers, rows}. Asserts that every row has
+    as many cells as the header: the property escaping must keep."""
+    out, title, lines = [], "", text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("#"):
+            title = line.lstrip("#").strip()
+        if line.startswith("|") and i + 1 < len(lines) and lines[i + 1].startswith("|--"):
+            headers = split_row(line)
+            assert len(split_row(lines[i + 1])) == len(headers)
+            rows, i = [], i + 2
+            while i < len(lines) and lines[i].startswith("|"):
+                row = split_row(lines[i])
+                assert len(row) == len(headers), (headers, lines[i])
+                rows.append(row)
+                i += 1
+            out.append({"title": title, "headers": headers, "rows": rows})
+            continue
+        i += 1
+    return out
+
+
+def find(tables: list[dict], header: str, title: str | None = None) -> list[dict]:
+    return [t for t in tables if header in t["headers"] and (title is None or t["title"] == title)]
+
+
+def by_label(table: dict) -> dict[str, dict[str, str]]:
+    return {r[0]: dict(zip(table["headers"], r)) for r in table["rows"]}
+
+
+def table_ids(tables: list[dict]) -> set[int]:
+    """Run ids in every `runs` column outside Provenance."""
+    ids: set[int] = set()
+    for t in tables:
+        if "runs" in t["headers"] and t["headers"][0] != "Engine" and t["headers"][0] != "Model":
+            for row in t["rows"]:
+                ids.update(expand_ids(dict(zip(t["headers"], row))["runs"]))
+    return ids
+
+
+# ---- imported fixtures: the published numbers --------------------------------------------
+
+@pytest.fixture
+def db(tmp_path):
+    return str(tmp_path / "orch.db")
+
+
+def test_jul13_report_has_the_published_numbers_and_provenance(db, tmp_path):
+    orch("import", str(FIX / "2026-07-13"), "--db", db)
+    out = tmp_path / "docs" / "bench.md"
+    orch("report", "--db", db, "-o", str(out))
+    text = out.read_text(encoding="utf-8")
+    tables = md_tables(text)
+    thr = by_label(find(tables, "decode mean")[0])
+    prs = by_label(find(tables, "free-RAM floor")[0])
+    want = md_cells((FIX / "2026-07-13" / "summary.md").read_text(encoding="utf-8"))
+    compared = 0
+    for (section, label, header), cell in want.items():
+        if cell == "—" or label not in JUL13_SUFFIX_LABEL.values():
+            continue
+        prefix = next(p for t, p in JUL13_SECTIONS if t == section)
+        suffix = next(s for s, lab in JUL13_SUFFIX_LABEL.items() if lab == label)
+        stem = f"{prefix}_{suffix}"
+        if header in thr[stem]:
+            assert thr[stem][header] == cell, (stem, header)
+        elif header in ("peak RSS", "free-RAM floor", "battery max"):
+            assert prs[stem][header] == cell, (stem, header)
+        elif header in ("CPU start", "CPU max"):
+            start, peak = prs[stem]["CPU start → max"].removesuffix(" °C").split(" → ")
+            assert (start if header == "CPU start" else peak) + " °C" == cell, (stem, header)
+        else:
+            continue          # the adaptive-cache table is not part of the report
+        compared += 1
+    # 8 runs x (10 throughput + 5 pressure) published cells
+    assert compared == 8 * 15
+    assert "spread of means" not in find(tables, "decode mean")[0]["headers"]   # single runs
+    # provenance the files allow: file names, their digest, the imported session
+    store = Store.open(db)
+    runs = store.runs()
+    files = by_label(find(tables, "per-token CSV")[0])
+    for run in runs:
+        row = files[str(run.id)]
+        assert row["per-token CSV"] == f"`{run.config}.csv`"
+        assert f"`{run.config}.metrics`" in row["sidecars"] and f"`{run.config}.log`" in row["sidecars"]
+    runs_table = by_label(find(tables, "flags", "Provenance")[0])
+    assert set(map(int, runs_table)) == {r.id for r in runs} == table_ids(tables)
+    png = sorted((tmp_path / "docs" / "bench_files").glob("*.png"))
+    assert [p.name.split("-", 2)[-1] for p in png] == ["distribution.png", "trajectory.png"]
+    for p in png:
+        assert p.read_bytes().startswith(PNG) and f"bench_files/{p.name}" in text
+
+
+def test_jul17_provenance_has_settings_flags_and_model_files(db):
+    orch("import", str(FIX / "2026-07-17"), "--db", db, "--name", "topk", "--device", "phone")
+    text = orch("report", "topk", "--db", db, "--no-plots")
+    tables = md_tables(text)
+    store = Store.open(db)
+    runs = {r.id: r for r in store.runs()}
+    prov = by_label(find(tables, "flags", "Provenance")[0])
+    for rid, run in runs.items():
+        assert prov[str(rid)]["flags"] == f"`{run.flags}`" and "cache_mb=" in run.flags
+    models = find(tables, "file", "Provenance")[0]
+    assert "`Qwen3-30B-A3B-Q4_K_M.gguf`" in models["headers"] + [c for r in models["rows"] for c in r]
+    titles = {t["title"] for t in find(tables, "decode mean")}
+    assert "Qwen3-30B-A3B-Q4_K_M.gguf on phone" in titles and len(titles) == 3
+
+
+# ---- real runs ---------------------------------------------------------------------------
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
+        devices:
+          local:
+            kind: local
+            workdir: {tmp_path}/dev-local
+          other:
+            kind: local
+            workdir: {tmp_path}/dev-other
+        """))
+    (tmp_path / "fake_bmoe.sh").write_bytes((ENGINES / "fake_bmoe.sh").read_bytes())
+    return tmp_path
+
+
+PROBE = """\
+    name: probe-ab
+    description: two I/O paths of a tiny expert file
+    engine: moe-probe
+    prompt: hello experts
+    tokens: 32
+    repeat: 2
+    baseline: pread
+    cooldown: 0
+    sample_interval: 0.1s
+    configs:
+      pread: --io pread --cache-mb 0 --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
+      mmap: --io mmap --cache-mb 1 --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
+    """
+
+
+def run_matrix(workspace: Path, body: str, *devices: str) -> None:
+    (workspace / "m.yaml").write_text(textwrap.dedent(body))
+    args = ["run", "m.yaml"] + [a for d in devices for a in ("--device", d)]
+    result = CliRunner().invoke(main, args, catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+
+
+def mean_of_means(stats, runs, config: str, device: str | None = None) -> tuple[float, list[float]]:
+    xs = [stats.loc[r.id, "mean"] for r in runs
+          if r.config == config and r.status == "ok" and (device is None or r.device == device)]
+    return statistics.fmean(xs), xs
+
+
+def test_report_of_a_real_run_has_every_section(workspace):
+    run_matrix(workspace, PROBE)
+    out = workspace / "docs" / "bench.md"
+    orch("report", "--matrix", "probe-ab", "-o", str(out))
+    text = out.read_text(encoding="utf-8")
+    for heading in ("# Benchmark report: probe-ab", "## Results", "### moe-probe on local",
+                    "**Throughput**", "**Device pressure**", "**A/B against the baseline**",
+                    "## Left out", "## Provenance", "**Devices**", "**Engine builds:**",
+                    "**Runs**", "**Prompt**", "**Matrix**"):
+        assert heading in text, heading
+    assert "two I/O paths of a tiny expert file" in text
+    store = Store.open("orch.db")
+    runs = store.runs()
+    assert len(runs) == 4 and all(r.status == "ok" for r in runs)
+    stats = runs_stats(store, runs)
+    tables = md_tables(text)
+    thr = by_label(find(tables, "decode mean", "moe-probe on local")[0])
+    ab = by_label(find(tables, "Δ mean")[0])
+    base, base_xs = mean_of_means(stats, runs, "pread")
+    other, other_xs = mean_of_means(stats, runs, "mmap")
+    assert thr["pread"]["decode mean"] == "**%.2f**" % base
+    assert thr["mmap"]["spread of means"] == "±%.2f, %.2f–%.2f (n=2)" % (
+        statistics.stdev(other_xs), min(other_xs), max(other_xs))
+    assert ab["pread"]["Δ mean"] == "baseline"
+    assert ab["mmap"]["Δ mean"] == ("%+.1f%%" % ((other - base) / base * 100)).replace("-", "−")
+    noisy = abs(other - base) <= max(max(base_xs) - min(base_xs), max(other_xs) - min(other_xs))
+    assert (ab["mmap"]["note"] == "⚠ Δ within the spread") == noisy
+    # device facts and engine build
+    facts = store.device_by_name("local").facts
+    dev = by_label(find(tables, "cores", "Provenance")[0])["local"]
+    assert dev["cores"] == facts["cores"] and dev["kernel"] == facts["kernel"]
+    assert runs[0].binary_sha256 in text
+    session = store.session_row(runs[0].session_id)
+    assert session.matrix_sha256 in text and "`m.yaml`" in text
+    # every run id of a figure is in provenance, with its exact flags
+    prov = by_label(find(tables, "flags", "Provenance")[0])
+    assert table_ids(tables) == {int(i) for i in prov} == {r.id for r in runs}
+    for r in runs:
+        assert prov[str(r.id)]["flags"] == f"`{r.flags}`" and prov[str(r.id)]["cooldown (s)"] == "0"
+    # figures: valid PNGs, linked relatively
+    import matplotlib.image
+
+    pngs = sorted((workspace / "docs" / "bench_files").glob("*.png"))
+    assert {p.name.split("-", 2)[-1] for p in pngs} == {"trajectory.png", "distribution.png",
+                                                        "device.png"}
+    for p in pngs:
+        assert p.read_bytes().startswith(PNG) and p.stat().st_size > 1000
+        assert matplotlib.image.imread(p).shape[0] > 100
+        assert f"](bench_files/{p.name})" in text
+    # the same document as HTML; --no-plots leaves the figures out
+    html = workspace / "bench.html"
+    orch("report", "--format", "html", "-o", str(html), "--no-plots")
+    page = html.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and "<table>" in page and "<img" not in page
+    assert '<h2 id="provenance">' in page and "**" not in page
+
+
+def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
+    run_matrix(workspace, """\
+        name: hangs
+        engine: bmoe
+        binary: {local: fake_bmoe.sh}
+        models: {m: /m.gguf}
+        prompt: p
+        tokens: 6
+        repeat: 2
+        timeout: 1s
+        baseline: base
+        sample_interval: 0.1s
+        configs:
+          base: --delay 0.01
+          fast: --delay 0.005
+          stuck: --hang --delay 0.01
+        """)
+    store = Store.open("orch.db")
+    runs = store.runs()
+    stuck = [r for r in runs if r.config == "stuck"]
+    assert [r.status for r in stuck] == ["timeout", "timeout"]
+    # one more left-out run: a repeat of `fast` marked interrupted (as a lost device would)
+    cut = next(r for r in runs if r.config == "fast" and r.repeat_index == 1)
+    store.update_run(cut.id, status="interrupted", cause="device unreachable for 120 s")
+    text = orch("report", "--no-plots")
+    tables = md_tables(text)
+    bad = {r.id for r in stuck} | {cut.id}
+    thr = by_label(find(tables, "decode mean", "m on local")[0])
+    assert "stuck †" in thr and "stuck #2 †" in thr and "fast #2 †" in thr
+    assert "stuck" not in thr                       # no aggregate row for a config with no ok run
+    assert expand_ids(thr["fast"]["runs"]) == [r.id for r in runs if r.config == "fast"
+                                               and r.id != cut.id]
+    for t in find(tables, "Δ mean") + find(tables, "spread of means"):
+        for label, row in by_label(t).items():
+            if "†" not in label:
+                assert not bad & set(expand_ids(row["runs"])), (label, row)
+    ab = by_label(find(tables, "Δ mean")[0])
+    assert ab["stuck"]["decode mean"] == "—" and "no run ended ok" in ab["stuck"]["note"]
+    stats = runs_stats(store, store.runs())
+    runs = store.runs()
+    base, _ = mean_of_means(stats, runs, "base")
+    fast, xs = mean_of_means(stats, runs, "fast")
+    assert len(xs) == 1 and ab["fast"]["decode mean"] == "**%.2f**" % fast
+    assert ab["base"]["spread of means"].endswith("(n=2)") and ab["fast"]["spread of means"] == "—"
+    left = text.split("## Left out", 1)[1].split("## Provenance", 1)[0]
+    for r in stuck:
+        assert f"† run {r.id} on local: timeout — exceeded the cell timeout" in left
+    assert f"† run {cut.id} on local: interrupted — device unreachable for 120 s" in left
+    assert "left out of every aggregate" in left
+    prov = by_label(find(tables, "flags", "Provenance")[0])
+    assert prov[str(stuck[0].id)]["status"] == "† timeout: exceeded the cell timeout"
+
+
+def test_compare_two_devices_prints_ratios_from_the_store(workspace):
+    run_matrix(workspace, PROBE, "local", "other")
+    result = CliRunner().invoke(main, ["compare", "-d", "local", "-d", "other", "--matrix",
+                                       "probe-ab", "-o", "cmp.md"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    store = Store.open("orch.db")
+    runs = store.runs()
+    assert {r.device for r in runs} == {"local", "other"}
+    stats = runs_stats(store, runs)
+    table = by_label(md_tables(Path("cmp.md").read_text(encoding="utf-8"))[0])
+    for config in ("pread", "mmap"):
+        a, _ = mean_of_means(stats, runs, config, "local")
+        b, _ = mean_of_means(stats, runs, config, "other")
+        want = "%.2f×" % (b / a)
+        assert table[config]["other/local mean"] == want
+        assert table[config]["local mean tok/s"] == "%.2f" % a
+        med = [statistics.fmean(stats.loc[r.id, "median"] for r in runs
+                                if r.config == config and r.device == d) for d in ("local", "other")]
+        assert table[config]["other/local p50"] == "%.2f×" % (med[1] / med[0])
+        line = next(l for l in result.output.splitlines() if f" {config} " in l)
+        assert want in line and "%.2f" % a in line
+
+
+# ---- escaping, templates -----------------------------------------------------------------
+
+EVIL = "evil | name\nsecond line <script>alert(1)</script> `tick` *star*"
+
+
+def test_pipes_newlines_and_tags_cannot_break_tables(db, tmp_path):
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    for suffix in (".csv", ".metrics", ".log"):
+        shutil.copy(FIX / "2026-07-13" / f"qwen_base_ov{suffix}", folder / f"a|b{suffix}")
+    shutil.copy(FIX / "2026-07-13" / "gemma_base_ov.csv", folder)
+    orch("import", str(folder), "--db", db)
+    store = Store.open(db)
+    gemma = next(r for r in store.runs() if r.config == "gemma_base_ov")
+    store.update_run(gemma.id, config=EVIL, flags="--x 'a|b'\n--y ``z``", status="failed",
+                     cause="exit | code\n7")
+    text = orch("report", "--db", db, "--no-plots", "--baseline", "a|b")
+    tables = md_tables(text)       # asserts equal cell counts in every row of every table
+    thr = by_label(find(tables, "decode mean")[0])
+    assert r"a\|b" in thr and thr[r"a\|b"]["decode mean"] == "**5.02**"
+    evil = next(label for label in thr if "evil" in label)
+    assert "\n" not in evil and "<script>" not in text and "&lt;script>" in evil
+    assert "``` --x 'a\\|b' --y ``z`` ```" in text        # a code span longer than `` inside
+    html_path = tmp_path / "r.html"
+    orch("report", "--db", db, "--no-plots", "--format", "html", "-o", str(html_path))
+    page = html_path.read_text(encoding="utf-8")
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    rows = re.findall(r"<tr>(.*?)</tr>", page, re.S)
+    assert any("evil | name second line" in r for r in rows)
+    assert any("<td>a|b</td>" in r for r in rows)
+    assert "<code>--x 'a|b' --y ``z``</code>" in page
+    # `orch table` uses the same cell escape
+    assert r"| a\|b |" in orch("table", "--db", db)
+
+
+def test_template_directory_and_file_override(db, tmp_path):
+    orch("import", str(FIX / "2026-07-13"), "--db", db)
+    mine = tmp_path / "tpl"
+    mine.mkdir()
+    (mine / "header.md.j2").write_text("# Our numbers: {{ header.title }}\n")
+    text = orch("report", "--db", db, "--no-plots", "--template", str(mine))
+    assert text.startswith("# Our numbers: 2026-07-13") and "## Provenance" in text
+    single = tmp_path / "short.md.j2"
+    single.write_text("{% for g in groups %}{{ g.throughput | table }}\n{% endfor %}")
+    text = orch("report", "--db", db, "--no-plots", "--template", str(single))
+    assert text.startswith("| Config | decode mean |") and "Provenance" not in text
+    page = tmp_path / "page.html"
+    page.write_text("<html><h1>{{ data.title }} {{ '<b>' }}</h1>{{ body }}</html>")
+    out = tmp_path / "x.html"
+    orch("report", "--db", db, "--no-plots", "--format", "html", "--template", str(page),
+         "-o", str(out))
+    html = out.read_text(encoding="utf-8")
+    assert html.startswith("<html><h1>2026-07-13 &lt;b&gt;</h1>") and "<table>" in html
+
+
+@pytest.mark.slow
+def test_bench_report_quick_runs():
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "report"), "--runs", "40"],
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "MPLBACKEND": "Agg"})
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"report  orch [\d.]+ s  read_sql [\d.]+ s  ratio [\d.]+  goal <=3  "
+                     r"(MET|NOT MET)", proc.stdout), proc.stdout
