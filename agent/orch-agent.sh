@@ -5,7 +5,7 @@
 # dash and bash. Hence: no awk/dd/tr/expr/bc (toybox lacks them), no python, no arrays, and
 # no `printf` in hot paths (it is not a builtin in mksh). The sampling loop forks nothing
 # but one `sleep` per interval: a fork per value costs ~10x more CPU on the measured device.
-AGENT_VERSION=1.0.0
+AGENT_VERSION=1.1.0
 
 # Paths are overridable for tests and unusual devices.
 MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
@@ -263,11 +263,83 @@ supervise() {
   [ -n "$CSV" ] && [ -z "$CSV_OPEN" ] && say "W${TAB}csv never appeared: $CSV"
   sig=0
   [ "$rc" -gt 128 ] && sig=$((rc - 128))
+  # SIGKILL from the kernel for memory leaves a line in its log (OOM killer, Android's
+  # lowmemorykiller); where the log is readable, that is the evidence for status oom.
+  if [ "$sig" = 9 ] && [ -z "$CAUSE" ] && oom_line "$EPID"; then
+    CAUSE=oom
+    say "W${TAB}oom: $OOMLINE"
+  fi
   now_ms
   x="X$TAB$rc$TAB$sig$TAB$((NOW - UP0))"
   [ -n "$CAUSE" ] && x="$x${TAB}cause=$CAUSE"
   say "$x"
   : >"$JOBDIR/done"
+}
+
+# oom_line PID: OOMLINE = the last kernel log line that says PID was killed for memory.
+oom_line() {
+  OOMLINE=
+  command -v dmesg >/dev/null 2>&1 || return 1
+  OOMLINE=$(dmesg 2>/dev/null | grep -E "[^0-9]$1[^0-9]" |
+    grep -iE "out of memory|oom|lowmemorykiller|lmk|killed process" | tail -n 1)
+  [ -n "$OOMLINE" ]
+}
+
+# read_sensor SENSOR: VAL = its temperature in milli-°C (empty when unreadable). SENSOR is
+# `cpu` (the max over CPU zones, as cpu_temp_mC), `battery` (deci-°C on disk), or a
+# pattern matched against the zones' `type` (the max over the zones that match).
+read_sensor() {
+  VAL=
+  case $1 in
+    battery)
+      t=
+      [ -n "$BATT" ] && read -r t 2>/dev/null <"$BATT"
+      case ${t#-} in ''|*[!0-9]*) ;; *) VAL=$((t * 100)) ;; esac
+      return ;;
+  esac
+  for z in $ZONES; do
+    n=${z%:*} t=
+    if [ "$1" = cpu ]; then
+      [ "${z#*:}" = c ] || continue
+    else
+      ty=
+      read -r ty 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/type"
+      case $ty in $1) ;; *) continue ;; esac
+    fi
+    read -r t 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/temp"
+    case ${t#-} in ''|*[!0-9]*) continue ;; esac
+    if [ -z "$VAL" ] || [ "$t" -gt "$VAL" ]; then VAL=$t; fi
+  done
+}
+
+# cooldown SENSOR UNTIL_mC MIN_MS MAX_MS INTERVAL_MS: wait on the device until SENSOR reads
+# at most UNTIL_mC, no shorter than MIN_MS and no longer than MAX_MS. Prints a T line per
+# reading (elapsed ms, the sensor, cpu and battery) and ends with one R line:
+# R met|max|nosensor ELAPSED_MS VALUE_mC. Done here, not by the controller, so the wait is
+# timed on the device and costs no round trip per reading.
+cooldown() {
+  sensor=$1 until=$2 min=$3 max=$4 iv=${5:-1000}
+  for v in "$until" "$min" "$max" "$iv"; do
+    case ${v#-} in ''|*[!0-9]*) die "cooldown: numbers expected, got '$v'" ;; esac
+  done
+  list_zones
+  f=$((iv % 1000))
+  case ${#f} in 1) f=00$f ;; 2) f=0$f ;; esac
+  slp=$((iv / 1000)).$f
+  now_ms; T0=$NOW
+  while :; do
+    read_sensor "$sensor"; val=$VAL
+    read_sensor cpu; cpu=$VAL
+    read_sensor battery; bat=$VAL
+    now_ms; el=$((NOW - T0))
+    say "T$TAB$el${TAB}value_mC=$val${TAB}cpu_mC=$cpu${TAB}batt_mC=$bat"
+    if [ -z "$val" ] && [ "$el" -ge "$min" ]; then say "R${TAB}nosensor$TAB$el$TAB"; return 0; fi
+    if [ -n "$val" ] && [ "$el" -ge "$min" ] && [ "$val" -le "$until" ]; then
+      say "R${TAB}met$TAB$el$TAB$val"; return 0
+    fi
+    if [ "$el" -ge "$max" ]; then say "R${TAB}max$TAB$el$TAB$val"; return 0; fi
+    sleep "$slp" || sleep 1
+  done
 }
 
 # attach SKIP: print the spool from complete line SKIP on, following it until the X line.
@@ -414,7 +486,7 @@ case $cmd in
     now_ms; UP0=$NOW
     i=0
     while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
-  cooldown) die "cooldown: not implemented in agent $AGENT_VERSION (reserved, issue 7)" ;;
+  cooldown) shift; cooldown "$@" ;;
   *) die "usage: orch-agent.sh version | facts | start JOBDIR | attach JOBDIR SKIP |" \
-      "status JOBDIR | kill JOBDIR" ;;
+      "status JOBDIR | kill JOBDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;
 esac

@@ -31,12 +31,22 @@ def parse_duration(value: Any) -> float:
     return seconds
 
 
+_UNTIL = re.compile(r"^\s*(?:(baseline)\s*\+\s*)?(\d+(?:\.\d+)?)\s*C\s*$", re.I)
+
+
 class Cooldown(BaseModel):
-    """How long to let the device settle before each cell. A fixed wait for now; the shape
-    leaves room for a thermal condition (`until`, `sensor`, `min`, `max`)."""
+    """How the device settles before each cell: a fixed wait between cells (`cooldown: 45s`)
+    or a thermal condition checked on the device before every cell:
+    `{until: baseline+2C | 40C, sensor: cpu | battery | <zone type pattern>, min: 10s, max: 300s}`.
+    """
 
     model_config = ConfigDict(extra="forbid")
     seconds: float = 0.0
+    until: str | None = None
+    sensor: str = "cpu"
+    min: float = 0.0
+    max: float = 300.0
+    interval: float = 1.0
 
     @model_validator(mode="before")
     @classmethod
@@ -44,6 +54,41 @@ class Cooldown(BaseModel):
         if isinstance(value, dict):
             return value
         return {"seconds": parse_duration(value)}
+
+    @field_validator("min", "max", "interval", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("until")
+    @classmethod
+    def _until(cls, value: str | None) -> str | None:
+        if value is not None and not _UNTIL.match(str(value)):
+            raise ValueError("expected `baseline+2C` or an absolute `40C`")
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "Cooldown":
+        if self.until is not None and self.max < self.min:
+            raise ValueError("max must be at least min")
+        return self
+
+    @property
+    def is_condition(self) -> bool:
+        return self.until is not None
+
+    def threshold_mC(self, baseline: dict[str, float] | None) -> int:
+        """The condition's absolute limit in milli-°C; `baseline+X` needs the device's idle
+        baseline for the sensor (orch calibrate)."""
+        match = _UNTIL.match(str(self.until))
+        assert match is not None
+        delta = float(match.group(2)) * 1000
+        if not match.group(1):
+            return int(delta)
+        if not baseline or self.sensor not in baseline:
+            raise ValueError(f"cooldown.until is relative to the idle baseline of sensor "
+                             f"{self.sensor!r}, which this device has none of")
+        return int(baseline[self.sensor] + delta)
 
 
 class BinarySpec(BaseModel):

@@ -37,13 +37,25 @@ class CellOutcome:
     cause: str | None = None
 
 
-def classify(recorder: RunRecorder) -> tuple[str, str | None]:
-    """Status vocabulary of DESIGN §4 from what the stream said."""
+OOM_FREE_FRACTION = 0.03   # free RAM below 3% of MemTotal at the last sample: memory exhausted
+
+
+def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[str, str | None]:
+    """Status vocabulary of DESIGN §4 from what the stream said. `oom` needs evidence: the
+    kernel's log line the agent found (cause=oom), or a SIGKILL while free RAM was near zero."""
     exit_ = recorder.exit
     if exit_ is None:
         return "interrupted", "the stream ended without the agent's X line"
     if exit_.cause == "timeout":
         return "timeout", "exceeded the cell timeout"
+    if exit_.cause == "oom":
+        oom = next((w for w in recorder.warnings if w.startswith("oom: ")), "oom: kernel log")
+        return "oom", f"killed for memory ({oom[5:].strip()[:300]})"
+    last_free = (recorder.last_sample or {}).get("mem_avail_kb")
+    if exit_.signal == 9 and mem_total_kb and last_free is not None \
+            and last_free < OOM_FREE_FRACTION * mem_total_kb:
+        return "oom", (f"SIGKILL with {last_free / 1024:.0f} MiB free of "
+                       f"{mem_total_kb / 1048576:.1f} GiB at the last sample")
     if exit_.signal:
         return "killed", f"signal {exit_.signal}"
     if exit_.rc != 0:
@@ -68,6 +80,7 @@ class DeviceRunner:
 
     def __post_init__(self) -> None:
         self.client = AgentClient(self.transport)
+        self.mem_total_kb: int | None = None   # from the device facts, for oom evidence
         self._binary: tuple[str, str | None] | None = None
 
     # -- preparation ---------------------------------------------------------------------------
@@ -92,7 +105,9 @@ class DeviceRunner:
         return self._binary
 
     # -- one cell ------------------------------------------------------------------------------
-    def run_cell(self, cell: Cell, cooldown_s: float, superseding: int | None = None) -> CellOutcome:
+    def run_cell(self, cell: Cell, cooldown_s: float, superseding: int | None = None,
+                 cooldown_met: bool | None = None,
+                 cooldown_temps: dict[str, int] | None = None) -> CellOutcome:
         matrix = self.loaded.matrix
         uid = uuid.uuid4().hex[:16]
         jobdir = self.client.job_dir(uid)
@@ -106,7 +121,8 @@ class DeviceRunner:
             uid=uid, session_id=self.session_id, device_id=self.device_id, cell_key=cell.key,
             model=cell.model, config=cell.config, flags=cell.flags, argv=argv,
             repeat_index=cell.repeat, order_index=cell.order, status="running",
-            started_at=now(), cooldown_s=cooldown_s, engine=self.adapter.name,
+            started_at=now(), cooldown_s=cooldown_s, cooldown_met=cooldown_met,
+            temp_start=cooldown_temps, engine=self.adapter.name,
             binary_path=binary_path, binary_sha256=binary_sha, remote_dir=jobdir,
             superseded=False)
         if superseding is not None:
@@ -142,7 +158,7 @@ class DeviceRunner:
                                   ended_at=now())
             raise
         recorder.flush()
-        status, cause = classify(recorder)
+        status, cause = classify(recorder, self.mem_total_kb)
         if status != STATUS_OK and recorder.exit is None and recorder.protocol_errors:
             cause = f"{cause}; {recorder.protocol_errors[0]}"
         return self._finish(run_id, recorder, status, cause)
@@ -191,8 +207,9 @@ class DeviceRunner:
         values: dict[str, Any] = dict(
             status=status, cause=cause, ended_at=now(), summary=_jsonable(summary),
             text=summary.get("text") if isinstance(summary, dict) else None,
-            warnings=warnings or None, temp_start=temps or None,
-            mem_avail_start_kb=first.get("mem_avail_kb"))
+            warnings=warnings or None, mem_avail_start_kb=first.get("mem_avail_kb"))
+        if temps and not (self.store.run_row(run_id).temp_start or {}):
+            values["temp_start"] = temps  # no cooldown reading: the first sample's
         if recorder.exit is not None:
             values.update(rc=recorder.exit.rc, signal=recorder.exit.signal)
         self.store.update_run(run_id, **values)

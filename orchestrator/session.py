@@ -16,9 +16,10 @@ from sqlalchemy import select
 from . import __version__
 from .db import schema
 from .db.store import Store, now
+from .cooldown import Reading, wait_for_condition
 from .engines import get_adapter
 from .inventory import Inventory
-from .matrix import LoadedMatrix
+from .matrix import Cooldown, LoadedMatrix
 from .pathcheck import check_model_paths
 from .plan import Cell, plan_cells
 from .progress import Board, Progress
@@ -85,6 +86,15 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
                               **({"sleep": sleep} if sleep else {}))
         facts = runner.client.facts()
         store.upsert_device(device, entry.kind, facts)
+        if str(facts.get("mem_total_kb", "")).isdigit():
+            runner.mem_total_kb = int(facts["mem_total_kb"])
+        baseline = store.device_by_name(device).idle_baseline
+        if matrix.cooldown.is_condition:
+            try:
+                matrix.cooldown.threshold_mC(baseline)
+            except ValueError as exc:
+                raise ConfigError(f"{loaded.path}: {exc}: run `orch calibrate --device "
+                                  f"{device}` first, or give an absolute `until: 40C`") from None
         path_warnings = check_model_paths(transport, loaded)  # ConfigError when refused
         for warning in path_warnings:
             progress.note(warning)
@@ -112,10 +122,9 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
             if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
                 outcome = _collect(runner, earlier, cell)
             if outcome is None:
-                cooldown = 0.0 if first else matrix.cooldown.seconds
-                if cooldown:
-                    _count_down(runner, progress, cooldown)
-                outcome = runner.run_cell(cell, cooldown,
+                settled = _settle(runner, progress, matrix.cooldown, first, baseline)
+                outcome = runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
+                                          cooldown_temps=settled.temps,
                                           superseding=earlier.id if earlier is not None else None)
             first = False
             _add_warnings(store, outcome.run_id,
@@ -124,6 +133,37 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
         store.update_session(session_id, ended_at=now())
         progress.finish()
     return result
+
+
+@dataclass
+class Settled:
+    waited_s: float = 0.0
+    met: bool | None = None          # None: a fixed wait, no condition
+    temps: dict[str, int] | None = None
+
+
+def _settle(runner: DeviceRunner, progress: Progress, spec: Cooldown, first: bool,
+            baseline: dict[str, float] | None) -> Settled:
+    """The cooldown before a cell: the thermal condition before every cell (the first one
+    too: it should start from the baseline as well), or the fixed timer between cells."""
+    if spec.is_condition:
+        def shown(reading: Reading) -> None:
+            temp = reading.values.get("value_mC")
+            progress.cooldown(spec.max, spec.max - reading.elapsed_ms / 1000.0,
+                              None if temp is None else temp / 1000.0)
+
+        result = wait_for_condition(runner.client, spec, baseline, shown)
+        if result.outcome == "max":
+            progress.note(f"cooldown hit its max ({spec.max:g} s) before the condition was met")
+        elif result.outcome == "nosensor":
+            progress.note(f"cooldown: sensor {spec.sensor!r} is not readable on this device")
+        last = result.readings[-1].values if result.readings else {}
+        return Settled(result.waited_s, result.met if result.outcome != "nosensor" else None,
+                       {k: v for k, v in last.items() if v is not None} or None)
+    if first or not spec.seconds:
+        return Settled()
+    _count_down(runner, progress, spec.seconds)
+    return Settled(spec.seconds)
 
 
 def _count_down(runner: DeviceRunner, progress: Progress, seconds: float) -> None:

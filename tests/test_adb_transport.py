@@ -383,3 +383,31 @@ def test_a_silent_stream_is_probed_not_dropped(phone, monkeypatch):
                                                                     real_probe(self, what)))
     assert b"".join(t.stream(["sh", "-c", "sleep 2; echo late"])) == b"late\n"
     assert len(probes) >= 2
+
+
+def test_a_hung_device_is_link_lost(phone, monkeypatch):
+    t = transport(phone, dead_after=0.5, poll=0.1)
+    real_exec = AdbTransport._exec
+
+    def hung(self, argv, timeout, cd=True):  # the probe gets no answer, as from a frozen adbd
+        if argv == ["true"]:
+            raise adbmod.CommandTimedOut("no answer")
+        return real_exec(self, argv, timeout, cd)
+    monkeypatch.setattr(AdbTransport, "_exec", hung)
+    with pytest.raises(LinkLost, match="no answer"):
+        for _ in t.stream(["sh", "-c", "sleep 5"]):
+            pass
+
+
+def test_v1_fallback_for_phones_without_shell_v2(phone):
+    t = transport(phone)
+    t._v2 = False  # as on Android < 7: exit code by marker, stream end checked against the state
+    r = t.run(["sh", "-c", "echo out; exit 3"])
+    assert (r.rc, r.stdout) == (3, b"out\n")
+    assert b"".join(t.stream(["echo", "v1"])) == b"v1\n"
+    gen = t.stream(["sh", "-c", "while :; do echo tick; sleep 0.1; done"])
+    assert next(gen).startswith(b"tick")
+    phone.kill()
+    with pytest.raises(LinkLost):
+        for _ in gen:
+            pass

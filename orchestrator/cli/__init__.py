@@ -189,7 +189,7 @@ def trust(name: str, yes: bool, inventory: str | None) -> None:
         click.echo(f"already trusted in {path}")
 
 
-from . import data  # noqa: E402,F401  (registers import, table, export)
+from . import calibrate, data  # noqa: E402,F401  (register their commands)
 from . import report  # noqa: E402,F401  (registers report, compare)
 from . import engines  # noqa: E402,F401  (registers engines build, models make-moe)
 

@@ -1,22 +1,17 @@
 """Android phones over adb (DESIGN §5), with adbutils talking to a running adb server.
 
-- Every call has a socket timeout (adbutils' default is 600 s), and orch never lets adbutils
-  run `adb start-server` behind its back: that would start its own bundled adb on another
-  port. A missing server is a TransportError that says how to start one.
-- Commands are argv lists, each element shell-quoted, run in the workdir over the shell v2
-  protocol (exit code, separate stderr); the inventory's `env` becomes an `env K=V` prefix.
-- Unplug detection: the adb server closes every open stream when a device drops, so a v2
-  command or stream that ends WITHOUT its exit packet raises LinkLost (the v1 fallback for
-  pre-Android-7 phones checks the device state after EOF instead, since a v1 end looks like a
-  normal end). Calls on an offline device raise LinkLost too. A hung device (state still
-  `device`) is noticed by timeouts: a stream silent for `dead_after` s is probed with a
-  short `true`; no answer -> LinkLost. connect() of a TCP serial (host:port, wireless debugging)
-  re-runs `adb connect` itself instead of waiting for the server's 10 s retry.
-- Files go over the sync service with our own SEND (64 KiB DATA packets, sendall, progress):
-  adbutils' push sends 4 KiB pieces with socket.send(), which may write short. A file goes to
-  `<file>.orch-tmp` and is renamed; files over PIECE bytes go as pieces (see _put_pieces).
-- push_if_changed: size first (sync STAT), then sha256, cached on the device in
-  `<file>.orch-sha256` ("size mtime sha256") as the ssh transport does.
+Every call has our socket timeout (adbutils defaults to 600 s) and adbutils may not run
+`adb start-server` (its bundled adb, maybe on another port). Commands: argv, each element
+shell-quoted, run in the workdir over shell v2 (exit code, separate stderr); the inventory's
+`env` becomes an `env K=V` prefix. Unplug detection: the server closes every stream of a
+dropped device, so a v2 command or stream ending WITHOUT its exit packet is LinkLost (the v1
+fallback for pre-Android-7 phones asks the device state after EOF instead); calls on an
+offline device are LinkLost; a stream silent for `dead_after` s is probed with `true`, and no
+answer (a hung device still shows `device`) is LinkLost. connect() of a host:port serial runs
+`adb connect` itself rather than wait for the server's ~10 s retry. Files: our own sync SEND
+(64 KiB DATA, sendall, progress; adbutils sends 4 KiB with send(), which may write short) to
+`<file>.orch-tmp`, then rename; big files go in resumable pieces (_put_pieces).
+push_if_changed: size (sync STAT), then sha256 cached in `<file>.orch-sha256` like ssh.py.
 """
 from __future__ import annotations
 
@@ -37,7 +32,6 @@ from adbutils import AdbConnection, AdbError
 from .base import CommandResult, LinkLost, Transport, TransportError, sha256_file
 
 Progress = Callable[[int, int], None]
-CACHE_SUFFIX = ".orch-sha256"
 SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
 PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)
 _NET = (AdbError, OSError, EOFError, struct.error)
@@ -78,7 +72,7 @@ chmod "$5" "$c" && mv -f -- "$c" "$6" && rm -f -- "$6".orch-part-*'''
 
 
 class RemoteFileNotFound(TransportError, FileNotFoundError):
-    """The device file does not exist (both a TransportError and a FileNotFoundError)."""
+    """The device file does not exist."""
 
 
 class CommandTimedOut(TransportError):
@@ -86,20 +80,16 @@ class CommandTimedOut(TransportError):
 
 
 class _Connection(AdbConnection):
-    def _safe_connect(self) -> socket.socket:
-        # adbutils would run `adb start-server` (its own adb, maybe another port) on failure
+    def _safe_connect(self) -> socket.socket:  # no `adb start-server` fallback
         return self._create_socket()
 
 
 class _Client(adbutils.AdbClient):
-    def __init__(self, host: str, port: int, socket_timeout: float) -> None:
-        super().__init__(host, port, socket_timeout=socket_timeout)
-        self.timeout = socket_timeout
+    timeout = 30.0
 
     def make_connection(self, timeout: float | None = None) -> AdbConnection:
-        # ours, always: adbutils passes 600 s (or nothing) on many calls
         conn = _Connection(self.host, self.port)
-        conn.conn.settimeout(self.timeout)
+        conn.conn.settimeout(self.timeout)  # ours, always: adbutils often passes 600 s
         return conn
 
 
@@ -112,13 +102,12 @@ class AdbTransport(Transport):
                  dead_after: float = 30.0, poll: float = 1.0) -> None:
         super().__init__(name, workdir, shell)
         self.serial, self.adb_host, self.adb_port = serial, adb_host, int(adb_port)
-        self.env = dict(env or {})
+        self.env, self.requested_workdir = dict(env or {}), workdir
         self.timeout, self.dead_after, self.poll = timeout, dead_after, poll
-        self.requested_workdir = workdir
-        self._client = _Client(adb_host, self.adb_port, timeout)
+        self._client = _Client(adb_host, self.adb_port)
+        self._client.timeout = timeout
         self._dev: adbutils.AdbDevice | None = None
-        self._v2 = True
-        self._dirs: set[str] = set()
+        self._v2, self._dirs = True, set[str]()
         self.last_stderr = b""  # stderr tail of the last stream()
         self.last_sha256_source = ""  # "cached" or "computed" (last remote_sha256)
 
@@ -126,12 +115,11 @@ class AdbTransport(Transport):
     def state(self) -> str | None:
         """The server's state for our serial (device, offline, unauthorized, ...) or None."""
         try:
-            infos = self._client.list()
+            return next((i.state for i in self._client.list() if i.serial == self.serial), None)
         except _NET as exc:
             raise TransportError(
                 f"{self.name}: no adb server at {self.adb_host}:{self.adb_port} ({exc}); start "
                 f"one with `adb -P {self.adb_port} start-server`") from None
-        return next((i.state for i in infos if i.serial == self.serial), None)
 
     def connect(self) -> None:
         self._dev, self._dirs = None, set()
@@ -148,9 +136,8 @@ class AdbTransport(Transport):
             self._v2 = "shell_v2" in self._dev.get_features().split(",")
         except _NET as exc:
             raise self._error("features", exc) from None
-        script = 'd=$1; mkdir -p -- "$d" && cd -- "$d" && pwd'
-        result = self._exec([self.shell, "-c", script, "sh", self.requested_workdir],
-                            self.timeout, cd=False)
+        result = self._exec([self.shell, "-c", 'mkdir -p -- "$1" && cd -- "$1" && pwd', "sh",
+                             self.requested_workdir], self.timeout, cd=False)
         if result.rc != 0 or not result.stdout.strip():
             raise TransportError(f"{self.name}: cannot create workdir {self.requested_workdir}: "
                                  f"{result.stderr.decode(errors='replace').strip()}")
@@ -164,13 +151,11 @@ class AdbTransport(Transport):
                 self._client.disconnect(self.serial)
             answer = self._client.connect(self.serial, timeout=min(self.timeout, 10))
         except _NET:
-            return self.state()
-        if "connected" not in answer:  # "failed to connect ...", "unable to connect ..."
-            return self.state()
-        for _ in range(30):  # the server needs a moment for the CNXN handshake
+            answer = ""
+        for _ in range(30 if "connected" in answer else 1):  # "failed/unable to connect": once
             if (state := self.state()) == "device":
                 break
-            time.sleep(0.1)
+            time.sleep(0.1)  # the server needs a moment for the CNXN handshake
         return state
 
     def close(self) -> None:
@@ -180,26 +165,22 @@ class AdbTransport(Transport):
     def _device(self) -> adbutils.AdbDevice:
         if self._dev is None:
             self.connect()
-        assert self._dev is not None
-        return self._dev
+        return self._dev  # type: ignore[return-value]
 
     def _error(self, what: str, exc: BaseException | None = None) -> TransportError:
         """LinkLost when the device is no longer `device`, else a plain TransportError."""
         detail = f": {exc}" if exc else ""
         try:
-            state = self.state()
+            if (state := self.state()) == "device":
+                return TransportError(f"{self.name}: {what} failed{detail}")
         except TransportError as err:
             return LinkLost(f"{err} (during {what})")
-        if state != "device":
-            self._dev = None
-            return LinkLost(f"{self.name}: device {self.serial} is {state or 'gone'} "
-                            f"(during {what}){detail}")
-        return TransportError(f"{self.name}: {what} failed{detail}")
+        self._dev = None
+        return LinkLost(f"{self.name}: device {self.serial} is {state or 'gone'} (during {what})"
+                        + detail)
 
     # -- commands ----------------------------------------------------------------------------
     def _command(self, argv: list[str], cd: bool = True) -> str:
-        if not argv:
-            raise ValueError("empty argv")
         # argv[0] always quoted: never a keyword, alias or assignment
         words = ["'" + argv[0].replace("'", "'\"'\"'") + "'"] + [shlex.quote(a) for a in argv[1:]]
         if self.env:
@@ -216,13 +197,14 @@ class AdbTransport(Transport):
             raise self._error(what, exc) from None
         return conn
 
-    def _packets(self, conn: AdbConnection, what: str, deadline: float | None,
-                 watch: bool) -> Iterator[tuple[int, bytes]]:
-        """Shell v2 packets ([id u8][len u32][data]) until the exit packet (id 3)."""
+    def _packets(self, conn: AdbConnection, what: str, deadline: float | None, watch: bool,
+                 v2: bool = True) -> Iterator[tuple[int, bytes]]:
+        """Shell v2 packets ([id u8][len u32][data]) until the exit packet (id 3). A v1 stream
+        gives its data as id 1 and its end as an empty exit packet."""
         buf, last_rx = bytearray(), time.monotonic()
         conn.conn.settimeout(self.poll)
         while True:
-            while len(buf) >= 5 and len(buf) >= 5 + (n := int.from_bytes(buf[1:5], "little")):
+            while v2 and len(buf) >= 5 and len(buf) >= 5 + (n := int.from_bytes(buf[1:5], "little")):
                 kind, data = buf[0], bytes(buf[5:5 + n])
                 del buf[:5 + n]
                 yield kind, data
@@ -241,19 +223,24 @@ class AdbTransport(Transport):
             except OSError as exc:
                 raise self._error(what, exc) from None
             if not chunk:  # closed without an exit packet: the device (or server) went away
-                err = self._error(what)
-                raise err if isinstance(err, LinkLost) else LinkLost(f"{err} (no exit status)")
-            buf += chunk
+                if isinstance(err := self._error(what), LinkLost):
+                    raise err
+                if not v2:  # a v1 end is no proof of anything, but the device is still there
+                    yield 3, b""
+                    return
+                raise LinkLost(f"{err} (no exit status)")
             last_rx = time.monotonic()
+            if not v2:
+                yield 1, chunk
+            buf += chunk if v2 else b""
 
     def _probe(self, what: str) -> None:
         try:
-            result = self._exec(["true"], min(self.timeout, 10.0), cd=False)
+            detail = f"rc {self._exec(['true'], min(self.timeout, 10.0), cd=False).rc}"
         except TransportError as exc:
-            raise LinkLost(f"{self.name}: no answer from {self.serial} while waiting on "
-                           f"{what}: {exc}") from None
-        if result.rc != 0:
-            raise LinkLost(f"{self.name}: {self.serial} does not run commands any more")
+            detail = str(exc)
+        if detail != "rc 0":
+            raise LinkLost(f"{self.name}: no answer from {self.serial} during {what}: {detail}")
 
     def _exec(self, argv: list[str], timeout: float, cd: bool = True) -> CommandResult:
         cmd, what = self._command(argv, cd), f"`{shlex.join(argv)[:80]}`"
@@ -263,19 +250,16 @@ class AdbTransport(Transport):
             except _NET as exc:
                 raise self._error(what, exc) from None
             return CommandResult(raw.returncode, raw.output, b"")
-        conn = self._open(f"shell,v2:{cmd}", what)
-        out, err, rc = bytearray(), bytearray(), 255
+        conn, out, rc = self._open(f"shell,v2:{cmd}", what), {1: bytearray(), 2: bytearray()}, 255
         try:
             for kind, data in self._packets(conn, what, time.monotonic() + timeout, False):
-                if kind == 1:
-                    out += data
-                elif kind == 2:
-                    err += data
+                if kind in out:
+                    out[kind] += data
                 elif kind == 3 and data:
                     rc = data[0]
         finally:
             conn.close()
-        return CommandResult(rc, bytes(out), bytes(err))
+        return CommandResult(rc, bytes(out[1]), bytes(out[2]))
 
     def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
         return self._exec(argv, timeout)
@@ -287,9 +271,7 @@ class AdbTransport(Transport):
         service = ("shell,v2:" if self._v2 else "shell:") + self._command(argv)
         conn = self._open(service, what)
         try:
-            if not self._v2:
-                return (yield from self._stream_v1(conn, what))
-            for kind, data in self._packets(conn, what, None, True):
+            for kind, data in self._packets(conn, what, None, True, self._v2):
                 if kind == 1:
                     yield data
                 elif kind == 2:
@@ -300,21 +282,6 @@ class AdbTransport(Transport):
             conn.close()  # the server closes the device stream: the follower there ends
         return None
 
-    def _stream_v1(self, conn: AdbConnection, what: str) -> Iterator[bytes]:
-        conn.conn.settimeout(self.poll)
-        while True:
-            try:
-                chunk = conn.conn.recv(1 << 16)
-            except socket.timeout:
-                continue
-            except OSError as exc:
-                raise self._error(what, exc) from None
-            if not chunk:  # v1 EOF is no proof of anything: ask the server about the device
-                if (err := self._error(what)) and isinstance(err, LinkLost):
-                    raise err
-                return None
-            yield chunk
-
     # -- files -------------------------------------------------------------------------------
     def _path(self, remote: str) -> str:
         return remote if remote.startswith("/") else posixpath.join(self.workdir, remote)
@@ -322,9 +289,8 @@ class AdbTransport(Transport):
     def _sh(self, script: str, *args: str, timeout: float | None = None) -> None:
         result = self._exec([self.shell, "-c", script, "sh", *args], timeout or self.timeout)
         if result.rc != 0:
-            raise TransportError(f"{self.name}: {script.split()[0]} on {args[0] if args else ''} "
-                                 f"failed (rc {result.rc}): "
-                                 f"{result.stderr.decode(errors='replace').strip()[:300]}")
+            raise TransportError(f"{self.name}: `{script[:30]}...` {args[0]} failed (rc "
+                                 f"{result.rc}): {result.stderr.decode(errors='replace')[:300]}")
 
     def _stat(self, remote: str) -> tuple[int, int] | None:
         """(size, mtime) by sync STAT, or None when the path does not exist."""
@@ -332,9 +298,7 @@ class AdbTransport(Transport):
             info = self._device().sync.stat(remote)
         except _NET as exc:
             raise self._error(f"stat {remote}", exc) from None
-        if not info.mode or info.mtime is None:
-            return None
-        return info.size, int(info.mtime.timestamp())
+        return (info.size, int(info.mtime.timestamp())) if info.mode and info.mtime else None
 
     def _send(self, handle: BinaryIO, length: int, remote: str, mode: int,
               progress: Progress | None = None, done: int = 0, total: int = 0) -> None:
@@ -345,37 +309,29 @@ class AdbTransport(Transport):
         try:
             sock = conn.conn
             sock.sendall(b"SEND" + struct.pack("<I", len(spec)) + spec)
-            left = length
-            while left > 0:
-                chunk = handle.read(min(SYNC_DATA_MAX, left))
-                if not chunk:
+            end = done + length
+            while done < end:
+                if not (chunk := handle.read(min(SYNC_DATA_MAX, end - done))):
                     raise TransportError(f"{self.name}: local file shrank while pushing {remote}")
                 sock.sendall(b"DATA" + struct.pack("<I", len(chunk)) + chunk)
-                left -= len(chunk)
                 done += len(chunk)
                 if progress:
                     progress(done, total or length)
             sock.sendall(b"DONE" + struct.pack("<I", int(time.time())))
-            status = conn.read_exact(8)
-            if status[:4] != b"OKAY":
-                message = conn.read_exact(struct.unpack("<I", status[4:])[0]).decode(errors="replace")
-                raise TransportError(f"{self.name}: {what} refused: {message}")
+            if (status := conn.read_exact(8))[:4] != b"OKAY":
+                message = conn.read_exact(struct.unpack("<I", status[4:])[0])
+                raise TransportError(f"{self.name}: {what} refused: {message.decode(errors='replace')}")
             sock.sendall(b"QUIT" + bytes(4))
         except _NET as exc:
             raise self._error(what, exc) from None
         finally:
             conn.close()
 
-    def _prepare(self, remote: str) -> None:
-        """Parents exist and a stale sha256 cache is gone before new bytes arrive."""
-        parent = posixpath.dirname(remote) or "/"
-        self._sh('mkdir -p -- "$1" && rm -f -- "$2"', parent, remote + CACHE_SUFFIX)
-        self._dirs.add(parent)
-
     def _put(self, local: Path, remote: str, mode: int, progress: Progress | None,
              digest: str | None = None) -> None:
         size = local.stat().st_size
-        self._prepare(remote)
+        # parents exist, and a stale sha256 cache is gone before new bytes arrive
+        self._sh('mkdir -p -- "${1%/*}/" && rm -f -- "$1.orch-sha256"', remote)
         if size > PIECE:
             key = (digest or f"{size}-{local.stat().st_mtime_ns}")[:16]
             return self._put_pieces(local, size, remote, mode, progress, key)
@@ -391,7 +347,11 @@ class AdbTransport(Transport):
         kept from an interrupted push; the device then appends them in order (_ASSEMBLE)."""
         prefix = f"{remote}.orch-part-{key}"
         count = (size + PIECE - 1) // PIECE
-        have = self._listing(posixpath.dirname(remote))
+        try:
+            have = {e.path: e.size for e in self._device().sync.iter_directory(
+                posixpath.dirname(remote))}
+        except _NET as exc:
+            raise self._error(f"list {posixpath.dirname(remote)}", exc) from None
         assembled = have.get(posixpath.basename(prefix) + ".cat", 0)
         inside = count if assembled == size else assembled // PIECE
         with open(local, "rb") as handle:
@@ -410,12 +370,6 @@ class AdbTransport(Transport):
         self._sh(_ASSEMBLE, prefix, str(count), str(PIECE), str(size), f"{mode:o}", remote,
                  timeout=max(self.timeout, size / (20 << 20)))  # on-device copy at >= 20 MB/s
 
-    def _listing(self, directory: str) -> dict[str, int]:
-        try:
-            return {e.path: e.size for e in self._device().sync.iter_directory(directory)}
-        except _NET as exc:
-            raise self._error(f"list {directory}", exc) from None
-
     def put(self, local: Path, remote: str, mode: int = 0o644,
             progress: Progress | None = None) -> None:
         """Copy a file (parents created); `progress(bytes_done, total)` is called along."""
@@ -424,9 +378,8 @@ class AdbTransport(Transport):
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
         # Small files (job files, caches) go straight to their name: one SEND, no rename.
         remote = self._path(remote)
-        parent = posixpath.dirname(remote) or "/"
-        if parent not in self._dirs:
-            self._sh('mkdir -p -- "$1"', parent)
+        if (parent := posixpath.dirname(remote)) not in self._dirs:
+            self._sh('mkdir -p -- "$1/"', parent)
             self._dirs.add(parent)
         self._send(io.BytesIO(data), len(data), remote, mode)
 
@@ -434,11 +387,9 @@ class AdbTransport(Transport):
         remote = self._path(remote)
         try:
             return self._device().sync.read_bytes(remote)
-        except AdbError as exc:
+        except _NET as exc:
             if "No such file" in str(exc):
                 raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file") from None
-            raise self._error(f"reading {remote}", exc) from None
-        except (OSError, EOFError) as exc:
             raise self._error(f"reading {remote}", exc) from None
 
     # -- sha256 with a cache next to the file ------------------------------------------------

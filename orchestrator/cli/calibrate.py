@@ -1,0 +1,43 @@
+"""`orch calibrate`: measure a device's idle temperature baseline for thermal cooldowns."""
+from __future__ import annotations
+
+import click
+
+from . import console, db_option, friendly, inventory_option, main
+
+
+@main.command()
+@click.option("--device", "-d", "name", default="local", show_default=True)
+@click.option("--seconds", type=float, default=60.0, show_default=True,
+              help="Length of the quiet period sampled (leave the device idle meanwhile).")
+@click.option("--interval", type=float, default=1.0, show_default=True, help="Seconds per reading.")
+@inventory_option
+@db_option
+@friendly
+def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
+              db: str | None) -> None:
+    """Measure the device's idle baseline per sensor (CPU zones, battery) and store it, for
+    matrices with `cooldown: {until: baseline+2C, ...}`. The baseline is the median of the
+    last third of the readings; a sensor still falling is reported as not settled."""
+    from ..agentctl import AgentClient
+    from ..cooldown import calibrate as measure
+    from ..db.store import Store
+    from ..inventory import load_inventory
+    from ..transports import open_transport
+
+    inv = load_inventory(inventory)
+    entry = inv.get(name)
+    store = Store.open(db)
+    with open_transport(inv, name) as transport:
+        client = AgentClient(transport)
+        store.upsert_device(name, entry.kind, client.facts())
+        click.echo(f"{name}: sampling for {seconds:g} s; keep the device idle", err=True)
+        baseline, notes = measure(client, seconds, interval)
+    device_id = store.upsert_device(name, entry.kind)
+    from ..db import schema
+
+    store._update(schema.device, device_id, {"idle_baseline": baseline or None})
+    for sensor, value in baseline.items():
+        console.print(f"{name} idle baseline {sensor}: {value / 1000:.1f} °C")
+    for note in notes:
+        click.echo(f"note: {note}", err=True)

@@ -1,0 +1,228 @@
+"""Fair comparisons: thermal-gated cooldown, calibration, order, concurrent devices, oom, drift."""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import text
+
+from conftest import IN_CI
+from orchestrator.cli import main
+from orchestrator.db.store import Store
+from orchestrator.drift import session_warnings
+
+ENGINES = Path(__file__).resolve().parent / "engines"
+
+
+def orch(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def bench(tmp_path, monkeypatch):
+    """A workspace: two local devices sharing a fake thermal zone, the fake engine."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    zone = tmp_path / "thermal" / "thermal_zone0"
+    zone.mkdir(parents=True)
+    (zone / "type").write_text("cpu-0-0\n")
+    (zone / "temp").write_text("38000\n")
+    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
+        devices:
+          local:
+            kind: local
+            workdir: {tmp_path}/dev-a
+            env: {{ORCH_THERMAL_DIR: {tmp_path}/thermal}}
+          twin:
+            kind: local
+            workdir: {tmp_path}/dev-b
+        """))
+    (tmp_path / "fake_bmoe.sh").write_bytes((ENGINES / "fake_bmoe.sh").read_bytes())
+    return tmp_path
+
+
+def matrix(path: Path, body: str) -> str:
+    head = "engine: bmoe\nbinary: {local: fake_bmoe.sh}\nmodels: {m: /m.gguf}\nprompt: p\n"
+    path.write_text(head + textwrap.dedent(body))
+    return str(path)
+
+
+class Heater(threading.Thread):
+    """Writes a temperature curve into the fake zone: up, then down in 3 °C steps every
+    0.3 s (the agent polls every 0.1 s, so it cannot miss a value). Records when it wrote
+    the first value at or below `limit`."""
+
+    def __init__(self, zone: Path, limit: int) -> None:
+        super().__init__(daemon=True)
+        self.zone, self.limit = zone, limit
+        self.crossed_at: float | None = None
+        self.crossed_value: int | None = None
+
+    def run(self) -> None:
+        curve = [50000, 55000, 60000] + list(range(57000, 30000, -3000))
+        for value in curve:
+            (self.zone / "temp.new").write_text(f"{value}\n")
+            os.replace(self.zone / "temp.new", self.zone / "temp")
+            if value <= self.limit and self.crossed_at is None:
+                self.crossed_at, self.crossed_value = time.time(), value
+            time.sleep(0.3)
+
+
+def test_condition_cooldown_waits_until_the_tolerance_is_met(bench):
+    code, out = orch("calibrate", "--seconds", "1", "--interval", "0.1")
+    assert code == 0, out
+    assert "idle baseline cpu: 38.0 °C" in out
+    heater = Heater(bench / "thermal" / "thermal_zone0", 40000)
+    heater.start()
+    time.sleep(0.05)
+    m = matrix(bench / "c.yaml", """\
+        name: cool
+        tokens: 3
+        cooldown: {until: baseline+2C, sensor: cpu, min: 0s, max: 30s, interval: 0.1s}
+        configs:
+          a: --delay 0
+        """)
+    code, out = orch("run", m)
+    heater.join()
+    assert code == 0, out
+    (run,) = Store.open("orch.db").runs()
+    assert run.cooldown_met is True
+    assert run.temp_start["value_mC"] == heater.crossed_value == 39000
+    started = run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
+    assert heater.crossed_at <= started <= heater.crossed_at + 1.0
+    assert 2.0 <= run.cooldown_s <= 5.0
+
+
+def test_condition_never_met_hits_max_and_warns(bench):
+    (bench / "thermal" / "thermal_zone0" / "temp").write_text("70000\n")
+    m = matrix(bench / "h.yaml", """\
+        name: hot
+        tokens: 2
+        cooldown: {until: 40C, min: 0s, max: 0.5s, interval: 0.1s}
+        configs:
+          a: --delay 0
+        """)
+    code, out = orch("run", m)
+    assert code == 0, out
+    store = Store.open("orch.db")
+    (run,) = store.runs()
+    assert run.cooldown_met is False and run.cooldown_s >= 0.5
+    assert any("cooldown reached its max" in w for w in session_warnings(store, run.session_id))
+
+
+def test_relative_cooldown_needs_calibration(bench):
+    m = matrix(bench / "r.yaml", """\
+        name: rel
+        cooldown: {until: baseline+2C}
+        configs: {a: --delay 0}
+        """)
+    code, out = orch("run", m, "--device", "twin")
+    assert code == 2 and "orch calibrate --device twin" in out
+
+
+def test_interleaved_repeats_run_in_order(bench):
+    m = matrix(bench / "i.yaml", """\
+        name: inter
+        tokens: 2
+        repeat: 3
+        order: interleaved
+        configs: {A: --delay 0, B: --delay 0}
+        """)
+    code, out = orch("run", m)
+    assert code == 0, out
+    runs = sorted(Store.open("orch.db").runs(), key=lambda r: r.started_at)
+    assert [r.config for r in runs] == ["A", "B", "A", "B", "A", "B"]
+    assert [r.repeat_index for r in runs] == [0, 0, 1, 1, 2, 2]
+
+
+def test_two_devices_run_concurrently(bench):
+    m = matrix(bench / "two.yaml", """\
+        name: both
+        tokens: 25
+        sample_interval: 0.2s
+        configs: {a: --delay 0.1, b: --delay 0.1}
+        """)
+    begin = time.monotonic()
+    code, out = orch("run", m, "--device", "local", "--device", "twin")
+    wall = time.monotonic() - begin
+    assert code == 0, out
+    store = Store.open("orch.db")
+    runs = store.runs()
+    assert len(runs) == 4 and all(r.status == "ok" for r in runs)
+    per_device = {}
+    for r in runs:
+        span = (r.ended_at - r.started_at).total_seconds()
+        per_device[r.device] = per_device.get(r.device, 0) + span
+    assert wall < 0.8 * sum(per_device.values())     # not the sum ...
+    assert wall >= max(per_device.values())          # ... but the slower one (and overhead)
+    assert store.fetch(text("PRAGMA integrity_check"))[0][0] == "ok"
+    assert all(store.token_count(r.id) == 25 for r in runs)
+
+
+def _memory_cgroup(tmp_path: Path) -> Path:
+    root = Path("/sys/fs/cgroup/memory")
+    group = root / f"orch-test-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / "memory.limit_in_bytes").write_text(str(64 << 20))
+    except OSError as exc:
+        if group.exists():
+            group.rmdir()
+        if IN_CI:
+            pytest.fail(f"cannot make a memory cgroup for the oom test: {exc}")
+        pytest.skip(f"no writable memory cgroup: {exc}")
+    return group
+
+
+def test_engine_killed_for_memory_is_oom(bench):
+    group = _memory_cgroup(bench)
+    try:
+        m = matrix(bench / "o.yaml", f"""\
+            name: oom
+            tokens: 5
+            timeout: 60s
+            configs:
+              hog: --memhog {group}
+              fine: --delay 0
+            """)
+        code, out = orch("run", m, "--device", "twin")
+        assert code == 1
+        runs = {r.config: r for r in Store.open("orch.db").runs()}
+        assert runs["hog"].status == "oom", runs["hog"].cause
+        assert runs["hog"].signal == 9 and "memory" in runs["hog"].cause
+        assert runs["fine"].status == "ok"
+    finally:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.2)
+
+
+@pytest.mark.parametrize("drifting", [True, False])
+def test_drift_warning_only_when_tok_s_tracks_order(bench, drifting):
+    slow = f" --slowdown {bench}/counter" if drifting else ""
+    m = matrix(bench / "d.yaml", f"""\
+        name: drift
+        tokens: 4
+        repeat: 3
+        order: interleaved
+        configs:
+          A: --delay 0{slow}
+          B: --delay 0{slow}
+        """)
+    code, out = orch("run", m)
+    assert code == 0, out
+    store = Store.open("orch.db")
+    warnings = session_warnings(store, store.runs()[0].session_id)
+    assert any("falls with run order" in w for w in warnings) is drifting
+    assert ("falls with run order" in out) is drifting
