@@ -51,6 +51,20 @@ CMAKE_FLAGS = (
 
 Log = Callable[[str], None]
 
+# Source patches applied to the vendored llama.cpp before building: (file, old, new, why).
+# Each is small and changes no measured code path; a patch whose text is not found (another
+# llama.cpp version) is skipped with a note in the log and the stamp.
+PATCHES = (
+    ("tools/completion/completion.cpp",
+     "    atexit([]() { console::cleanup(); });",
+     "    atexit([]() { console::cleanup(); common_log_pause(common_log_main()); });",
+     # common/log.cpp leaks its logger on purpose (llama.cpp issue 22142), so the async log
+     # thread's queue is not drained at exit: on a busy machine llama-completion loses the end
+     # of the generated text and the closing common_perf_print lines (seen here in 1 of ~10
+     # runs under load). Pausing the logger at exit drains the queue first.
+     "drain llama-completion's async log at exit (text end and perf lines were lost)"),
+)
+
 
 class BuildError(RuntimeError):
     """A build that cannot go on, with a message for a person (missing tool, failed step)."""
@@ -173,6 +187,22 @@ def _extract(sdist: Path, dest: Path) -> Path:
     return src
 
 
+def apply_patches(src: Path, log: Log) -> list[str]:
+    """Apply PATCHES to the llama.cpp source tree; returns what was applied (or skipped)."""
+    done = []
+    for rel, old, new, why in PATCHES:
+        path = src / rel
+        text = path.read_text() if path.is_file() else ""
+        if text.count(old) != 1:
+            log(f"patch skipped ({rel}: text not found): {why}")
+            done.append(f"skipped: {why}")
+            continue
+        path.write_text(text.replace(old, new))
+        log(f"patched {rel}: {why}")
+        done.append(why)
+    return done
+
+
 def build(version: str = LLAMA_CPP_VERSION, jobs: int = 2, force: bool = False,
           log: Log = print) -> LlamaBuild:
     """Build llama.cpp `version` into the cache (or return the cached build)."""
@@ -192,6 +222,7 @@ def build(version: str = LLAMA_CPP_VERSION, jobs: int = 2, force: bool = False,
     sdist = download_sdist(version, root / "sdist", log)
     log(f"llama.cpp {version}: unpacking {sdist.name}")
     src = _extract(sdist, root / "src")
+    patches = apply_patches(src, log)
     work = root / "build"
     if work.exists():
         shutil.rmtree(work)
@@ -224,7 +255,8 @@ def build(version: str = LLAMA_CPP_VERSION, jobs: int = 2, force: bool = False,
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(root / "src", ignore_errors=True)
     stamp = {"version": version, "seconds": round(seconds, 1), "targets": list(TARGETS),
-             "cmake_flags": list(CMAKE_FLAGS), "machine": platform.machine(),
+             "cmake_flags": list(CMAKE_FLAGS), "patches": patches,
+             "machine": platform.machine(),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     tmp = root / (STAMP + ".tmp")
     tmp.write_text(json.dumps(stamp, indent=1) + "\n")

@@ -66,7 +66,7 @@ def test_connect_errors_say_what_is_wrong(phone, adb_server):
     with pytest.raises(TransportError, match=r"device nosuchserial is not found"):
         AdbTransport("x", serial="nosuchserial", adb_port=adb_server).connect()
     from conftest_adb import free_port
-    with pytest.raises(TransportError, match="no adb server .*`adb -P"):
+    with pytest.raises(TransportError, match="no adb server .*adb -P .* start-server"):
         AdbTransport("x", serial=phone.serial, adb_port=free_port()).connect()
 
 
@@ -387,13 +387,13 @@ def test_a_silent_stream_is_probed_not_dropped(phone, monkeypatch):
 
 def test_a_hung_device_is_link_lost(phone, monkeypatch):
     t = transport(phone, dead_after=0.5, poll=0.1)
-    real_exec = AdbTransport._exec
+    real_run = AdbTransport.run
 
     def hung(self, argv, timeout, cd=True):  # the probe gets no answer, as from a frozen adbd
         if argv == ["true"]:
             raise adbmod.CommandTimedOut("no answer")
-        return real_exec(self, argv, timeout, cd)
-    monkeypatch.setattr(AdbTransport, "_exec", hung)
+        return real_run(self, argv, timeout, cd)
+    monkeypatch.setattr(AdbTransport, "run", hung)
     with pytest.raises(LinkLost, match="no answer"):
         for _ in t.stream(["sh", "-c", "sleep 5"]):
             pass
@@ -411,3 +411,50 @@ def test_v1_fallback_for_phones_without_shell_v2(phone):
     with pytest.raises(LinkLost):
         for _ in gen:
             pass
+
+
+def test_phone_matrix_is_the_study_matrix():
+    from orchestrator.matrix import load_matrix
+    from orchestrator.pathcheck import streaming
+    from orchestrator.plan import plan_cells
+
+    loaded = load_matrix(Path(__file__).resolve().parent.parent / "matrices" / "phone.yaml")
+    m = loaded.matrix
+    assert (m.engine, m.binary.device, m.tokens, m.cooldown.seconds) == \
+        ("bmoe", "/data/local/tmp/bmoe-cli", 256, 45.0)
+    assert all(p.startswith("/data/local/tmp/") for p in m.models.values()) and len(m.models) == 2
+    assert all("--chatml" in f.split() for f in m.configs.values())
+    assert [n for n, f in m.configs.items() if not streaming(f)] == ["mmap"] == [m.baseline]
+    assert len(plan_cells(m)) == 16
+
+
+def test_path_check_works_on_a_local_device_too(tmp_path):
+    from orchestrator.matrix import load_matrix
+    from orchestrator.pathcheck import check_model_paths, probe_paths
+    from orchestrator.transports.local import LocalTransport
+    from orchestrator.yamlfile import ConfigError
+
+    disk = tmp_path / "m.gguf"
+    disk.write_bytes(b"GGUF" + bytes(8188))
+    t = LocalTransport("here", str(tmp_path / "dev"))
+    t.connect()
+    info = probe_paths(t, [str(disk), "/nonexistent/x"])
+    assert info[str(disk)].exists and info[str(disk)].size == 8192 and info[str(disk)].fstype
+    assert not info["/nonexistent/x"].exists
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm here")
+    shm = Path("/dev/shm") / f"orch-pathcheck-{os.getpid()}.gguf"
+    shm.write_bytes(b"GGUF")
+    try:
+        (tmp_path / "m.yaml").write_text(textwrap.dedent(f"""\
+            name: local-paths
+            engine: bmoe
+            binary: /bin/true
+            models: {{disk: {disk}, ram: {shm}}}
+            path_check: refuse
+            configs: {{mmap: "", odirect: --io odirect}}
+            """))
+        with pytest.raises(ConfigError, match=r"model ram: .* tmpfs file system .*\(odirect\)"):
+            check_model_paths(t, load_matrix(tmp_path / "m.yaml"))
+    finally:
+        shm.unlink()

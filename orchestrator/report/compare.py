@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jinja2 import TemplateError
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
@@ -103,10 +104,13 @@ def compare(store: Store, devices: Sequence[str], session: str | None = None,
     env, user_main = render.environment(template)
     sessions = {d: sorted({r.row.session_id for r in data.runs if r.row.device == d})
                 for d in devices}
-    text = env.get_template(user_main or "compare.md.j2").render(
-        title=cells.md_escape(title), table=markdown_table(comp), devices=devices,
-        sessions=sessions, left_out=[cells.md_escape(x) for x in comp["left_out"]],
-        header=render.header(data), base=devices[0], data=data)
+    try:
+        text = env.get_template(user_main or "compare.md.j2").render(
+            title=cells.md_escape(title), table=markdown_table(comp), devices=devices,
+            sessions=sessions, left_out=[cells.md_escape(x) for x in comp["left_out"]],
+            header=render.header(data), base=devices[0], data=data, comparison=comp)
+    except TemplateError as exc:
+        raise render.template_error(exc) from None
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")

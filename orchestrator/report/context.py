@@ -219,8 +219,9 @@ def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
     """Everything a report shows, from the selected runs."""
     if not rows:
         raise ConfigError("no runs to report")
-    # runs_stats needs the rows in one list; order them as they ran (session, then order)
-    rows = sorted(rows, key=lambda r: (r.session_id, r.order_index, r.id))
+    # devices in the order asked for (select_runs keeps --device order), then as the runs ran
+    rank = {d: i for i, d in enumerate(dict.fromkeys(r.device for r in rows))}
+    rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
     cache = _FrameCache(store)
     stats = runs_stats(cache, rows, quantile_method=quantile)      # type: ignore[arg-type]
     records = {rid: {k: analysis._py(v) for k, v in rec.items()}

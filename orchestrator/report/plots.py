@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -26,7 +27,7 @@ class Plot:
     link: str           # relative to the document, URL-quoted
 
 
-def _pyplot():
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")         # no display; also safe when called from a worker thread
@@ -49,13 +50,13 @@ def _tps(tokens: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _save(fig, path: Path) -> None:
+def _save(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=96)
     _pyplot().close(fig)
 
 
-def _throughput(group: Group, tps: pd.DataFrame, out: Path, plt) -> list[Path]:
+def _throughput(group: Group, tps: pd.DataFrame, out: Path, plt: Any) -> list[Path]:
     config_of = {r.id: agg.config for agg in group.configs for r in agg.runs}
     rows = tps[tps["run_id"].isin(config_of.keys())]
     if rows.empty:
@@ -64,16 +65,20 @@ def _throughput(group: Group, tps: pd.DataFrame, out: Path, plt) -> list[Path]:
     present = set(rows["config"].unique())
     order = [a.config for a in group.configs if a.config in present]
     written = []
-    # warm-up trajectory: per config the mean over its repeats at each token, min-max shaded
+    # warm-up trajectory: per config the mean over its repeats at each token (thin), and a
+    # rolling mean over 16 tokens (thick) once runs are long enough for one to mean anything:
+    # single tokens swing 2-3x, which hides the warm-up the figure is for
     fig, ax = plt.subplots(figsize=(8, 4))
-    per_step = rows.groupby(["config", "seq"], sort=False)["tps"].agg(["mean", "min", "max"])
+    per_step = rows.groupby(["config", "seq"], sort=False)["tps"].mean()
     for config in order:
         s = per_step.loc[config].sort_index()
         x = s.index.to_numpy() + 1
-        line, = ax.plot(x, s["mean"].to_numpy(), lw=1.2, label=_label(config))
-        if (s["max"] > s["min"]).any():
-            ax.fill_between(x, s["min"].to_numpy(), s["max"].to_numpy(), alpha=0.15,
-                            color=line.get_color(), lw=0)
+        if len(s) >= 64:
+            line, = ax.plot(x, s.to_numpy(), lw=0.6, alpha=0.35)
+            ax.plot(x, s.rolling(16, min_periods=4).mean().to_numpy(), lw=1.8,
+                    color=line.get_color(), label=_label(config))
+        else:
+            ax.plot(x, s.to_numpy(), lw=1.2, marker=".", ms=3, label=_label(config))
     ax.set_xlabel("token")
     ax.set_ylabel("tok/s (1000 / wall_ms)")
     ax.set_title(_label(f"Per-token decode rate: {group.title}", 80))
@@ -84,9 +89,11 @@ def _throughput(group: Group, tps: pd.DataFrame, out: Path, plt) -> list[Path]:
     _save(fig, path)
     written.append(path)
     # distribution of the per-token rate, all ok repeats of a config pooled
-    fig, ax = plt.subplots(figsize=(max(6, 0.6 * len(order) + 2), 4))
+    fig, ax = plt.subplots(figsize=(min(12, max(6, 0.6 * len(order) + 2)), 4))
     data = [rows.loc[rows["config"] == c, "tps"].to_numpy() for c in order]
-    ax.boxplot(data, showfliers=True, flierprops={"markersize": 2, "alpha": 0.4})
+    # whiskers at p5/p95, the table's columns; single fast tokens (1000/wall of a tiny wall)
+    # would otherwise set the scale and flatten every box
+    ax.boxplot(data, whis=(5, 95), showfliers=False)
     ax.set_xticks(np.arange(1, len(order) + 1), [_label(c, 18) for c in order],
                   rotation=30 if len(order) > 4 else 0, ha="right" if len(order) > 4 else "center")
     ax.set_ylabel("tok/s per token")
@@ -98,7 +105,7 @@ def _throughput(group: Group, tps: pd.DataFrame, out: Path, plt) -> list[Path]:
     return written
 
 
-def _resources(group: Group, samples: pd.DataFrame, out: Path, plt) -> list[Path]:
+def _resources(group: Group, samples: pd.DataFrame, out: Path, plt: Any) -> list[Path]:
     ids = {r.id: r for r in group.runs}
     s = samples[samples["run_id"].isin(ids.keys())]
     if s.empty or "t_ms" not in s:
@@ -153,8 +160,9 @@ def _resources(group: Group, samples: pd.DataFrame, out: Path, plt) -> list[Path
 
 
 CAPTIONS = {"trajectory": "Per-token tok/s over the run (warm-up trajectory; mean of the "
-                          "repeats, min–max shaded)",
-            "distribution": "Per-token tok/s distribution per config (ok runs pooled)",
+                          "repeats; thick: 16-token rolling mean)",
+            "distribution": "Per-token tok/s distribution per config (ok runs pooled; box = "
+                            "quartiles, whiskers = p5–p95)",
             "device": "CPU temperature and free RAM over each run (from the agent's samples)"}
 
 

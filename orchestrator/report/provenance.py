@@ -143,7 +143,8 @@ def runs_table(data: ReportData) -> Table:
             cooldown += " (not met)"
         t.rows.append([str(row.id), str(row.session_id), md_escape(row.device),
                        md_escape(row.model or "-"), md_escape(row.config),
-                       str(row.repeat_index + 1), md_escape(status), str(int(r.stats.get("n") or 0)),
+                       str(row.repeat_index + 1), md_escape(status),
+                       str(int(r.stats.get("n") or 0)),
                        when(row.started_at), when(row.ended_at), cooldown, md_code(row.flags)])
     return t
 

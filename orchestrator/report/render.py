@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jinja2 import ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined
-from jinja2 import select_autoescape
+from jinja2 import (ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined,
+                    TemplateError, TemplateSyntaxError, select_autoescape)
 from markupsafe import Markup
 
 from .. import __version__
 from ..db.store import Store
+from ..yamlfile import ConfigError
 from . import cells, context, provenance, sections
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
@@ -39,8 +40,6 @@ def environment(template: str | Path | None = None) -> tuple[Environment, str | 
             loaders.append(FileSystemLoader(str(path.parent)))
             main = path.name
         else:
-            from ..yamlfile import ConfigError
-
             raise ConfigError(f"--template: {template}: no such file or directory")
     loaders.append(PackageLoader("orchestrator.reports", "templates"))
     env = Environment(loader=ChoiceLoader(loaders), undefined=StrictUndefined,
@@ -51,6 +50,14 @@ def environment(template: str | Path | None = None) -> tuple[Environment, str | 
                        table=cells.md_table, pct=cells.pct, ratio=cells.ratio, when=cells.when,
                        ids=cells.id_list)
     return env, main
+
+
+def template_error(exc: TemplateError) -> ConfigError:
+    """A user's template mistake as a one-line error (file:line: message), not a traceback."""
+    where = ""
+    if isinstance(exc, TemplateSyntaxError):
+        where = f"{exc.filename or exc.name}:{exc.lineno}: "
+    return ConfigError(f"template: {where}{exc.message or exc}")
 
 
 def _is_html(name: str) -> bool:
@@ -158,22 +165,30 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
     if plots and out is None:
         note = "Figures are written only with `-o FILE` (next to the document)."
     elif plots:
-        from . import plots as plotting
+        try:
+            import matplotlib  # noqa: F401  (the `plots` extra: optional)
+        except ImportError:
+            note = "No figures: matplotlib is not installed (`pip install 'orch[plots]'`)."
+        else:
+            from . import plots as plotting
 
-        drawn = plotting.draw(data, out)
+            drawn = plotting.draw(data, out)
     env, user_main = environment(template)
     ctx = document_context(data, drawn, note)
-    if fmt == "html" and user_main is not None and _is_html(user_main):
-        # the user's page template wraps the built-in markdown body
-        ctx["body"] = markdown_to_html(env.get_template(MAIN["md"]).render(ctx))
-        text = env.get_template(user_main).render(ctx)
-    else:
-        md_text = env.get_template(user_main or MAIN["md"]).render(ctx)
-        if fmt == "html":
-            ctx["body"] = markdown_to_html(md_text)
-            text = env.get_template(MAIN["html"]).render(ctx)
+    try:
+        if fmt == "html" and user_main is not None and _is_html(user_main):
+            # the user's page template wraps the built-in markdown body
+            ctx["body"] = markdown_to_html(env.get_template(MAIN["md"]).render(ctx))
+            text = env.get_template(user_main).render(ctx)
         else:
-            text = md_text
+            md_text = env.get_template(user_main or MAIN["md"]).render(ctx)
+            if fmt == "html":
+                ctx["body"] = markdown_to_html(md_text)
+                text = env.get_template(MAIN["html"]).render(ctx)
+            else:
+                text = md_text
+    except TemplateError as exc:
+        raise template_error(exc) from None
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")

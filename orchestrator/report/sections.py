@@ -11,7 +11,7 @@ from typing import Any
 from .. import analysis
 from .cells import (DASH, Table, fmt, id_list, md_escape, ok, pct, spread_cell, split_cell,
                     temp_cell)
-from .context import ConfigAgg, Group, RunView
+from .context import ConfigAgg, Group, RunView, left_out_line
 
 Cell = Callable[[Mapping[str, Any], Mapping[str, Any] | None], str]
 
@@ -153,6 +153,4 @@ def ab(group: Group, baseline: str | None) -> tuple[Table | None, str | None]:
 
 
 def left_out(runs: list[RunView]) -> list[str]:
-    from .context import left_out_line
-
     return [md_escape(left_out_line(r)) for r in runs if not r.ok]

@@ -16,11 +16,10 @@ push_if_changed: size (sync STAT), then sha256 cached in `<file>.orch-sha256` li
 from __future__ import annotations
 
 import io
-import os
 import posixpath
+import re
 import shlex
 import socket
-import stat as statmod
 import struct
 import time
 from pathlib import Path
@@ -36,8 +35,8 @@ SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
 PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)
 _NET = (AdbError, OSError, EOFError, struct.error)
 
-# Same rules as ssh.py: sha256 of $1, cached in `$1.orch-sha256` while `stat` still matches;
-# a file modified less than 2 s ago is hashed but not cached (same-second rewrites keep %Y).
+# As ssh.py: sha256 of $1, cached in `$1.orch-sha256` while `stat` matches; not cached when
+# modified less than 2 s ago (same-second rewrites keep %Y).
 _SHA = r'''f=$1 c=$1.orch-sha256
 st=$(stat -c '%s %Y' -- "$f" 2>/dev/null) || exit 3
 if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" ]; then
@@ -108,23 +107,21 @@ class AdbTransport(Transport):
         self._client.timeout = timeout
         self._dev: adbutils.AdbDevice | None = None
         self._v2, self._dirs = True, set[str]()
-        self.last_stderr = b""  # stderr tail of the last stream()
-        self.last_sha256_source = ""  # "cached" or "computed" (last remote_sha256)
+        # stderr tail of the last stream(); "cached" or "computed" (last remote_sha256)
+        self.last_stderr, self.last_sha256_source = b"", ""
 
-    # -- connection --------------------------------------------------------------------------
     def state(self) -> str | None:
         """The server's state for our serial (device, offline, unauthorized, ...) or None."""
         try:
             return next((i.state for i in self._client.list() if i.serial == self.serial), None)
         except _NET as exc:
-            raise TransportError(
-                f"{self.name}: no adb server at {self.adb_host}:{self.adb_port} ({exc}); start "
-                f"one with `adb -P {self.adb_port} start-server`") from None
+            raise TransportError(f"{self.name}: no adb server at {self.adb_host}:{self.adb_port} "
+                                 f"({exc}); `adb -P {self.adb_port} start-server`") from None
 
     def connect(self) -> None:
         self._dev, self._dirs = None, set()
         state = self.state()
-        if state != "device" and _is_tcp(self.serial):
+        if state != "device" and re.fullmatch(r".+:\d+", self.serial):  # wireless debugging
             state = self._adb_connect(state)
         if state != "device":
             hint = ("accept the USB debugging prompt on the phone" if state == "unauthorized"
@@ -136,16 +133,15 @@ class AdbTransport(Transport):
             self._v2 = "shell_v2" in self._dev.get_features().split(",")
         except _NET as exc:
             raise self._error("features", exc) from None
-        result = self._exec([self.shell, "-c", 'mkdir -p -- "$1" && cd -- "$1" && pwd', "sh",
+        result = self.run([self.shell, "-c", 'mkdir -p -- "$1" && cd -- "$1" && pwd', "sh",
                              self.requested_workdir], self.timeout, cd=False)
-        if result.rc != 0 or not result.stdout.strip():
+        if result.rc != 0 or not (out := result.stdout.decode().split("\n")[0]):
             raise TransportError(f"{self.name}: cannot create workdir {self.requested_workdir}: "
                                  f"{result.stderr.decode(errors='replace').strip()}")
-        self.workdir = result.stdout.decode().strip().splitlines()[-1]
+        self.workdir = out
 
     def _adb_connect(self, state: str | None) -> str | None:
-        """`adb connect` a TCP device; an offline one is disconnected first (adb would answer
-        "already connected" and wait for its own retry, ~10 s)."""
+        """`adb connect` host:port; disconnect an offline one first (else "already connected")."""
         try:
             if state == "offline":
                 self._client.disconnect(self.serial)
@@ -158,8 +154,7 @@ class AdbTransport(Transport):
             time.sleep(0.1)  # the server needs a moment for the CNXN handshake
         return state
 
-    def close(self) -> None:
-        """Nothing stays open between calls (one server socket per call); detached jobs live on."""
+    def close(self) -> None:  # one server socket per call: nothing to close; jobs live on
         self._dev = None
 
     def _device(self) -> adbutils.AdbDevice:
@@ -176,10 +171,8 @@ class AdbTransport(Transport):
         except TransportError as err:
             return LinkLost(f"{err} (during {what})")
         self._dev = None
-        return LinkLost(f"{self.name}: device {self.serial} is {state or 'gone'} (during {what})"
-                        + detail)
+        return LinkLost(f"{self.name}: device {self.serial} is {state or 'gone'} ({what}){detail}")
 
-    # -- commands ----------------------------------------------------------------------------
     def _command(self, argv: list[str], cd: bool = True) -> str:
         # argv[0] always quoted: never a keyword, alias or assignment
         words = ["'" + argv[0].replace("'", "'\"'\"'") + "'"] + [shlex.quote(a) for a in argv[1:]]
@@ -204,7 +197,7 @@ class AdbTransport(Transport):
         buf, last_rx = bytearray(), time.monotonic()
         conn.conn.settimeout(self.poll)
         while True:
-            while v2 and len(buf) >= 5 and len(buf) >= 5 + (n := int.from_bytes(buf[1:5], "little")):
+            while v2 and len(buf) >= 5 + (n := int.from_bytes(buf[1:5], "little")):
                 kind, data = buf[0], bytes(buf[5:5 + n])
                 del buf[:5 + n]
                 yield kind, data
@@ -230,19 +223,20 @@ class AdbTransport(Transport):
                     return
                 raise LinkLost(f"{err} (no exit status)")
             last_rx = time.monotonic()
-            if not v2:
+            if v2:
+                buf += chunk
+            else:
                 yield 1, chunk
-            buf += chunk if v2 else b""
 
     def _probe(self, what: str) -> None:
         try:
-            detail = f"rc {self._exec(['true'], min(self.timeout, 10.0), cd=False).rc}"
+            detail = f"rc {self.run(['true'], min(self.timeout, 10.0), cd=False).rc}"
         except TransportError as exc:
             detail = str(exc)
         if detail != "rc 0":
             raise LinkLost(f"{self.name}: no answer from {self.serial} during {what}: {detail}")
 
-    def _exec(self, argv: list[str], timeout: float, cd: bool = True) -> CommandResult:
+    def run(self, argv: list[str], timeout: float = 60.0, cd: bool = True) -> CommandResult:
         cmd, what = self._command(argv, cd), f"`{shlex.join(argv)[:80]}`"
         if not self._v2:  # pre-Android-7: adbutils appends `echo X4EXIT:$?`; stderr is merged
             try:
@@ -255,21 +249,15 @@ class AdbTransport(Transport):
             for kind, data in self._packets(conn, what, time.monotonic() + timeout, False):
                 if kind in out:
                     out[kind] += data
-                elif kind == 3 and data:
-                    rc = data[0]
+                rc = data[0] if kind == 3 and data else rc
         finally:
             conn.close()
         return CommandResult(rc, bytes(out[1]), bytes(out[2]))
 
-    def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
-        return self._exec(argv, timeout)
-
     def stream(self, argv: list[str]) -> Iterator[bytes]:
         """Yield stdout chunks as they arrive; the generator returns the exit status."""
-        what = f"stream `{shlex.join(argv)[:80]}`"
-        self.last_stderr = b""
-        service = ("shell,v2:" if self._v2 else "shell:") + self._command(argv)
-        conn = self._open(service, what)
+        what, self.last_stderr = f"stream `{shlex.join(argv)[:80]}`", b""
+        conn = self._open(("shell,v2:" if self._v2 else "shell:") + self._command(argv), what)
         try:
             for kind, data in self._packets(conn, what, None, True, self._v2):
                 if kind == 1:
@@ -280,20 +268,17 @@ class AdbTransport(Transport):
                     return data[0] if data else None
         finally:
             conn.close()  # the server closes the device stream: the follower there ends
-        return None
 
-    # -- files -------------------------------------------------------------------------------
     def _path(self, remote: str) -> str:
         return remote if remote.startswith("/") else posixpath.join(self.workdir, remote)
 
     def _sh(self, script: str, *args: str, timeout: float | None = None) -> None:
-        result = self._exec([self.shell, "-c", script, "sh", *args], timeout or self.timeout)
+        result = self.run([self.shell, "-c", script, "sh", *args], timeout or self.timeout)
         if result.rc != 0:
             raise TransportError(f"{self.name}: `{script[:30]}...` {args[0]} failed (rc "
                                  f"{result.rc}): {result.stderr.decode(errors='replace')[:300]}")
 
-    def _stat(self, remote: str) -> tuple[int, int] | None:
-        """(size, mtime) by sync STAT, or None when the path does not exist."""
+    def _stat(self, remote: str) -> tuple[int, int] | None:  # sync STAT; None: no such path
         try:
             info = self._device().sync.stat(remote)
         except _NET as exc:
@@ -303,8 +288,7 @@ class AdbTransport(Transport):
     def _send(self, handle: BinaryIO, length: int, remote: str, mode: int,
               progress: Progress | None = None, done: int = 0, total: int = 0) -> None:
         """One sync SEND of `length` bytes from `handle`. adbd deletes a half-sent file."""
-        spec = f"{remote},{statmod.S_IFREG | mode}".encode()
-        what = f"push to {remote}"
+        spec, what = f"{remote},{0o100000 | mode}".encode(), f"push to {remote}"  # S_IFREG
         conn = self._open("sync:", what)
         try:
             sock = conn.conn
@@ -319,8 +303,8 @@ class AdbTransport(Transport):
                     progress(done, total or length)
             sock.sendall(b"DONE" + struct.pack("<I", int(time.time())))
             if (status := conn.read_exact(8))[:4] != b"OKAY":
-                message = conn.read_exact(struct.unpack("<I", status[4:])[0])
-                raise TransportError(f"{self.name}: {what} refused: {message.decode(errors='replace')}")
+                why = conn.read_exact(struct.unpack("<I", status[4:])[0]).decode(errors="replace")
+                raise TransportError(f"{self.name}: {what} refused: {why}")
             sock.sendall(b"QUIT" + bytes(4))
         except _NET as exc:
             raise self._error(what, exc) from None
@@ -345,13 +329,12 @@ class AdbTransport(Transport):
         goes as PIECE-sized files `<file>.orch-part-KEY.N` (KEY: the local sha256, else size
         and mtime, so pieces of another version never count). A piece whose size matches is
         kept from an interrupted push; the device then appends them in order (_ASSEMBLE)."""
-        prefix = f"{remote}.orch-part-{key}"
-        count = (size + PIECE - 1) // PIECE
+        prefix, where = f"{remote}.orch-part-{key}", posixpath.dirname(remote)
+        count = -(-size // PIECE)
         try:
-            have = {e.path: e.size for e in self._device().sync.iter_directory(
-                posixpath.dirname(remote))}
+            have = {e.path: e.size for e in self._device().sync.iter_directory(where)}
         except _NET as exc:
-            raise self._error(f"list {posixpath.dirname(remote)}", exc) from None
+            raise self._error(f"list {where}", exc) from None
         assembled = have.get(posixpath.basename(prefix) + ".cat", 0)
         inside = count if assembled == size else assembled // PIECE
         with open(local, "rb") as handle:
@@ -376,8 +359,7 @@ class AdbTransport(Transport):
         self._put(Path(local), self._path(remote), mode, progress)
 
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
-        # Small files (job files, caches) go straight to their name: one SEND, no rename.
-        remote = self._path(remote)
+        remote = self._path(remote)  # small files (job, caches): one SEND, straight to the name
         if (parent := posixpath.dirname(remote)) not in self._dirs:
             self._sh('mkdir -p -- "$1/"', parent)
             self._dirs.add(parent)
@@ -392,22 +374,20 @@ class AdbTransport(Transport):
                 raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file") from None
             raise self._error(f"reading {remote}", exc) from None
 
-    # -- sha256 with a cache next to the file ------------------------------------------------
     def remote_sha256(self, remote: str) -> str | None:
         """sha256 of a device file; `<file>.orch-sha256` spares re-hashing an unchanged one."""
         result = self.run([self.shell, "-c", _SHA, "sh", self._path(remote)], timeout=3600)
-        if result.rc != 0 or len(fields := result.stdout.split()) < 2:
+        if result.rc != 0 or len(fields := result.stdout.decode().split()) < 2:
             return None
-        self.last_sha256_source = fields[1].decode()
-        return fields[0].decode()
+        self.last_sha256_source = fields[1]
+        return fields[0]
 
     def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
                         progress: Progress | None = None) -> bool:
         """Push unless the device has the same file: size first (cheap), then sha256."""
         local, remote = Path(local), self._path(remote)
         digest = sha256_file(local)
-        stat = self._stat(remote)
-        if stat is not None and stat[0] == local.stat().st_size and \
+        if (st := self._stat(remote)) and st[0] == local.stat().st_size and \
                 self.remote_sha256(remote) == digest:
             return False
         self._put(local, remote, mode, progress, digest)
@@ -416,9 +396,3 @@ class AdbTransport(Transport):
 
     def describe(self) -> str:
         return f"adb:{self.name} ({self.serial} via {self.adb_host}:{self.adb_port})"
-
-
-def _is_tcp(serial: str) -> bool:
-    """A wireless-debugging / `adb connect` serial: host:port."""
-    host, sep, port = serial.rpartition(":")
-    return bool(sep and host and port.isdigit())
