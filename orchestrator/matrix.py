@@ -112,6 +112,14 @@ class BinarySpec(BaseModel):
         return self
 
 
+class ModelFile(BaseModel):
+    """A model file on the controller that orch pushes to the device (skipped when the device
+    already has the same bytes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    local: str
+
+
 class Matrix(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -119,7 +127,7 @@ class Matrix(BaseModel):
     description: str | None = None
     engine: str
     binary: BinarySpec | None = None
-    models: dict[str, str] = Field(default_factory=dict)
+    models: dict[str, str | ModelFile] = Field(default_factory=dict)
     prompt: str | None = None
     prompt_file: str | None = None
     tokens: int = Field(default=64, gt=0)

@@ -24,19 +24,47 @@ def runs_stats(store: Store, run_rows: Sequence[Any], quantile_method: str = "li
     if not ids:
         return pd.DataFrame(columns=list(analysis.STAT_COLUMNS))
     tokens = store.frame("token", ids)
-    samples = store.frame("sample", ids)
-    by_run = dict(tuple(samples.groupby("run_id"))) if len(samples) else {}
+    sampled = pressure_by_run(store.frame("sample", ids))
     summaries: dict[int, Any] = {}
     pressure: dict[int, Any] = {}
     for row in run_rows:
         summary = row.summary or {}
         summaries[row.id] = summary
-        if row.id in by_run:
-            pressure[row.id] = analysis.pressure_from_samples(by_run[row.id])
+        if row.id in sampled:
+            pressure[row.id] = sampled[row.id]
         elif summary.get("sidecar"):
             pressure[row.id] = summary["sidecar"]
     stats = analysis.runs_table(tokens, summaries, pressure, quantile_method=quantile_method)
     return stats.reindex(ids)
+
+
+def pressure_by_run(samples: pd.DataFrame) -> dict[int, dict[str, float | None]]:
+    """analysis.pressure_from_samples for every run at once (one groupby, not one per run:
+    per-run calls were half of a 1,000-run report's time)."""
+    if samples is None or not len(samples):
+        return {}
+    s = samples.sort_values(["run_id", "t_ms"], kind="stable")
+    g = s.groupby("run_id")
+
+    def agg(column: str, how: str, scale: float) -> pd.Series:
+        if column not in s:
+            return pd.Series(dtype=float)
+        values = pd.to_numeric(s[column], errors="coerce")
+        grouped = values.groupby(s["run_id"])
+        out = {"max": grouped.max, "min": grouped.min, "first": grouped.first}[how]()
+        return out / scale
+
+    peak = agg("hwm_kb", "max", analysis.KB_PER_GB)
+    peak = peak.combine_first(agg("rss_kb", "max", analysis.KB_PER_GB))
+    frame = pd.DataFrame({
+        "peak_rss_gb": peak,
+        "mem_floor_gb": agg("mem_avail_kb", "min", analysis.KB_PER_GB),
+        "cpu_temp_start_c": agg("cpu_temp_mC", "first", 1000),
+        "cpu_temp_max_c": agg("cpu_temp_mC", "max", 1000),
+        "batt_temp_max_c": agg("batt_temp_dC", "max", 10),
+    }).reindex(list(g.groups))
+    return {int(rid): {k: analysis._py(v) for k, v in rec.items()}
+            for rid, rec in frame.to_dict("index").items()}
 
 
 def stats_dicts(store: Store, run_rows: Sequence[Any]) -> dict[int, dict[str, Any]]:

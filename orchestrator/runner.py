@@ -81,6 +81,7 @@ class DeviceRunner:
     def __post_init__(self) -> None:
         self.client = AgentClient(self.transport)
         self.mem_total_kb: int | None = None   # from the device facts, for oom evidence
+        self.model_info: dict[str, Any] = {}   # model name -> ModelInfo (size, sha256)
         self._binary: tuple[str, str | None] | None = None
 
     # -- preparation ---------------------------------------------------------------------------
@@ -124,6 +125,8 @@ class DeviceRunner:
             started_at=now(), cooldown_s=cooldown_s, cooldown_met=cooldown_met,
             temp_start=cooldown_temps, engine=self.adapter.name,
             binary_path=binary_path, binary_sha256=binary_sha, remote_dir=jobdir,
+            model_size=getattr(self.model_info.get(cell.model), "size", None),
+            model_sha256=getattr(self.model_info.get(cell.model), "sha256", None),
             superseded=False)
         if superseding is not None:
             self.store.update_run(superseding, superseded=True)

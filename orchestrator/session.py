@@ -18,6 +18,7 @@ from .db import schema
 from .db.store import Store, now
 from .cooldown import Reading, wait_for_condition
 from .engines import get_adapter
+from .models import prepare_models
 from .inventory import Inventory
 from .matrix import Cooldown, LoadedMatrix
 from .pathcheck import check_model_paths
@@ -78,7 +79,6 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
         seed = store.session_row(session_id).seed
     elif matrix.order == "shuffled" and seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
-    cells = plan_cells(matrix, seed)
 
     with transport:
         runner = DeviceRunner(store, transport, adapter, loaded, 0, device_id, progress,
@@ -95,6 +95,9 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
             except ValueError as exc:
                 raise ConfigError(f"{loaded.path}: {exc}: run `orch calibrate --device "
                                   f"{device}` first, or give an absolute `until: 40C`") from None
+        loaded, model_info = prepare_models(transport, loaded, progress)
+        runner.loaded = loaded
+        runner.model_info = model_info
         path_warnings = check_model_paths(transport, loaded)  # ConfigError when refused
         for warning in path_warnings:
             progress.note(warning)
@@ -105,6 +108,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
                 git_rev=git_revision(), controller_host=f"{getpass.getuser()}@{socket.gethostname()}",
                 command=command or " ".join(sys.argv), seed=seed)
         runner.session_id = session_id
+        cells = plan_cells(loaded.matrix, seed)
         result = SessionResult(session_id)
         previous = _resume_state(store, session_id) if resume else {}
         todo: list[tuple[Cell, object | None]] = []

@@ -179,3 +179,31 @@ def test_changed_host_key_refused(ssh_workspace, sshd):
     (ssh_workspace / "m.yaml").write_text(textwrap.dedent(SLOW).replace("tokens: 60", "tokens: 2"))
     code, out = orch("run", "m.yaml", "--device", "stranger")
     assert code == 1 and "CHANGED" in out
+
+
+def test_local_model_is_pushed_once_with_provenance(ssh_workspace):
+    import hashlib
+    import os
+
+    model = ssh_workspace / "tiny.gguf"
+    model.write_bytes(os.urandom(3 << 20))
+    (ssh_workspace / "p.yaml").write_text(textwrap.dedent("""\
+        name: pushed-model
+        engine: bmoe
+        binary: {local: fake_bmoe.sh}
+        models: {tiny: {local: tiny.gguf}}
+        prompt: p
+        tokens: 2
+        configs: {c: --delay 0}
+        """))
+    code, out = orch("run", "p.yaml", "--device", "ssh-test")
+    assert code == 0, out
+    assert "pushing tiny.gguf" in out
+    remote = ssh_workspace / "remote" / "models" / "tiny.gguf"
+    assert remote.read_bytes() == model.read_bytes()
+    code, out = orch("run", "p.yaml", "--device", "ssh-test")
+    assert code == 0 and "unchanged on the device, not pushed" in out
+    run = Store.open("orch.db").runs()[0]
+    assert run.model_sha256 == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert run.model_size == 3 << 20
+    assert run.argv[run.argv.index("-m") + 1] == str(remote)

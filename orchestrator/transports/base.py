@@ -9,7 +9,10 @@ import abc
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+# progress(bytes_done, total) during a file push
+PushProgress = Callable[[int, int], None]
 
 
 class TransportError(Exception):
@@ -73,8 +76,9 @@ class Transport(abc.ABC):
 
     # -- files -------------------------------------------------------------------------------
     @abc.abstractmethod
-    def put(self, local: Path, remote: str, mode: int = 0o644) -> None:
-        """Copy a local file to the device (parents created)."""
+    def put(self, local: Path, remote: str, mode: int = 0o644,
+            progress: PushProgress | None = None) -> None:
+        """Copy a local file to the device (parents created); `progress(done, total)` along."""
 
     @abc.abstractmethod
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
@@ -91,11 +95,12 @@ class Transport(abc.ABC):
             return None
         return result.stdout.split()[0].decode()
 
-    def push_if_changed(self, local: Path, remote: str, mode: int = 0o644) -> bool:
+    def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
+                        progress: PushProgress | None = None) -> bool:
         """Push unless the device already has a file with the same sha256. True if pushed."""
         if self.remote_sha256(remote) == sha256_file(local):
             return False
-        self.put(local, remote, mode)
+        self.put(local, remote, mode, progress)
         return True
 
     def describe(self) -> str:

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
-from .base import CommandResult, Transport, TransportError
+from .base import CommandResult, PushProgress, Transport, TransportError
 
 
 class LocalTransport(Transport):
@@ -55,11 +55,15 @@ class LocalTransport(Transport):
             if proc.stderr is not None:
                 proc.stderr.close()
 
-    def put(self, local: Path, remote: str, mode: int = 0o644) -> None:
+    def put(self, local: Path, remote: str, mode: int = 0o644,
+            progress: PushProgress | None = None) -> None:
         target = Path(remote)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + ".orch-tmp")
         shutil.copyfile(local, tmp)
+        if progress is not None:
+            size = Path(local).stat().st_size
+            progress(size, size)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
 

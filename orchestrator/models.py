@@ -1,0 +1,63 @@
+"""Model files of a matrix on a device: push the local ones, and know each one's size and
+sha256 for provenance. A 20 GB model is pushed once: transports skip a file whose size and
+sha256 match, and cache the device-side sha256 next to it."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .agentctl import file_sha256
+from .matrix import LoadedMatrix, ModelFile
+from .progress import Progress
+from .transports.base import Transport, TransportError
+
+
+@dataclass
+class ModelInfo:
+    device_path: str
+    size: int | None = None
+    sha256: str | None = None
+
+
+def _remote_size(transport: Transport, path: str) -> int | None:
+    result = transport.run(["stat", "-c", "%s", path], timeout=30)
+    text = result.stdout.decode(errors="replace").strip()
+    return int(text) if result.rc == 0 and text.isdigit() else None
+
+
+def prepare_models(transport: Transport, loaded: LoadedMatrix,
+                   progress: Progress) -> tuple[LoadedMatrix, dict[str, ModelInfo]]:
+    """Push `{local: FILE}` models to `<workdir>/models/`; return the matrix with every model
+    as a device path, and what is known of each file."""
+    matrix = loaded.matrix
+    infos: dict[str, ModelInfo] = {}
+    paths: dict[str, str] = {}
+    for name, spec in matrix.models.items():
+        if isinstance(spec, ModelFile):
+            local = Path(loaded.path).parent / spec.local
+            if not local.is_file():
+                raise TransportError(f"models.{name}: {local} does not exist")
+            remote = f"{transport.workdir}/models/{local.name}"
+            size = local.stat().st_size
+            shown = [0.0]
+
+            def report(done: int, total: int, label: str = local.name) -> None:
+                # at most one line every 2 s: a 20 GB push takes minutes
+                if time.monotonic() - shown[0] >= 2 or done >= total:
+                    shown[0] = time.monotonic()
+                    progress.note(f"pushing {label}: {done / 1048576:,.0f} of "
+                                  f"{total / 1048576:,.0f} MiB")
+
+            pushed = transport.push_if_changed(local, remote, 0o644, report)
+            if not pushed:
+                progress.note(f"model {local.name}: unchanged on the device, not pushed")
+            infos[name] = ModelInfo(remote, size, file_sha256(local))
+            paths[name] = remote
+        else:
+            paths[name] = spec
+            infos[name] = ModelInfo(spec, _remote_size(transport, spec))
+    if not matrix.models:
+        return loaded, infos
+    resolved = matrix.model_copy(update={"models": paths})
+    return loaded.model_copy(update={"matrix": resolved}), infos
