@@ -55,8 +55,9 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
             infos[name] = ModelInfo(remote, size, file_sha256(local))
             paths[name] = remote
         else:
-            paths[name] = spec
-            infos[name] = ModelInfo(spec, _remote_size(transport, spec))
+            path = transport.expand_home(spec)
+            paths[name] = path
+            infos[name] = ModelInfo(path, _remote_size(transport, path))
     if not matrix.models:
         return loaded, infos
     resolved = matrix.model_copy(update={"models": paths})

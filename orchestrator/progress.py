@@ -150,8 +150,9 @@ class DeviceProgress(Progress):
         self.cell_times.append(took)
         mean = tokens / (self.wall / 1000.0) if self.wall else 0.0
         colour = "green" if status == "ok" else "red"
-        self.board.print(f"{self.device} {self.prefix}: [{colour}]{status}[/] {tokens} tokens, "
-                         f"{mean:.2f} tok/s mean ({took:.1f} s)")
+        rate = (f"{tokens} tokens, {mean:.2f} tok/s mean" if tokens
+                 else "no per-token rows (the engine reports totals)")
+        self.board.print(f"{self.device} {self.prefix}: [{colour}]{status}[/] {rate} ({took:.1f} s)")
         if self.board.bar is not None and self.task is not None:
             self.board.bar.remove_task(self.task)
             self.task = None

@@ -102,7 +102,8 @@ class DeviceRunner:
                     raise TransportError(f"binary.local: {local} does not exist")
                 self._binary = (self.client.install_file(local), file_sha256(local))
             else:
-                self._binary = (spec.device, self.transport.remote_sha256(spec.device))
+                path = self.transport.expand_home(spec.device)
+                self._binary = (path, self.transport.remote_sha256(path))
         return self._binary
 
     # -- one cell ------------------------------------------------------------------------------

@@ -384,3 +384,14 @@ def test_llama_local_matrix_end_to_end(workspace):
             assert isinstance(where, int), (config, where)  # another k: departs somewhere
     tps = {r.config: r.summary["trailer"]["tok/s"] for r in runs}
     assert tps["mmap+top-k-experts=1,t=1"] > tps["mmap+top-k-experts=8,t=1"]
+    # the report: tok/s per config, the divergence column against the baseline
+    code, out = orch("report", "-o", "llama.md", "--no-plots")
+    assert code == 0, out
+    report = Path("llama.md").read_text()
+    assert "text departs at" in report and "| identical |" in report
+    # llama-bench's own repetitions give the spread next to its mean
+    code, out = orch("run", str(REPO / "matrices" / "llama-bench-local.yaml"))
+    assert code == 0, out
+    code, out = orch("report", "--matrix", "llama-bench-local", "-o", "bench.md", "--no-plots")
+    assert code == 0, out
+    assert "(n=5 repetitions)" in Path("bench.md").read_text()

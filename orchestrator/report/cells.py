@@ -178,5 +178,6 @@ def spread_cell(spread: Mapping[str, Any] | None) -> str:
     """Spread of repeated runs' means: ± sample stdev, range (n). Empty for a single run."""
     if not spread or spread.get("n", 0) < 2:
         return DASH
-    return "±%.2f, %.2f–%.2f (n=%d)" % (spread["stdev"], spread["min"], spread["max"],
-                                          spread["n"])
+    unit = " repetitions" if spread.get("unit") == "repetitions" else ""
+    return "±%.2f, %.2f–%.2f (n=%d%s)" % (spread["stdev"], spread["min"], spread["max"],
+                                            spread["n"], unit)

@@ -176,6 +176,12 @@ def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
             else:
                 values[key] = xs[0]
         values["n"] = sum(int(r.stats.get("n") or 0) for r in runs)
+    if len(runs) == 1:
+        # An engine that repeats internally (llama-bench -r N) reports its own per-repetition
+        # spread: with a single orch run, that is the spread there is.
+        inner = ((runs[0].row.summary or {}).get("repetition_spread") or {})
+        if (inner.get("n") or 0) >= 2:
+            return values, {**inner, "unit": "repetitions"}
     return values, analysis.spread([r.stats.get("mean") for r in runs])
 
 

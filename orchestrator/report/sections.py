@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .. import analysis
+from ..analysis_text import divergence
 from .cells import (DASH, Table, fmt, id_list, md_escape, ok, pct, spread_cell, split_cell,
                     temp_cell)
 from .context import ConfigAgg, Group, RunView, left_out_line
@@ -114,15 +115,17 @@ def ab(group: Group, baseline: str | None) -> tuple[Table | None, str | None]:
         return None, (f"The baseline {md_escape(baseline)} has no run that ended ok: "
                       f"no A/B comparison.")
     table = Table(["Config", "decode mean", "spread of means", "Δ mean", "flash read/token",
-                   "Δ read/token", "peak RSS", "Δ peak RSS", "runs", "note"],
-                  ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---"])
+                   "Δ read/token", "peak RSS", "Δ peak RSS", "runs", "note", "text departs at"],
+                  ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---",
+                   "---:"])
+    base_text = _text(base)
     mean, read, rss = fmt("mean"), fmt("read_mib_per_token"), fmt("peak_rss_gb")
     noisy = single = False
     for agg in [base] + [c for c in group.configs if c is not base]:
         v = agg.values
         if not agg.runs:
             table.rows.append([md_escape(agg.config)] + [DASH] * 7 + [
-                DASH, f"no run ended ok (†: {id_list([r.id for r in agg.bad])})"])
+                DASH, f"no run ended ok (†: {id_list([r.id for r in agg.bad])})", DASH])
             continue
         is_base = agg is base
 
@@ -139,8 +142,16 @@ def ab(group: Group, baseline: str | None) -> tuple[Table | None, str | None]:
         table.rows.append([md_escape(agg.config), mean(v.get("mean")), spread_cell(agg.spread),
                            delta("mean"), read(v.get("read_mib_per_token")),
                            delta("read_mib_per_token"), rss(v.get("peak_rss_gb")),
-                           delta("peak_rss_gb"), id_list(agg.ids), note or DASH])
+                           delta("peak_rss_gb"), id_list(agg.ids), note or DASH,
+                           departs(base_text, _text(agg), is_base)])
+    if all(row[-1] in (DASH, "baseline") for row in table.rows):
+        for row in table.rows:   # no text to compare: the whole column goes
+            row[-1] = DASH
     table = table.drop_empty(keep=(0, 3, 8))
+    if "text departs at" in table.headers:
+        table.notes.append("text departs at: with greedy decoding, the first character where "
+                           "a config's generated text differs from the baseline's (a change "
+                           "of routing changes the output from that token on).")
     if noisy:
         table.notes.append("⚠ The difference from the baseline is smaller than the spread of "
                            "the repeat means (of the config or the baseline): it is not a "
@@ -150,6 +161,20 @@ def ab(group: Group, baseline: str | None) -> tuple[Table | None, str | None]:
                            "spread to weigh their difference against: repeat them to tell an "
                            "effect from run-to-run noise.")
     return table, None
+
+
+def _text(agg: ConfigAgg) -> str | None:
+    """The generated text of a config's first ok run (greedy decoding repeats it)."""
+    return next((r.row.text for r in agg.runs if r.row.text), None)
+
+
+def departs(base: str | None, text: str | None, is_base: bool) -> str:
+    if is_base:
+        return "baseline" if base else DASH
+    if base is None or text is None:
+        return DASH
+    index = divergence(base, text)
+    return "identical" if index is None else f"char {index}"
 
 
 def left_out(runs: list[RunView]) -> list[str]:

@@ -103,5 +103,14 @@ class Transport(abc.ABC):
         self.put(local, remote, mode, progress)
         return True
 
+    def expand_home(self, path: str) -> str:
+        """`~/x` -> the device user's home + `/x` where the transport knows it (local, ssh);
+        other paths unchanged. Engines get absolute paths: no shell expands them."""
+        home = getattr(self, "home", None)
+        if path == "~" or path.startswith("~/"):
+            if home and home != "~":
+                return home + path[1:]
+        return path
+
     def describe(self) -> str:
         return f"{self.kind}:{self.name}"

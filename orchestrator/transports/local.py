@@ -18,6 +18,9 @@ class LocalTransport(Transport):
         super().__init__(name, workdir, shell)
         self.env = dict(env or {})
 
+    def expand_home(self, path: str) -> str:
+        return os.path.expanduser(path)
+
     def connect(self) -> None:
         self.workdir = str(Path(os.path.expanduser(self.workdir)).resolve())
         Path(self.workdir).mkdir(parents=True, exist_ok=True)
