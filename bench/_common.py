@@ -14,12 +14,11 @@ A bench that cannot measure a figure here prints `NAME  SKIPPED (why)`.
 from __future__ import annotations
 
 import re
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:          # benches import orchestrator from this checkout
@@ -84,10 +83,16 @@ def parse(line: str) -> dict[str, str] | None:
     """A figure or SKIPPED line as a dict of its fields; None for any other line."""
     match = LINE.match(line.rstrip("\n"))
     if match:
-        return match.groupdict()
+        fields = match.groupdict()
+        note = (fields["note"] or "").strip()
+        if note.startswith("(") and note.endswith(")"):
+            note = note[1:-1]
+        fields["note"] = note
+        return fields
     match = SKIP.match(line.rstrip("\n"))
     if match:
-        return {"name": match["name"], "verdict": "SKIPPED", "note": match["note"] or ""}
+        return {"name": match["name"], "verdict": "SKIPPED",
+                "note": (match["note"] or "").strip().removeprefix("(").removesuffix(")")}
     return None
 
 
@@ -98,14 +103,3 @@ def wall(argv: Sequence[str], **kwargs) -> float:
     start = time.perf_counter()
     subprocess.run(argv, check=True, timeout=600, **kwargs)
     return time.perf_counter() - start
-
-
-def median_of(fn: Callable[[], float], repeats: int) -> float:
-    """Median of repeats calls of fn, each returning a measurement."""
-    return statistics.median(fn() for _ in range(repeats))
-
-
-def timed(fn: Callable[[], object]) -> tuple[float, object]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result

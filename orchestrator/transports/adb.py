@@ -23,16 +23,17 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterator
+from typing import BinaryIO, Iterator
 
 import adbutils
 from adbutils import AdbConnection, AdbError
 
 from .base import CommandResult, LinkLost, Transport, TransportError, sha256_file
+from .base import PushProgress as Progress
 
-Progress = Callable[[int, int], None]
 SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
 PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)
+PIECE_MTIME = 946684800            # DONE's mtime for pieces: set only when one is complete
 _NET = (AdbError, OSError, EOFError, struct.error)
 
 # As ssh.py: sha256 of $1, cached in `$1.orch-sha256` while `stat` matches; not cached when
@@ -48,7 +49,7 @@ if [ "$(stat -c '%s %Y' -- "$f")" = "$st" ] && [ $(( $(date +%s) - ${st#* } )) -
     rm -f -- "$c.$$"
 fi
 echo "$h computed"'''
-# After a push we know the sha256: cache it against the file's new size and mtime.
+# After a push we know the sha256: cache it against the new size and mtime.
 _CACHE = 'st=$(stat -c "%s %Y" -- "$1") && printf "%s %s\\n" "$st" "$2" > "$1.orch-sha256"'
 # Append pieces $1.0 .. $1.N-1 to $1.cat, deleting each once appended (peak space: the file
 # plus one piece); resumable: pieces already in $1.cat are skipped, a cut-off append is
@@ -107,8 +108,7 @@ class AdbTransport(Transport):
         self._client.timeout = timeout
         self._dev: adbutils.AdbDevice | None = None
         self._v2, self._dirs = True, set[str]()
-        # stderr tail of the last stream(); "cached" or "computed" (last remote_sha256)
-        self.last_stderr, self.last_sha256_source = b"", ""
+        self.last_stderr, self.last_sha256_source = b"", ""  # of stream(), remote_sha256()
 
     def state(self) -> str | None:
         """The server's state for our serial (device, offline, unauthorized, ...) or None."""
@@ -286,7 +286,8 @@ class AdbTransport(Transport):
         return (info.size, int(info.mtime.timestamp())) if info.mode and info.mtime else None
 
     def _send(self, handle: BinaryIO, length: int, remote: str, mode: int,
-              progress: Progress | None = None, done: int = 0, total: int = 0) -> None:
+              progress: Progress | None = None, done: int = 0, total: int = 0,
+              mtime: int | None = None) -> None:
         """One sync SEND of `length` bytes from `handle`. adbd deletes a half-sent file."""
         spec, what = f"{remote},{0o100000 | mode}".encode(), f"push to {remote}"  # S_IFREG
         conn = self._open("sync:", what)
@@ -301,7 +302,7 @@ class AdbTransport(Transport):
                 done += len(chunk)
                 if progress:
                     progress(done, total or length)
-            sock.sendall(b"DONE" + struct.pack("<I", int(time.time())))
+            sock.sendall(b"DONE" + struct.pack("<I", mtime or int(time.time())))
             if (status := conn.read_exact(8))[:4] != b"OKAY":
                 why = conn.read_exact(struct.unpack("<I", status[4:])[0]).decode(errors="replace")
                 raise TransportError(f"{self.name}: {what} refused: {why}")
@@ -325,28 +326,29 @@ class AdbTransport(Transport):
 
     def _put_pieces(self, local: Path, size: int, remote: str, mode: int,
                     progress: Progress | None, key: str) -> None:
-        """Resumable push. SEND cannot append and adbd deletes a half-sent file, so the file
-        goes as PIECE-sized files `<file>.orch-part-KEY.N` (KEY: the local sha256, else size
-        and mtime, so pieces of another version never count). A piece whose size matches is
-        kept from an interrupted push; the device then appends them in order (_ASSEMBLE)."""
+        """Resumable push: SEND cannot append and adbd deletes a half-sent file, so the file goes
+        as PIECE-sized `<file>.orch-part-KEY.N` (KEY: local sha256, else size+mtime: pieces of
+        other versions never count). A piece with its full size and PIECE_MTIME (set by DONE; a
+        cut-off one lingers until adbd deletes it) is kept from an interrupted push (_ASSEMBLE)."""
         prefix, where = f"{remote}.orch-part-{key}", posixpath.dirname(remote)
         count = -(-size // PIECE)
         try:
-            have = {e.path: e.size for e in self._device().sync.iter_directory(where)}
+            have = {e.path: (e.size, int(e.mtime.timestamp()))
+                    for e in self._device().sync.iter_directory(where)}
         except _NET as exc:
             raise self._error(f"list {where}", exc) from None
-        assembled = have.get(posixpath.basename(prefix) + ".cat", 0)
+        assembled = have.get(posixpath.basename(prefix) + ".cat", (0, 0))[0]
         inside = count if assembled == size else assembled // PIECE
         with open(local, "rb") as handle:
             for i in range(count):
                 length = min(PIECE, size - i * PIECE)
                 name = f"{prefix}.{i}"
-                if i < inside or have.get(posixpath.basename(name)) == length:
+                if i < inside or have.get(posixpath.basename(name)) == (length, PIECE_MTIME):
                     if progress:
                         progress(min(size, (i + 1) * PIECE), size)
                     continue
                 handle.seek(i * PIECE)
-                self._send(handle, length, name, 0o600, progress, i * PIECE, size)
+                self._send(handle, length, name, 0o600, progress, i * PIECE, size, PIECE_MTIME)
                 if (got := self._stat(name)) is None or got[0] != length:
                     raise TransportError(f"{self.name}: piece {name} has {got and got[0]} bytes "
                                          f"on the device, expected {length}")
