@@ -76,8 +76,13 @@ list_zones() {
     esac
     ZONES="$ZONES $n:$c"
   done
-  BATT=
+  BATT= BSTAT= DUMPSYS=
   [ -r "$BATTERY_DIR/temp" ] && BATT=$BATTERY_DIR/temp
+  [ -r "$BATTERY_DIR/status" ] && BSTAT=$BATTERY_DIR/status
+  # No readable sysfs battery (most phones without root): `dumpsys battery`, which forks, so
+  # at most every DUMPSYS_EVERY-th sample.
+  if [ -z "$BATT" ] && command -v dumpsys >/dev/null 2>&1; then DUMPSYS=1; fi
+  DUMPSYS_EVERY=${ORCH_DUMPSYS_EVERY:-10} DS_N=0
 }
 
 # stat_fields FIELDS-AFTER-COMM: split /proc/PID/stat (after "(comm) ") with the shell's
@@ -125,8 +130,39 @@ sample() {
     t=
     read -r t 2>/dev/null <"$BATT"
     case ${t#-} in ''|*[!0-9]*) ;; *) line="$line${TAB}batt_temp_dC=$t" ;; esac
+  elif [ -n "$DUMPSYS" ]; then
+    DS_N=$((DS_N - 1))
+    if [ "$DS_N" -le 0 ]; then
+      DS_N=$DUMPSYS_EVERY
+      battery_dumpsys
+    fi
+    [ -n "$DS_T" ] && line="$line${TAB}batt_temp_dC=$DS_T"
+  fi
+  if [ -n "$BSTAT" ]; then
+    t=
+    read -r t 2>/dev/null <"$BSTAT"
+    case $t in Charging|Full) line="$line${TAB}batt_charging=1" ;; ?*) line="$line${TAB}batt_charging=0" ;; esac
   fi
   say "$line"
+}
+
+# battery_dumpsys: DS_T (deci-°C) and DS_S (charging state) from `dumpsys battery`.
+battery_dumpsys() {
+  DS_T= DS_S=
+  ds=$(dumpsys battery 2>/dev/null) || return 0
+  oifs=$IFS
+  set -f; IFS='
+'
+  for l in $ds; do
+    l=${l#"${l%%[! ]*}"}
+    case $l in
+      temperature:*) DS_T=${l#*: } ;;
+      status:*) case ${l#*: } in 2) DS_S=Charging ;; 3) DS_S=Discharging ;;
+                  4) DS_S="Not charging" ;; 5) DS_S=Full ;; *) DS_S=Unknown ;; esac ;;
+    esac
+  done
+  IFS=$oifs; set +f
+  case ${DS_T#-} in ''|*[!0-9]*) DS_T= ;; esac
 }
 
 # drain FD TAG: print every complete line now readable on FD as "TAG<TAB>line". At EOF
@@ -438,6 +474,16 @@ facts() {
     done
   fi
   F battery.temp_path "$BATT"
+  bt= bs=
+  [ -n "$BATT" ] && read -r bt 2>/dev/null <"$BATT"
+  [ -n "$BSTAT" ] && read -r bs 2>/dev/null <"$BSTAT"
+  if { [ -z "$bt" ] || [ -z "$bs" ]; } && command -v dumpsys >/dev/null 2>&1; then
+    battery_dumpsys
+    [ -n "$bt" ] || bt=$DS_T
+    [ -n "$bs" ] || bs=$DS_S
+  fi
+  [ -n "$bt" ] && F battery.temp_dC "$bt"
+  [ -n "$bs" ] && F battery.status "$bs"
   return 0
 }
 

@@ -36,19 +36,6 @@ PIECE = 64 << 20                   # resumable push granularity (see _put_pieces
 PIECE_MTIME = 946684800            # DONE's mtime for pieces: set only when one is complete
 _NET = (AdbError, OSError, EOFError, struct.error)
 
-# As ssh.py: sha256 of $1, cached in `$1.orch-sha256` while `stat` matches; not cached when
-# modified less than 2 s ago (same-second rewrites keep %Y).
-_SHA = r'''f=$1 c=$1.orch-sha256
-st=$(stat -c '%s %Y' -- "$f" 2>/dev/null) || exit 3
-if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" ]; then
-  echo "$h cached"; exit 0; fi
-h=$(sha256sum < "$f") || exit 4
-h=${h%% *}
-if [ "$(stat -c '%s %Y' -- "$f")" = "$st" ] && [ $(( $(date +%s) - ${st#* } )) -ge 2 ]; then
-  { printf '%s %s\n' "$st" "$h" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null ||
-    rm -f -- "$c.$$"
-fi
-echo "$h computed"'''
 # After a push we know the sha256: cache it against the new size and mtime.
 _CACHE = 'st=$(stat -c "%s %Y" -- "$1") && printf "%s %s\\n" "$st" "$2" > "$1.orch-sha256"'
 # Append pieces $1.0 .. $1.N-1 to $1.cat, deleting each once appended (peak space: the file
@@ -375,14 +362,6 @@ class AdbTransport(Transport):
             if "No such file" in str(exc):
                 raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file") from None
             raise self._error(f"reading {remote}", exc) from None
-
-    def remote_sha256(self, remote: str) -> str | None:
-        """sha256 of a device file; `<file>.orch-sha256` spares re-hashing an unchanged one."""
-        result = self.run([self.shell, "-c", _SHA, "sh", self._path(remote)], timeout=3600)
-        if result.rc != 0 or len(fields := result.stdout.decode().split()) < 2:
-            return None
-        self.last_sha256_source = fields[1]
-        return fields[0]
 
     def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
                         progress: Progress | None = None) -> bool:

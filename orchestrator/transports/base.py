@@ -15,6 +15,22 @@ from typing import Callable, Iterator
 PushProgress = Callable[[int, int], None]
 
 
+# sha256 of $1, cached in `$1.orch-sha256` ("size mtime sha256") while `stat` still matches,
+# so an unchanged 20 GB model is not re-hashed every run. A file modified less than 2 s ago is
+# hashed but not cached (same-second rewrites keep %Y). POSIX sh + toybox only.
+SHA256_CACHED = r'''f=$1 c=$1.orch-sha256
+st=$(stat -c '%s %Y' -- "$f" 2>/dev/null) || exit 3
+if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" ]; then
+  echo "$h cached"; exit 0; fi
+h=$(sha256sum < "$f") || exit 4
+h=${h%% *}
+if [ "$(stat -c '%s %Y' -- "$f")" = "$st" ] && [ $(( $(date +%s) - ${st#* } )) -ge 2 ]; then
+  { printf '%s %s\n' "$st" "$h" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null ||
+    rm -f -- "$c.$$"
+fi
+echo "$h computed"'''
+
+
 class TransportError(Exception):
     """The device could not be reached or a transport operation failed."""
 
@@ -88,12 +104,20 @@ class Transport(abc.ABC):
     def get_bytes(self, remote: str) -> bytes:
         """Read a whole (small) file from the device."""
 
+    def _path(self, remote: str) -> str:
+        """A device path as commands see it (transports resolve relative ones)."""
+        return remote
+
     def remote_sha256(self, remote: str) -> str | None:
-        """sha256 of a device file, or None when it does not exist."""
-        result = self.run(["sha256sum", remote])
-        if result.rc != 0:
+        """sha256 of a device file (None when it does not exist); `<file>.orch-sha256`
+        spares re-hashing an unchanged one."""
+        result = self.run([self.shell, "-c", SHA256_CACHED, "sh", self._path(remote)],
+                          timeout=3600)
+        fields = result.stdout.decode(errors="replace").split()
+        if result.rc != 0 or len(fields) < 2:
             return None
-        return result.stdout.split()[0].decode()
+        self.last_sha256_source = fields[1]   # "cached" or "computed"
+        return fields[0]
 
     def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
                         progress: PushProgress | None = None) -> bool:

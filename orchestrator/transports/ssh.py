@@ -41,19 +41,6 @@ CACHE_SUFFIX = ".orch-sha256"
 # $1 resolved against $HOME, created; prints $HOME and the absolute path.
 _RESOLVE = ('d=$1; case $d in "~") d=$HOME;; "~/"*) d=$HOME/${d#"~/"};; /*) ;; *) d=$HOME/$d;; '
             'esac; mkdir -p -- "$d" && cd -- "$d" && printf "%s\\n%s\\n" "$HOME" "$(pwd)"')
-# sha256 of $1, cached in `$1.orch-sha256` ("size mtime sha256") while `stat` still matches.
-# A file modified less than 2 s ago is hashed but not cached (same-second rewrites keep %Y).
-_SHA = r'''f=$1 c=$1.orch-sha256
-st=$(stat -c '%s %Y' -- "$f" 2>/dev/null) || exit 3
-if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" ]; then
-  echo "$h cached"; exit 0; fi
-h=$(sha256sum < "$f") || exit 4
-h=${h%% *}
-if [ "$(stat -c '%s %Y' -- "$f")" = "$st" ] && [ $(( $(date +%s) - ${st#* } )) -ge 2 ]; then
-  { printf '%s %s\n' "$st" "$h" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null ||
-    rm -f -- "$c.$$"
-fi
-echo "$h computed"'''
 # Without SFTP: stdin -> $1 (via a temp file, dropping a sha256 cache), mode $2; reading $1.
 _CAT_PUT = ('d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 1; rm -f -- "$1.orch-sha256"; '
             'cat > "$1.orch-part" && chmod "$2" "$1.orch-part" && mv -f -- "$1.orch-part" "$1"')
@@ -528,14 +515,6 @@ class SshTransport(Transport):
         return st.st_size, int(st.st_mtime)
 
     # -- sha256 with a cache next to the file ------------------------------------------------
-    def remote_sha256(self, remote: str) -> str | None:
-        """sha256 of a device file; `<file>.orch-sha256` spares re-hashing an unchanged one."""
-        result = self.run([self.shell, "-c", _SHA, "sh", self._path(remote)], timeout=3600)
-        if result.rc != 0 or len(fields := result.stdout.split()) < 2:
-            return None
-        self.last_sha256_source = fields[1].decode()
-        return fields[0].decode()
-
     def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
                         progress: Progress | None = None) -> bool:
         """Push unless the device has the same file: size first (cheap), then sha256."""

@@ -1,0 +1,88 @@
+"""Thermal cooldown, calibration and battery facts on the emulated phone (real adb server)."""
+from __future__ import annotations
+
+import datetime as dt
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import main
+from orchestrator.db.store import Store
+
+ENGINES = Path(__file__).resolve().parent / "engines"
+
+
+def orch(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def phone_ws(phone, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
+        devices:
+          emu:
+            kind: adb
+            serial: "{phone.serial}"
+            adb_port: {phone.adb_port}
+            workdir: {phone.data_dir}/orch
+        """))
+    body = (ENGINES / "fake_bmoe.sh").read_text().split("\n", 1)[1]
+    (tmp_path / "fake_bmoe.sh").write_text(f"#!{phone.sh}\n{body}")
+    Path(phone.data_dir, "m.gguf").write_bytes(b"GGUF" + bytes(4092))
+    for zone in (0, 1):
+        phone.set_temp(zone, 38)
+    return tmp_path
+
+
+def test_battery_facts_come_from_dumpsys_when_sysfs_has_no_status(phone_ws, phone):
+    phone.set_temp("battery", 31.5)
+    code, out = orch("devices", "--probe", "-d", "emu")
+    assert code == 0, out
+    facts = Store.open("orch.db").device_by_name("emu").facts
+    assert facts["battery.temp_dC"] == "315"
+    assert facts["battery.status"] in ("Charging", "Discharging", "Full", "Not charging", "Unknown")
+    assert facts["prop.ro.product.model"] == "EMU-15R"
+
+
+def test_condition_cooldown_on_the_phone(phone_ws, phone):
+    code, out = orch("calibrate", "-d", "emu", "--seconds", "1", "--interval", "0.1")
+    assert code == 0 and "idle baseline cpu: 38.0 °C" in out, out
+    crossed: dict[str, float] = {}
+
+    def heat_then_cool() -> None:
+        # up to 60 °C, then down 3 °C every 0.3 s (the agent polls every 0.1 s)
+        for celsius in [50, 55, 60] + list(range(57, 30, -3)):
+            for zone in (0, 1):
+                phone.set_temp(zone, celsius)
+            if celsius <= 40 and "at" not in crossed:
+                crossed["at"], crossed["value"] = time.time(), celsius * 1000
+            time.sleep(0.3)
+
+    heater = threading.Thread(target=heat_then_cool, daemon=True)
+    heater.start()
+    time.sleep(0.05)
+    (phone_ws / "c.yaml").write_text(textwrap.dedent(f"""\
+        name: phone-cool
+        engine: bmoe
+        binary: {{local: fake_bmoe.sh}}
+        models: {{m: {phone.data_dir}/m.gguf}}
+        prompt: p
+        tokens: 2
+        cooldown: {{until: baseline+2C, sensor: cpu, min: 0s, max: 30s, interval: 0.1s}}
+        configs: {{a: --delay 0}}
+        """))
+    code, out = orch("run", "c.yaml", "--device", "emu")
+    heater.join()
+    assert code == 0, out
+    (run,) = Store.open("orch.db").runs()
+    assert run.cooldown_met is True
+    assert run.temp_start["value_mC"] == crossed["value"] == 39000
+    started = run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
+    assert crossed["at"] <= started <= crossed["at"] + 1.5
