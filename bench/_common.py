@@ -68,7 +68,7 @@ def figure(name: str, orch: float, unit: str, base_label: str, base: float, goal
         ratio = orch / base if base else float("inf")
     verdict = {True: "MET", False: "NOT MET", None: "REPORT"}[meets(goal, ratio, orch)]
     line = (f"{name}  orch {num(orch)} {unit}  {base_label} {num(base)} {unit}  "
-            f"ratio {ratio:.2f}  goal {goal}  {verdict}")
+            f"ratio {ratio:.3f}  goal {goal}  {verdict}")  # 3 decimals: 0.988 is not 0.99
     if note:
         line += f"  ({note})"
     print(line, flush=True)

@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .agentctl import AgentClient, Job, file_sha256, shipped_file
+from .agentctl import AgentClient, Job, file_sha256
 from .db.store import Store, now
 from .engines import CellSpec, EngineAdapter
 from .matrix import LoadedMatrix

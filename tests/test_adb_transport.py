@@ -15,18 +15,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import select, text
 
-pytest.importorskip("adbutils")
+import adbutils  # noqa: E402,F401  (a dependency: missing is a failure, not a skip)
 
 from conftest_adb import wait_for_state  # noqa: E402
-from orchestrator.cli import main  # noqa: E402
+
 from orchestrator.db import schema  # noqa: E402
 from orchestrator.db.store import Store  # noqa: E402
 from orchestrator.transports import adb as adbmod  # noqa: E402
 from orchestrator.transports.adb import AdbTransport, RemoteFileNotFound  # noqa: E402
 from orchestrator.transports.base import LinkLost, TransportError  # noqa: E402
+from cli_helpers import orch
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 
@@ -211,10 +211,6 @@ def test_unplug_mid_stream_is_link_lost_and_connect_comes_back(phone):
 
 
 # ----- orch run on the emulated phone -------------------------------------------------------
-def orch(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
-
 
 @pytest.fixture
 def ws(phone, tmp_path, monkeypatch):

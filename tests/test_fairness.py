@@ -9,20 +9,15 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import text
 
 from conftest import IN_CI
-from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.drift import session_warnings
+from cli_helpers import orch
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 
-
-def orch(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -12,14 +11,10 @@ from sqlalchemy import func, select
 from orchestrator.cli import main
 from orchestrator.db import schema
 from orchestrator.db.store import Store
+from cli_helpers import orch_ok as orch
 from test_analysis_oracle import (FIX, JUL13_SECTIONS, JUL13_SUFFIX_LABEL, PR23_SECTIONS,
                                   md_cells, pr23_expected)
 
-
-def orch(*args: str) -> str:
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def table_cells(text: str) -> dict[tuple[str, str], str]:

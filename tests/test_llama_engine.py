@@ -16,14 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import select
 
 from orchestrator import llamacpp_build as lb
 from orchestrator.analysis_text import divergence, divergence_from_baseline
-from orchestrator.cli import main
 from orchestrator.db import schema
 from orchestrator.db.store import Store
+from cli_helpers import orch
 
 REPO = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
@@ -88,10 +87,6 @@ def workspace(tmp_path, monkeypatch):
         """))
     return tmp_path
 
-
-def orch(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 def run_matrix(workspace: Path, body: str, name: str = "m.yaml") -> tuple[int, str, dict]:

@@ -8,17 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from orchestrator.cli import main
 from orchestrator.db.store import Store
+from cli_helpers import orch
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 
-
-def orch(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 @pytest.fixture

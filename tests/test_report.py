@@ -17,6 +17,7 @@ from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.report.cells import expand_ids
 from orchestrator.results import runs_stats
+from cli_helpers import orch_ok as orch
 from test_analysis_oracle import FIX, JUL13_SECTIONS, JUL13_SUFFIX_LABEL, md_cells
 
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -24,11 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
 CELL_SPLIT = re.compile(r"(?<!\\)\|")     # GFM: a pipe after a backslash is content
 
-
-def orch(*args: str) -> str:
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return result.output
 
 
 def split_row(line: str) -> list[str]:

@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import func, select, text
 
-from orchestrator.cli import main
 from orchestrator.db import schema
 from orchestrator.db.store import Store
+from cli_helpers import orch
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id` ; rm -rf / \n\tnew line € 日本\n"
@@ -37,10 +36,6 @@ def workspace(tmp_path, monkeypatch):
     (tmp_path / "fake_bmoe.sh").write_bytes((ENGINES / "fake_bmoe.sh").read_bytes())
     return tmp_path
 
-
-def orch(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 def write_matrix(path: Path, body: str) -> Path:

@@ -7,20 +7,15 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from sqlalchemy import select, text
 
-from orchestrator.cli import main
 from orchestrator.db import schema
 from orchestrator.db.store import Store
+from cli_helpers import orch
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINES = Path(__file__).resolve().parent / "engines"
 
-
-def orch(*args: str, input: str | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
-    return result.exit_code, result.output
 
 
 @pytest.fixture

@@ -58,7 +58,11 @@ def main() -> None:
       orch run matrices/local.yaml          # run a matrix on the built-in `local` device
       orch runs                             # list past runs
       orch show 3                           # statistics of run 3
+      orch table                            # the newest session as published tables
+      orch report -o docs/bench.md          # a benchmark document with provenance
       orch devices --probe                  # list devices and their facts
+      orch import DIR --engine bmoe         # existing engine artifacts into the store
+      orch calibrate -d phone               # idle temperature baseline for cooldowns
     """
 
 
