@@ -13,8 +13,8 @@ import paramiko
 import pytest
 
 from orchestrator.transports.base import LinkLost, TransportError
-from orchestrator.transports.ssh import (CommandTimedOut, HostKeyError, SshTransport,
-                                         add_known_host, fetch_host_key, fingerprint)
+from orchestrator.transports.hostkeys import add_known_host, fetch_host_key, fingerprint
+from orchestrator.transports.ssh import CommandTimedOut, HostKeyError, SshTransport
 
 COUNT = "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.3; done"
 

@@ -176,7 +176,7 @@ def trust(name: str, yes: bool, inventory: str | None) -> None:
     confirm. Use it after checking the fingerprint on the machine itself
     (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`)."""
     from ..inventory import load_inventory
-    from ..transports.ssh import add_known_host, fetch_host_key, fingerprint
+    from ..transports.hostkeys import add_known_host, fetch_host_key, fingerprint
 
     entry = load_inventory(inventory).get(name)
     if entry.kind != "ssh":
