@@ -2,14 +2,13 @@
 follow their spool. Everything device-side goes through here (DESIGN §2)."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
 from .stream import LineSplitter, facts_from_lines
-from .transports.base import Transport, TransportError
+from .transports.base import Transport, TransportError, sha256_file
 
 AGENT_NAME = "orch-agent.sh"
 
@@ -24,7 +23,7 @@ def shipped_file(name: str) -> Path:
 
 
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_file(path)
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -46,12 +47,21 @@ class CommandResult:
     stderr: bytes
 
 
+_SHA_CACHE: dict[tuple[str, int, int], str] = {}
+
+
 def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(bufsize):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """Streaming sha256 of a local file, remembered per (path, size, mtime): a 20 GB model is
+    hashed once per orch process however many devices and checks ask, never read whole."""
+    st = os.stat(path)
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if key not in _SHA_CACHE:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            while chunk := handle.read(bufsize):
+                digest.update(chunk)
+        _SHA_CACHE[key] = digest.hexdigest()
+    return _SHA_CACHE[key]
 
 
 class Transport(abc.ABC):
