@@ -13,6 +13,7 @@ from orchestrator.db.store import Store
 from cli_helpers import orch
 
 ENGINES = Path(__file__).resolve().parent / "engines"
+REPO = ENGINES.parent.parent
 
 
 
@@ -81,3 +82,28 @@ def test_condition_cooldown_on_the_phone(phone_ws, phone):
     assert run.temp_start["value_mC"] == crossed["value"] == 39000
     started = run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
     assert crossed["at"] <= started <= crossed["at"] + 1.5
+
+
+def test_phone_matrix_end_to_end_on_the_emulated_phone(phone_ws, phone):
+    """matrices/phone.yaml's configs, order and baseline as written; only what needs a real
+    phone (the binary, the 18 GB models, 256 tokens, 45 s cooldowns) is swapped for stand-ins."""
+    import yaml
+
+    study = yaml.safe_load((REPO / "matrices" / "phone.yaml").read_text())
+    for name in study["models"]:
+        Path(phone.data_dir, f"{name}.gguf").write_bytes(b"GGUF" + bytes(4092))
+    study.update(binary={"local": "fake_bmoe.sh"}, tokens=3, cooldown="0s",
+                 models={name: f"{phone.data_dir}/{name}.gguf" for name in study["models"]})
+    (phone_ws / "phone.yaml").write_text(yaml.safe_dump(study))
+    code, out = orch("run", "phone.yaml", "--device", "emu")
+    assert code == 0, out
+    store = Store.open("orch.db")
+    runs = store.runs()
+    assert len(runs) == 16 and all(r.status == "ok" for r in runs)
+    assert all(store.token_count(r.id) == 3 for r in runs)
+    code, out = orch("report", "-o", "phone.md", "--no-plots")
+    assert code == 0, out
+    report = Path("phone.md").read_text()
+    assert "EMU-15R" in report
+    assert "orch/emu/emu:16/EMU.1/1:user/release-keys" in report
+    assert "stream-c4000-l4-overlap" in report and "A/B against the baseline" in report
