@@ -1,0 +1,94 @@
+"""The store on PostgreSQL (a lab shares one database): a real server started by the test."""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import orch
+from conftest import FIXTURES, IN_CI
+from orchestrator.db.store import Store
+
+
+def _unavailable(why: str) -> None:
+    if IN_CI:
+        pytest.fail(f"PostgreSQL test cannot run: {why} (scripts/install --test installs it)")
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def pg_url():
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        _unavailable("postgresql is not installed")
+    if os.geteuid() != 0 or shutil.which("runuser") is None:
+        _unavailable("the test starts its server as the postgres user: needs root and runuser")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _unavailable("psycopg is not installed")
+    pg = bins[-1]
+    root = Path(tempfile.mkdtemp(prefix="orch-pg-"))
+    shutil.chown(root, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(as_pg + [f"{pg}/initdb", "-D", f"{root}/data", "--auth=trust", "-U",
+                            "postgres"], check=True, capture_output=True, timeout=120)
+    subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-l", f"{root}/log", "-w",
+                            "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c",
+                        "create database orch"], check=True, capture_output=True, timeout=30)
+        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/orch"
+    finally:
+        subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-m", "immediate",
+                                "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_import_and_table_on_postgres_match_sqlite(pg_url, tmp_path):
+    folder = str(FIXTURES / "bigmoe" / "2026-07-13")
+    sqlite = str(tmp_path / "orch.db")
+    for db in (pg_url, sqlite):
+        code, out = orch("import", folder, "--db", db)
+        assert code == 0, out
+    code, on_pg = orch("table", "--db", pg_url)
+    assert code == 0, on_pg
+    code, on_sqlite = orch("table", "--db", sqlite)
+    assert on_pg == on_sqlite and "**5.02**" in on_pg
+
+
+def test_run_and_report_on_postgres(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "devices.yaml").write_text(f"devices:\n  local:\n    kind: local\n"
+                                           f"    workdir: {tmp_path}/dev\n")
+    (tmp_path / "m.yaml").write_text(textwrap.dedent("""\
+        name: pg-probe
+        engine: moe-probe
+        prompt: hello
+        tokens: 10
+        sample_interval: 0.2s
+        repeat: 2
+        baseline: a
+        configs:
+          a: --io pread --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
+          b: --io mmap --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
+        """))
+    code, out = orch("run", "m.yaml", "--db", pg_url)
+    assert code == 0, out
+    store = Store.open(pg_url)
+    runs = [r for r in store.runs() if r.matrix_name == "pg-probe"]
+    assert len(runs) == 4 and all(store.token_count(r.id) == 10 for r in runs)
+    code, out = orch("report", "--matrix", "pg-probe", "--db", pg_url, "-o", "r.md", "--no-plots")
+    assert code == 0, out
+    assert "A/B against the baseline" in (tmp_path / "r.md").read_text()
