@@ -32,6 +32,27 @@ def require_tool(name: str) -> str:
 
 
 @pytest.fixture
+def workspace(tmp_path, monkeypatch):
+    """The current directory for an `orch` test: an inventory with two local devices (`local`,
+    `other`) whose workdirs live under tmp_path, no ORCH_DB, and the fake bmoe engine."""
+    import textwrap
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
+        devices:
+          local:
+            kind: local
+            workdir: {tmp_path}/dev-local
+          other:
+            kind: local
+            workdir: {tmp_path}/dev-other
+        """))
+    (tmp_path / "fake_bmoe.sh").write_bytes((TESTS / "engines" / "fake_bmoe.sh").read_bytes())
+    return tmp_path
+
+
+@pytest.fixture
 def store(tmp_path):
     from orchestrator.db.store import Store
 

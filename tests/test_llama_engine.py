@@ -75,18 +75,6 @@ def medium(tmp_path_factory) -> Path:
     return make_moe("medium", tmp_path_factory.mktemp("models") / "medium.gguf")
 
 
-@pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ORCH_DB", raising=False)
-    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
-        devices:
-          local:
-            kind: local
-            workdir: {tmp_path}/dev-local
-        """))
-    return tmp_path
-
 
 
 def run_matrix(workspace: Path, body: str, name: str = "m.yaml") -> tuple[int, str, dict]:

@@ -20,7 +20,6 @@ from orchestrator.results import runs_stats
 from cli_helpers import orch_ok as orch
 from test_analysis_oracle import FIX, JUL13_SECTIONS, JUL13_SUFFIX_LABEL, md_cells
 
-ENGINES = Path(__file__).resolve().parent / "engines"
 REPO = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
 CELL_SPLIT = re.compile(r"(?<!\\)\|")     # GFM: a pipe after a backslash is content
@@ -144,22 +143,6 @@ def test_jul17_provenance_has_settings_flags_and_model_files(db):
 
 
 # ---- real runs ---------------------------------------------------------------------------
-
-@pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ORCH_DB", raising=False)
-    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
-        devices:
-          local:
-            kind: local
-            workdir: {tmp_path}/dev-local
-          other:
-            kind: local
-            workdir: {tmp_path}/dev-other
-        """))
-    (tmp_path / "fake_bmoe.sh").write_bytes((ENGINES / "fake_bmoe.sh").read_bytes())
-    return tmp_path
 
 
 PROBE = """\

@@ -8,33 +8,14 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 from sqlalchemy import func, select, text
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from cli_helpers import orch
 
-ENGINES = Path(__file__).resolve().parent / "engines"
 HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id` ; rm -rf / \n\tnew line € 日本\n"
 
-
-@pytest.fixture
-def workspace(tmp_path, monkeypatch):
-    """A directory with an inventory whose devices live under tmp_path, and an orch.db."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("ORCH_DB", raising=False)
-    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
-        devices:
-          local:
-            kind: local
-            workdir: {tmp_path}/dev-local
-          other:
-            kind: local
-            workdir: {tmp_path}/dev-other
-        """))
-    (tmp_path / "fake_bmoe.sh").write_bytes((ENGINES / "fake_bmoe.sh").read_bytes())
-    return tmp_path
 
 
 
