@@ -372,3 +372,31 @@ def test_noisy_rc_files_do_not_reach_callers(sshd_factory, tmp_path):
         transport.put_bytes(b"data", "f")
         assert transport.get_bytes("f") == b"data"
         assert transport.remote_sha256("f") == hashlib.sha256(b"data").hexdigest()
+
+
+def test_large_push_goes_through_scp_and_falls_back_to_sftp(sshd, tmp_path, monkeypatch):
+    """Files of 64 MiB and more go through OpenSSH's scp (same key, strict known_hosts, no
+    ~/.ssh/config); without scp, SFTP. Both byte-exact, with progress and the sha256 cache."""
+    from orchestrator.transports import ssh as sshmod
+
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as handle:
+        block = os.urandom(1 << 20)
+        for i in range(65):
+            handle.write(block[:-1] + bytes([i]))
+    t = SshTransport("t", workdir=str(tmp_path / "wd"), **sshd.transport_kwargs())
+    t.connect()
+    try:
+        seen: list[tuple[int, int]] = []
+        assert t.push_if_changed(big, "m/big.bin", 0o600, lambda d, n: seen.append((d, n)))
+        assert t.last_put_method == "scp"
+        landed = tmp_path / "wd" / "m" / "big.bin"
+        assert landed.read_bytes() == big.read_bytes() and (landed.stat().st_mode & 0o777) == 0o600
+        assert seen and seen[-1] == (big.stat().st_size, big.stat().st_size)
+        assert not t.push_if_changed(big, "m/big.bin")          # unchanged: not pushed again
+        monkeypatch.setattr(sshmod.shutil, "which", lambda name: None)
+        assert t.push_if_changed(big, "m/other.bin")
+        assert t.last_put_method == "sftp"
+        assert (tmp_path / "wd" / "m" / "other.bin").read_bytes() == big.read_bytes()
+    finally:
+        t.close()

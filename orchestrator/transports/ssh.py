@@ -20,7 +20,9 @@ import logging
 import os
 import posixpath
 import shlex
+import shutil
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
 _NET = (paramiko.SSHException, OSError, EOFError)
 CACHE_SUFFIX = ".orch-sha256"
+SCP_MIN_BYTES = 64 << 20   # smaller files: one SFTP put on the open connection is quicker
 
 # $1 resolved against $HOME, created; prints $HOME and the absolute path.
 _RESOLVE = ('d=$1; case $d in "~") d=$HOME;; "~/"*) d=$HOME/${d#"~/"};; /*) ;; *) d=$HOME/$d;; '
@@ -90,6 +93,7 @@ class SshTransport(Transport):
         self._dirs: set[str] = set()
         self.last_stderr = b""  # stderr tail of the last stream()
         self.last_sha256_source = ""  # "cached" or "computed" (last remote_sha256)
+        self.last_put_method = ""     # "scp" or "sftp" (last put of a file)
 
     # -- connection --------------------------------------------------------------------------
     def _host_key_files(self) -> list[Path]:
@@ -401,11 +405,81 @@ class SshTransport(Transport):
             raise self._file_error(f"writing {remote}", exc) from exc
 
     def _put(self, local: Path, remote: str, mode: int, progress: Progress | None) -> str:
-        """Upload; return the sha256 of what was sent. A stale sha256 cache goes first."""
+        """Upload; return the sha256 of what was sent. A stale sha256 cache goes first.
+        Large files go through OpenSSH's scp when it is there: paramiko's SFTP costs Python
+        per 32 KiB packet and reached 0.5-1x scp's rate on loopback (bench/push)."""
+        if local.stat().st_size >= SCP_MIN_BYTES and (digest := self._scp_put(local, remote, mode,
+                                                                                progress)):
+            return digest
+        self.last_put_method = "sftp"
         with open(local, "rb") as handle:
             reader = _HashingReader(handle)
             self._upload(reader, os.fstat(handle.fileno()).st_size, remote, mode, progress, True)
         return reader.digest.hexdigest()
+
+    def _scp_argv(self) -> list[str] | None:
+        """scp with exactly this transport's identity and strict host keys, or None when it
+        cannot be (no scp, a jump host, a password, paths with spaces)."""
+        scp = shutil.which("scp")
+        files = [str(p) for p in self._host_key_files()]
+        if scp is None or self.jump or os.environ.get("ORCH_SSH_PASSWORD") or \
+                any(" " in f for f in files + [self.key or ""]):
+            return None
+        argv = [scp, "-q", "-B", "-F", "/dev/null", "-P", str(self.port),  # no ~/.ssh/config
+                "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={' '.join(files)}",
+                "-o", "GlobalKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+                "-o", f"ConnectTimeout={max(1, int(self.connect_timeout))}"]
+        if self.key:
+            argv += ["-i", self.key, "-o", "IdentitiesOnly=yes"]
+        return argv
+
+    def _scp_put(self, local: Path, remote: str, mode: int,
+                 progress: Progress | None) -> str | None:
+        """Push with scp to `<remote>.orch-part`, then chmod and rename over SFTP. None when
+        scp cannot be used or fails: the caller falls back to SFTP (which reports errors)."""
+        argv, sftp = self._scp_argv(), self._sftp_client()
+        if argv is None or sftp is None:
+            return None
+        remote = self._path(remote)
+        part, size = remote + ".orch-part", local.stat().st_size
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        try:
+            try:
+                sftp.remove(remote + CACHE_SUFFIX)
+            except FileNotFoundError:
+                pass
+            self._makedirs(sftp, posixpath.dirname(remote))
+            proc = subprocess.Popen(argv + [str(local), f"{self.user + '@' if self.user else ''}"
+                                            f"{host}:{part}"],
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE)
+            # The sha256 the cache needs, computed while scp sends (the other core).
+            hasher = threading.Thread(target=sha256_file, args=(local,), daemon=True)
+            hasher.start()
+            while True:   # progress: the size of the part file on the device, each second
+                try:
+                    proc.wait(timeout=1.0)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if progress is not None:
+                    try:
+                        progress(min(sftp.stat(part).st_size, size), size)
+                    except (FileNotFoundError, *_NET):
+                        pass
+            err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+            if proc.returncode != 0:
+                log.info("%s: scp failed (%s); pushing over SFTP", self.name, err[-300:])
+                return None
+            sftp.chmod(part, mode)
+            sftp.posix_rename(part, remote)
+        except _NET as exc:
+            raise self._file_error(f"writing {remote}", exc) from exc
+        if progress is not None:
+            progress(size, size)
+        self.last_put_method = "scp"
+        hasher.join()
+        return sha256_file(local)   # remembered by the hasher thread
 
     def put(self, local: Path, remote: str, mode: int = 0o644,
             progress: Progress | None = None) -> None:
