@@ -40,6 +40,16 @@ def require_adb_stack() -> None:
         pytest.skip(msg)
 
 
+def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
+    """Poll pred() until it holds or timeout (bounded); its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -15,20 +15,11 @@ import pytest
 adbutils = pytest.importorskip("adbutils")
 
 from adb_emulator import A_CLSE, A_CNXN, A_OKAY, A_OPEN, A_WRTE, EmulatedPhone, pack  # noqa: E402
-from conftest_adb import adb, require_adb_stack, wait_for_state  # noqa: E402
+from conftest_adb import adb, require_adb_stack, wait_for_state, wait_until  # noqa: E402
 
 
 def cli(ph, *args, **kw):
     return adb(ph.adb_port, "-s", ph.serial, *args, **kw)
-
-
-def wait_until(pred, timeout=10.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 # ----- shell ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from sqlalchemy import select, text
 
 import adbutils  # noqa: E402,F401  (a dependency: missing is a failure, not a skip)
 
-from conftest_adb import wait_for_state  # noqa: E402
+from conftest_adb import wait_for_state, wait_until  # noqa: E402
 
 from orchestrator.db import schema  # noqa: E402
 from orchestrator.db.store import Store  # noqa: E402
@@ -36,15 +36,6 @@ def transport(phone, **kw) -> AdbTransport:
                      workdir=f"{phone.data_dir}/orch", **kw)
     t.connect()
     return t
-
-
-def wait_until(pred, timeout=10.0, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 # ----- the transport ------------------------------------------------------------------------

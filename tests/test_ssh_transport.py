@@ -377,7 +377,7 @@ def test_noisy_rc_files_do_not_reach_callers(sshd_factory, tmp_path):
 def test_large_push_goes_through_scp_and_falls_back_to_sftp(sshd, tmp_path, monkeypatch):
     """Files of 64 MiB and more go through OpenSSH's scp (same key, strict known_hosts, no
     ~/.ssh/config); without scp, SFTP. Both byte-exact, with progress and the sha256 cache."""
-    from orchestrator.transports import ssh as sshmod
+    from orchestrator.transports import ssh_files as sshmod
 
     big = tmp_path / "big.bin"
     with open(big, "wb") as handle:
