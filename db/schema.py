@@ -5,8 +5,22 @@ here needs a migration there (tests compare the two).
 """
 from __future__ import annotations
 
-from sqlalchemy import (JSON, BigInteger, Boolean, Column, DateTime, Float, ForeignKey, Index,
-                        Integer, MetaData, String, Table, Text, UniqueConstraint)
+from sqlalchemy import (
+                        JSON,
+                        BigInteger,
+                        Boolean,
+                        Column,
+                        DateTime,
+                        Float,
+                        ForeignKey,
+                        Index,
+                        Integer,
+                        MetaData,
+                        String,
+                        Table,
+                        Text,
+                        UniqueConstraint,
+)
 
 metadata = MetaData()
 

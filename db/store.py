@@ -4,18 +4,26 @@ reads the other layers need. Any SQLAlchemy URL works (SQLite by default, Postgr
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
-import json
-
-from sqlalchemy import JSON, Connection, Engine, Table, create_engine, event, func, select, update
+from orchestrator.db import schema
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Engine,
+    Table,
+    create_engine,
+    event,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.engine import make_url
-
-from . import schema
 
 DEFAULT_DB = "orch.db"
 MIGRATIONS = Path(__file__).with_name("migrations")

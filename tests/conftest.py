@@ -14,8 +14,8 @@ REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
 
-from sshd_fixture import sshd, sshd_factory  # noqa: E402,F401
 from conftest_adb import adb_device, adb_server, phone  # noqa: E402,F401
+from sshd_fixture import sshd, sshd_factory  # noqa: E402,F401
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator.analysis import run_stats
 from orchestrator.engines import ENGINE_NAMES, CellSpec, get_adapter
 from orchestrator.engines.llama_cli import parse_perf_line
+from orchestrator.results.statistics import run_stats
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "llama"
 TRICKY_PROMPT = 'He said "don\'t"\nthen left; $HOME `id` {csv} {prompt}'

@@ -14,19 +14,17 @@ from contextlib import closing
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-from sqlalchemy import select, text
-
 import adbutils  # noqa: E402,F401  (a dependency: missing is a failure, not a skip)
-
+import pytest
+from cli_helpers import orch
 from conftest_adb import wait_for_state, wait_until  # noqa: E402
-
 from orchestrator.db import schema  # noqa: E402
 from orchestrator.db.store import Store  # noqa: E402
+from sqlalchemy import select, text
+
 from orchestrator.transports import adb as adbmod  # noqa: E402
 from orchestrator.transports.adb import AdbTransport, RemoteFileNotFound  # noqa: E402
 from orchestrator.transports.base import LinkLost, TransportError  # noqa: E402
-from cli_helpers import orch
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 
@@ -404,9 +402,9 @@ def test_v1_fallback_for_phones_without_shell_v2(phone):
 
 
 def test_phone_matrix_is_the_study_matrix():
-    from orchestrator.matrix import load_matrix
-    from orchestrator.pathcheck import streaming
-    from orchestrator.plan import plan_cells
+    from orchestrator.config.matrix import load_matrix
+    from orchestrator.config.plan import plan_cells
+    from orchestrator.run.pathcheck import streaming
 
     loaded = load_matrix(Path(__file__).resolve().parent.parent / "matrices" / "phone.yaml")
     m = loaded.matrix
@@ -419,10 +417,10 @@ def test_phone_matrix_is_the_study_matrix():
 
 
 def test_path_check_works_on_a_local_device_too(tmp_path):
-    from orchestrator.matrix import load_matrix
-    from orchestrator.pathcheck import check_model_paths, probe_paths
+    from orchestrator.config.matrix import load_matrix
+    from orchestrator.config.yamlfile import ConfigError
+    from orchestrator.run.pathcheck import check_model_paths, probe_paths
     from orchestrator.transports.local import LocalTransport
-    from orchestrator.yamlfile import ConfigError
 
     disk = tmp_path / "m.gguf"
     disk.write_bytes(b"GGUF" + bytes(8188))

@@ -13,10 +13,22 @@ import time
 from pathlib import Path
 
 import pytest
-
 from agent_helpers import (
-    AGENT, NOT_ON_PHONES, SHELL_NAMES, JobResult, alive, attach, cleanup_job, make_shell,
-    missing_tools, parse_lines, run_job, spool_lines, start_job, wait_for, write_job,
+    AGENT,
+    NOT_ON_PHONES,
+    SHELL_NAMES,
+    JobResult,
+    alive,
+    attach,
+    cleanup_job,
+    make_shell,
+    missing_tools,
+    parse_lines,
+    run_job,
+    spool_lines,
+    start_job,
+    wait_for,
+    write_job,
 )
 
 pytestmark = pytest.mark.timeout(120)

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator import analysis, tables
 from orchestrator.engines.bmoe import BmoeRunParser
 from orchestrator.engines.bmoe_format import parse_metrics_sidecar
+from orchestrator.results import statistics as analysis
+from orchestrator.results import tables
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
 

@@ -8,9 +8,14 @@ import pytest
 
 from orchestrator.engines.base import CellSpec, TokenRow
 from orchestrator.engines.bmoe import BmoeAdapter, BmoeRunParser
-from orchestrator.engines.bmoe_format import (BmoeCsvParser, match_summary_line,
-                                              parse_metrics_sidecar, parse_summary_lines,
-                                              split_log, split_sections)
+from orchestrator.engines.bmoe_format import (
+    BmoeCsvParser,
+    match_summary_line,
+    parse_metrics_sidecar,
+    parse_summary_lines,
+    split_log,
+    split_sections,
+)
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
 ALL_CSV = sorted(FIX.rglob("*.csv"))

@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
-
+from cli_helpers import orch
 from conftest import IN_CI
 from orchestrator.db.store import Store
-from orchestrator.drift import session_warnings
-from cli_helpers import orch
+from sqlalchemy import text
+
+from orchestrator.results.drift import session_warnings
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 

@@ -5,16 +5,21 @@ import json
 import shutil
 
 import pytest
+from cli_helpers import orch_ok as orch
 from click.testing import CliRunner
-from sqlalchemy import func, select
-
-from orchestrator.cli import main
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from cli_helpers import orch_ok as orch
-from test_analysis_oracle import (FIX, JUL13_SECTIONS, JUL13_SUFFIX_LABEL, PR23_SECTIONS,
-                                  md_cells, pr23_expected)
+from sqlalchemy import func, select
+from test_analysis_oracle import (
+    FIX,
+    JUL13_SECTIONS,
+    JUL13_SUFFIX_LABEL,
+    PR23_SECTIONS,
+    md_cells,
+    pr23_expected,
+)
 
+from orchestrator.cli import main
 
 
 def table_cells(text: str) -> dict[tuple[str, str], str]:

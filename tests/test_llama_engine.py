@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
-
-from orchestrator import llamacpp_build as lb
-from orchestrator.analysis_text import divergence, divergence_from_baseline
+from cli_helpers import orch
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from cli_helpers import orch
+from sqlalchemy import select
+
+from orchestrator.results.divergence import divergence, divergence_from_baseline
+from orchestrator.tools import llamacpp_build as lb
 
 REPO = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
@@ -62,7 +62,7 @@ def _gguf_ok() -> bool:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     need("the gguf package (orch's `llama` extra)", _gguf_ok())
-    from orchestrator.moe_model import make_moe
+    from orchestrator.tools.moe_model import make_moe
 
     return make_moe("tiny", tmp_path_factory.mktemp("models") / "tiny.gguf")
 
@@ -70,7 +70,7 @@ def tiny(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def medium(tmp_path_factory) -> Path:
     need("the gguf package (orch's `llama` extra)", _gguf_ok())
-    from orchestrator.moe_model import make_moe
+    from orchestrator.tools.moe_model import make_moe
 
     return make_moe("medium", tmp_path_factory.mktemp("models") / "medium.gguf")
 

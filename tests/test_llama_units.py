@@ -7,10 +7,9 @@ import sys
 
 import pytest
 
-from orchestrator import llamacpp_build as lb
-from orchestrator.analysis_text import divergence, divergence_from_baseline
 from orchestrator.engines import CellSpec, get_adapter
-
+from orchestrator.results.divergence import divergence, divergence_from_baseline
+from orchestrator.tools import llamacpp_build as lb
 
 # -- divergence ------------------------------------------------------------------------------
 
@@ -104,7 +103,7 @@ def test_make_moe_tiny(tmp_path):
         pytest.importorskip("gguf")
     import gguf
 
-    from orchestrator.moe_model import make_moe
+    from orchestrator.tools.moe_model import make_moe
 
     a = make_moe("tiny", tmp_path / "a.gguf")
     b = make_moe("tiny", tmp_path / "b.gguf")
@@ -152,7 +151,7 @@ def test_llama_token_without_bindings_says_so(tmp_path):
     """A device python without llama-cpp-python: exit 4 and a message, no traceback."""
     import subprocess
 
-    from orchestrator.agentctl import shipped_file
+    from orchestrator.run.agent_client import shipped_file
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-S", str(shipped_file("llama_token.py")),

@@ -5,9 +5,9 @@ import textwrap
 
 import pytest
 
-from orchestrator.matrix import load_matrix
-from orchestrator.plan import plan_cells
-from orchestrator.yamlfile import ConfigError
+from orchestrator.config.matrix import load_matrix
+from orchestrator.config.plan import plan_cells
+from orchestrator.config.yamlfile import ConfigError
 
 
 def write(tmp_path, text: str):

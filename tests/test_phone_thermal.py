@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from orchestrator.db.store import Store
 from cli_helpers import orch
+from orchestrator.db.store import Store
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 REPO = ENGINES.parent.parent

@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from cli_helpers import orch
 from conftest import FIXTURES, IN_CI
 from orchestrator.db.store import Store

@@ -11,14 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_helpers import orch_ok as orch
 from click.testing import CliRunner
+from orchestrator.db.store import Store
+from test_analysis_oracle import FIX, JUL13_SECTIONS, JUL13_SUFFIX_LABEL, md_cells
 
 from orchestrator.cli import main
-from orchestrator.db.store import Store
 from orchestrator.report.cells import expand_ids
-from orchestrator.results import runs_stats
-from cli_helpers import orch_ok as orch
-from test_analysis_oracle import FIX, JUL13_SECTIONS, JUL13_SUFFIX_LABEL, md_cells
+from orchestrator.results.query import runs_stats
 
 REPO = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orchestrator import analysis
-from orchestrator.results import pressure_by_run
+from orchestrator.results import statistics as analysis
+from orchestrator.results.query import pressure_by_run
 
 
 def test_pressure_by_run_matches_pressure_from_samples():

@@ -8,11 +8,10 @@ import threading
 import time
 from pathlib import Path
 
-from sqlalchemy import func, select, text
-
+from cli_helpers import orch
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from cli_helpers import orch
+from sqlalchemy import func, select, text
 
 HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id` ; rm -rf / \n\tnew line € 日本\n"
 

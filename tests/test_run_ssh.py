@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, text
-
+from cli_helpers import orch
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from cli_helpers import orch
+from sqlalchemy import select, text
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINES = Path(__file__).resolve().parent / "engines"

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import text
-
 from orchestrator.db import schema
 from orchestrator.db.store import Store, resolve_url
+from sqlalchemy import text
 
 
 def test_migrations_create_exactly_the_schema(store):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import click
 
-from . import console, db_option, friendly, inventory_option, main
+from orchestrator.cli.options import console, db_option, friendly, inventory_option
 
 
-@main.command()
+@click.command()
 @click.option("--device", "-d", "name", default="local", show_default=True)
 @click.option("--seconds", type=float, default=60.0, show_default=True,
               help="Length of the quiet period sampled (leave the device idle meanwhile).")
@@ -19,11 +19,11 @@ def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
     """Measure the device's idle baseline per sensor (CPU zones, battery) and store it, for
     matrices with `cooldown: {until: baseline+2C, ...}`. The baseline is the median of the
     last third of the readings; a sensor still falling is reported as not settled."""
-    from ..agentctl import AgentClient
-    from ..cooldown import calibrate as measure
-    from ..db.store import Store
-    from ..inventory import load_inventory
-    from ..transports import open_transport
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.db.store import Store
+    from orchestrator.run.agent_client import AgentClient
+    from orchestrator.run.cooldown import calibrate as measure
+    from orchestrator.transports import open_transport
 
     inv = load_inventory(inventory)
     entry = inv.get(name)
@@ -34,7 +34,7 @@ def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
         click.echo(f"{name}: sampling for {seconds:g} s; keep the device idle", err=True)
         baseline, notes = measure(client, seconds, interval)
     device_id = store.upsert_device(name, entry.kind)
-    from ..db import schema
+    from orchestrator.db import schema
 
     store._update(schema.device, device_id, {"idle_baseline": baseline or None})
     for sensor, value in baseline.items():

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import click
 
-from . import console, db_option, friendly, main
+from orchestrator.cli.options import console, db_option, friendly
 
 TABLE_KINDS = ("throughput", "pressure", "adaptive", "variants")
 
 
-@main.command("import")
+@click.command("import")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--engine", "-e", default="bmoe", show_default=True,
               help="Which engine wrote the artifacts.")
@@ -28,8 +28,8 @@ def import_cmd(directory: str, engine: str, device: str, name: str | None, db: s
     A CSV without its '# summary' trailer imports as interrupted (†). Problems are reported
     per file and the rest of the directory still imports.
     """
-    from ..db.store import Store
-    from ..importer import import_dir
+    from orchestrator.db.store import Store
+    from orchestrator.results.importer import import_dir
 
     report = import_dir(Store.open(db), directory, engine=engine, device=device, name=name)
     click.echo(f"session {report.session_id}: {len(report.imported)} run(s) imported, "
@@ -38,7 +38,7 @@ def import_cmd(directory: str, engine: str, device: str, name: str | None, db: s
         click.echo(f"  {problem}", err=True)
 
 
-@main.command()
+@click.command()
 @click.argument("session", required=False)
 @click.option("--matrix", "-m", help="The latest session of this matrix name.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md",
@@ -58,9 +58,9 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str, quanti
 
     SESSION is a session id or name. Runs that did not end ok carry a dagger (†) and are
     listed with their cause under the table."""
-    from ..db.store import Store
-    from ..results import resolve_session
-    from ..tabulate import session_tables
+    from orchestrator.db.store import Store
+    from orchestrator.results.query import resolve_session
+    from orchestrator.results.session_tables import session_tables
 
     kinds = [k.strip() for k in tables.split(",") if k.strip()]
     bad = [k for k in kinds if k not in TABLE_KINDS]
@@ -71,7 +71,7 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str, quanti
     sys.stdout.write(session_tables(store, sid, kinds, fmt, quantile))
 
 
-@main.command()
+@click.command()
 @click.argument("session", required=False)
 @click.option("--matrix", "-m", help="The latest session of this matrix name.")
 @click.option("--format", "fmt", type=click.Choice(["csv", "json", "parquet"]), default="csv",
@@ -82,9 +82,9 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str, quanti
 @friendly
 def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, db: str | None) -> None:
     """Export a session's run, token and sample tables as csv, json or parquet files."""
-    from ..db.store import Store
-    from ..results import resolve_session
-    from ..tabulate import export_session
+    from orchestrator.db.store import Store
+    from orchestrator.results.query import resolve_session
+    from orchestrator.results.session_tables import export_session
 
     store = Store.open(db)
     sid = resolve_session(store, session, matrix)

@@ -5,12 +5,10 @@ import sys
 
 import click
 
-from . import main
-
 ENGINE_BUILDS = ("llama.cpp",)
 
 
-@main.group()
+@click.group()
 def engines() -> None:
     """Build the engines orch can run (llama.cpp from PyPI's llama-cpp-python sdist)."""
 
@@ -36,7 +34,12 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings
     is reused. Needs cmake, ninja and g++ (Debian: apt-get install cmake ninja-build g++).
     About 4 minutes on 2 cores.
     """
-    from ..llamacpp_build import LLAMA_CPP_VERSION, BuildError, build, install_bindings
+    from orchestrator.tools.llamacpp_build import (
+        LLAMA_CPP_VERSION,
+        BuildError,
+        build,
+        install_bindings,
+    )
 
     def log(line: str) -> None:
         click.echo(line)
@@ -53,7 +56,7 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings
     click.echo(f"libllama:         {done.lib_dir}  (LLAMA_CPP_LIB_PATH)")
 
 
-@main.group()
+@click.group()
 def models() -> None:
     """Make models for the engines to run (no model hub is needed)."""
 
@@ -71,7 +74,7 @@ def make_moe_cmd(size: str, out: str | None, seed: int) -> None:
     top-k experts) with seeded random weights and a byte vocabulary whose generated text is
     printable ASCII. Same size and seed, same file."""
     try:
-        from ..moe_model import default_model_path, make_moe
+        from orchestrator.tools.moe_model import default_model_path, make_moe
     except ImportError as exc:  # pragma: no cover - depends on the install
         click.echo(f"error: {exc}; install orch's `llama` extra (pip install -e '.[llama]')",
                    err=True)

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from . import console, db_option, friendly, main
+from orchestrator.cli.options import console, db_option, friendly
 
 
-@main.command()
+@click.command()
 @click.argument("session", required=False)
 @click.option("--matrix", "-m", help="The latest session of this matrix (per device).")
 @click.option("--device", "-d", "devices", multiple=True,
@@ -37,8 +37,8 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     latest session of --matrix on each device: what was measured, per model and device the
     throughput, device pressure and A/B tables, figures, the runs left out (†) and the
     provenance of every number."""
-    from ..db.store import Store
-    from ..report import render_report, select_runs
+    from orchestrator.db.store import Store
+    from orchestrator.report import render_report, select_runs
 
     store = Store.open(db)
     rows = select_runs(store, session, matrix, devices)
@@ -50,7 +50,7 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
         sys.stdout.write(text)
 
 
-@main.command()
+@click.command()
 @click.argument("session", required=False)
 @click.option("--device", "-d", "devices", multiple=True, required=True,
               help="A device to compare (give two or more; the first is the reference A).")
@@ -65,8 +65,8 @@ def compare(session: str | None, devices: tuple[str, ...], matrix: str | None, o
     """The same matrix on two or more devices side by side: per config each device's mean
     tok/s, p50, p95, read/token and peak RSS, and the ratios to the first device (B/A). Uses
     the latest session of the matrix per device, or SESSION's runs across devices."""
-    from ..db.store import Store
-    from ..report.compare import compare as run_compare
+    from orchestrator.db.store import Store
+    from orchestrator.report.compare import compare as run_compare
 
     store = Store.open(db)
     run_compare(store, list(devices), session=session, matrix=matrix,

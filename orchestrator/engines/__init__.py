@@ -1,7 +1,7 @@
 """Engine adapters by name (DESIGN §5)."""
 from __future__ import annotations
 
-from .base import CellSpec, EngineAdapter, RunParser, TokenRow
+from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
 
 __all__ = ["CellSpec", "EngineAdapter", "RunParser", "TokenRow", "get_adapter", "ENGINE_NAMES"]
 
@@ -13,28 +13,28 @@ def get_adapter(name: str, options: dict | None = None) -> EngineAdapter:
     """The adapter for `name`; `options` is the matrix's engine_options (only `generic` reads
     them here; a bad one raises ValueError naming the key)."""
     if name == "moe-probe":
-        from .moe_probe import MoeProbeAdapter
+        from orchestrator.engines.moe_probe import MoeProbeAdapter
 
         return MoeProbeAdapter()
     if name == "bmoe":
-        from .bmoe import BmoeAdapter
+        from orchestrator.engines.bmoe import BmoeAdapter
 
         return BmoeAdapter()
     if name == "llama-bench":
-        from .llama_bench import LlamaBenchAdapter
+        from orchestrator.engines.llama_bench import LlamaBenchAdapter
 
         return LlamaBenchAdapter()
     if name in ("llama-cli", "llama-completion"):
-        from .llama_cli import LlamaCliAdapter
+        from orchestrator.engines.llama_cli import LlamaCliAdapter
 
         # one adapter: both print the same timing block; the name is kept for the run rows
         return LlamaCliAdapter(name)
     if name == "llama-token":
-        from .llama_token import LlamaTokenAdapter
+        from orchestrator.engines.llama_token import LlamaTokenAdapter
 
         return LlamaTokenAdapter()
     if name == "generic":
-        from .generic import GenericAdapter
+        from orchestrator.engines.generic import GenericAdapter
 
         return GenericAdapter(options)
     raise KeyError(f"unknown engine {name!r} (known: {', '.join(ENGINE_NAMES)})")

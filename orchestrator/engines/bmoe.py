@@ -5,8 +5,8 @@ import re
 from collections import deque
 from typing import Any
 
-from .base import CellSpec, EngineAdapter, RunParser, TokenRow
-from .bmoe_format import BmoeCsvParser, parse_summary_lines
+from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
+from orchestrator.engines.bmoe_format import BmoeCsvParser, parse_summary_lines
 
 STDERR_TAIL = 50
 # stdout is kept whole for the text and the summary lines, but a runaway engine must not be

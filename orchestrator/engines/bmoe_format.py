@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from .base import TOKEN_COLUMNS, TokenRow
+from orchestrator.engines.base import TOKEN_COLUMNS, TokenRow
 
 BOM = "\ufeff"
 MAX_LINE = 64 * 1024          # longer lines are not engine output (runaway or corrupt stream)

@@ -47,9 +47,21 @@ import re
 from collections import deque
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from .base import TOKEN_COLUMNS, CellSpec, EngineAdapter, RunParser, TokenRow
+from orchestrator.engines.base import (
+    TOKEN_COLUMNS,
+    CellSpec,
+    EngineAdapter,
+    RunParser,
+    TokenRow,
+)
 
 STDERR_TAIL = 50
 MAX_STDOUT_LINES = 100_000

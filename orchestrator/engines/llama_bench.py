@@ -22,7 +22,7 @@ import statistics
 from collections import deque
 from typing import Any
 
-from .base import CellSpec, EngineAdapter, RunParser, TokenRow
+from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
 
 STDERR_TAIL = 50
 MAX_RESULTS = 10_000          # a runaway grid (e.g. -t 1-256) must not fill memory

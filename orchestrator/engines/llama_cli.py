@@ -33,7 +33,7 @@ import re
 from collections import deque
 from typing import Any
 
-from .base import CellSpec, EngineAdapter, RunParser, TokenRow
+from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
 
 STDERR_TAIL = 50
 MAX_STDOUT_LINES = 100_000    # as bmoe: a runaway engine must not fill the controller's memory

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..agentctl import shipped_file
-from .base import CellSpec
-from .bmoe import BmoeAdapter
+from orchestrator.engines.base import CellSpec
+from orchestrator.engines.bmoe import BmoeAdapter
+from orchestrator.run.agent_client import shipped_file
 
 
 class MoeProbeAdapter(BmoeAdapter):

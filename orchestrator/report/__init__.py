@@ -6,7 +6,7 @@ into tables, plots draws the figures, render fills the Jinja2 templates of
 """
 from __future__ import annotations
 
-from .context import select_runs
-from .render import render_report
+from orchestrator.report.context import select_runs
+from orchestrator.report.render import render_report
 
 __all__ = ["render_report", "select_runs"]

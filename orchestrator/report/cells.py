@@ -1,7 +1,7 @@
 """The report's tables as data: a header, alignments and rows of markdown-ready cells.
 
 Cells are built once, already escaped, so templates only lay them out; numbers are formatted by
-the same Col formatters as `orch table` (orchestrator.tables), so a figure reads the same in
+the same Col formatters as `orch table` (orchestrator.results.tables), so a figure reads the same in
 the report, the published summary.md and the terminal.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import tables
+from orchestrator.results import tables
 
 DASH = tables.DASH
 MINUS = "−"                    # the published documents print deltas with a real minus sign

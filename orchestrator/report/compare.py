@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..db.store import Store
-from ..yamlfile import ConfigError
-from . import cells, context, render
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db.store import Store
+from orchestrator.report import cells, context, render
 
 # (header, stats key, cell format, header of its ratio column or None). Formats are the
 # report's (orchestrator.report.cells), so a figure reads the same in both documents.

@@ -16,12 +16,12 @@ import pandas as pd
 import yaml
 from sqlalchemy import func, select
 
-from .. import analysis
-from ..db import schema
-from ..db.store import Store
-from ..results import DAGGER, labelled, resolve_session, runs_stats
-from ..yamlfile import ConfigError
-from .cells import ok
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db import schema
+from orchestrator.db.store import Store
+from orchestrator.report.cells import ok
+from orchestrator.results import statistics as analysis
+from orchestrator.results.query import DAGGER, labelled, resolve_session, runs_stats
 
 # How a config's repeats combine into one row. Throughput columns average the runs' values
 # (mean = mean of the runs' means, the figure the spread is about); extremes and device

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from .context import Group, ReportData
+from orchestrator.report.context import Group, ReportData
 
 KB_PER_GIB = 1048576
 

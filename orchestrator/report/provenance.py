@@ -10,8 +10,16 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cells import DASH, Table, gib_from_kb, id_list, md_code, md_escape, when
-from .context import ReportData, RunView
+from orchestrator.report.cells import (
+    DASH,
+    Table,
+    gib_from_kb,
+    id_list,
+    md_code,
+    md_escape,
+    when,
+)
+from orchestrator.report.context import ReportData, RunView
 
 
 @dataclass

@@ -16,14 +16,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jinja2 import (ChoiceLoader, Environment, FileSystemLoader, PackageLoader, StrictUndefined,
-                    TemplateError, TemplateSyntaxError, select_autoescape)
+from jinja2 import (
+    ChoiceLoader,
+    Environment,
+    FileSystemLoader,
+    PackageLoader,
+    StrictUndefined,
+    TemplateError,
+    TemplateSyntaxError,
+    select_autoescape,
+)
 from markupsafe import Markup
 
-from .. import __version__
-from ..db.store import Store
-from ..yamlfile import ConfigError
-from . import cells, context, provenance, sections
+from orchestrator import __version__
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db.store import Store
+from orchestrator.report import cells, context, provenance, sections
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
 
@@ -170,7 +178,7 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
         except ImportError:
             note = "No figures: matplotlib is not installed (`pip install 'orch[plots]'`)."
         else:
-            from . import plots as plotting
+            from orchestrator.report import plots as plotting
 
             drawn = plotting.draw(data, out)
     env, user_main = environment(template)

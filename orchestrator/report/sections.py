@@ -8,11 +8,21 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import analysis
-from ..analysis_text import divergence
-from .cells import (DASH, Table, fmt, id_list, md_escape, ok, pct, spread_cell, split_cell,
-                    temp_cell)
-from .context import ConfigAgg, Group, RunView, left_out_line
+from orchestrator.report.cells import (
+    DASH,
+    Table,
+    fmt,
+    id_list,
+    md_escape,
+    ok,
+    pct,
+    split_cell,
+    spread_cell,
+    temp_cell,
+)
+from orchestrator.report.context import ConfigAgg, Group, RunView, left_out_line
+from orchestrator.results import statistics as analysis
+from orchestrator.results.divergence import divergence
 
 Cell = Callable[[Mapping[str, Any], Mapping[str, Any] | None], str]
 

@@ -1,8 +1,13 @@
 """Device transports (DESIGN §5): one class per device kind behind one interface."""
 from __future__ import annotations
 
-from ..inventory import Inventory
-from .base import CommandResult, LinkLost, Transport, TransportError
+from orchestrator.config.inventory import Inventory
+from orchestrator.transports.base import (
+    CommandResult,
+    LinkLost,
+    Transport,
+    TransportError,
+)
 
 __all__ = ["CommandResult", "LinkLost", "Transport", "TransportError", "open_transport"]
 
@@ -12,17 +17,17 @@ def open_transport(inventory: Inventory, name: str) -> Transport:
     entry = inventory.get(name)
     workdir = inventory.workdir(name)
     if entry.kind == "local":
-        from .local import LocalTransport
+        from orchestrator.transports.local import LocalTransport
 
         return LocalTransport(name, workdir, shell=entry.shell, env=entry.env)
     if entry.kind == "ssh":
-        from .ssh import SshTransport
+        from orchestrator.transports.ssh import SshTransport
 
         return SshTransport(name, host=entry.host, port=entry.port, user=entry.user,
                             key=entry.key, known_hosts=entry.known_hosts, workdir=workdir,
                             jump=entry.jump, shell=entry.shell, env=entry.env)
     if entry.kind == "adb":
-        from .adb import AdbTransport
+        from orchestrator.transports.adb import AdbTransport
 
         return AdbTransport(name, serial=entry.serial, adb_host=entry.adb_host,
                             adb_port=entry.adb_port, workdir=workdir, shell=entry.shell,

@@ -28,8 +28,14 @@ from typing import BinaryIO, Iterator
 import adbutils
 from adbutils import AdbConnection, AdbError
 
-from .base import CommandResult, LinkLost, Transport, TransportError, sha256_file
-from .base import PushProgress as Progress
+from orchestrator.transports.base import (
+    CommandResult,
+    LinkLost,
+    Transport,
+    TransportError,
+    sha256_file,
+)
+from orchestrator.transports.base import PushProgress as Progress
 
 SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
 PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import paramiko
 
-from .base import TransportError
+from orchestrator.transports.base import TransportError
 
 _NET = (paramiko.SSHException, OSError, EOFError)
 

@@ -7,7 +7,12 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
-from .base import CommandResult, PushProgress, Transport, TransportError
+from orchestrator.transports.base import (
+    CommandResult,
+    PushProgress,
+    Transport,
+    TransportError,
+)
 
 
 class LocalTransport(Transport):

@@ -27,9 +27,19 @@ from typing import Callable, Iterator
 import paramiko
 from fabric import Config, Connection
 
-from .base import CommandResult, LinkLost, Transport, TransportError
-from .hostkeys import HostKeyError, _RejectUnknown, _Unknown, fingerprint
-from .ssh_files import RemoteFileNotFound, SshFiles  # noqa: F401  (RemoteFileNotFound: public)
+from orchestrator.transports.base import (
+    CommandResult,
+    LinkLost,
+    Transport,
+    TransportError,
+)
+from orchestrator.transports.hostkeys import (
+    HostKeyError,
+    _RejectUnknown,
+    _Unknown,
+    fingerprint,
+)
+from orchestrator.transports.ssh_files import RemoteFileNotFound, SshFiles  # noqa: F401  (RemoteFileNotFound: public)
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]

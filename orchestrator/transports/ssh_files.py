@@ -22,7 +22,7 @@ from typing import Callable
 
 import paramiko
 
-from .base import TransportError, sha256_file
+from orchestrator.transports.base import TransportError, sha256_file
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]

@@ -13,21 +13,21 @@ from typing import Callable
 
 from sqlalchemy import select
 
-from . import __version__
-from .db import schema
-from .db.store import Store, now
-from .cooldown import Reading, wait_for_condition
-from .engines import get_adapter
-from .models import prepare_models
-from .inventory import Inventory
-from .matrix import Cooldown, LoadedMatrix
-from .pathcheck import check_model_paths
-from .plan import Cell, plan_cells
-from .progress import Board, Progress
-from .runner import CellOutcome, DeviceRunner, LinkPolicy
-from .transports import open_transport
-from .transports.base import TransportError
-from .yamlfile import ConfigError
+from orchestrator import __version__
+from orchestrator.config.inventory import Inventory
+from orchestrator.config.matrix import Cooldown, LoadedMatrix
+from orchestrator.config.plan import Cell, plan_cells
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db import schema
+from orchestrator.db.store import Store, now
+from orchestrator.engines import get_adapter
+from orchestrator.run.cooldown import Reading, wait_for_condition
+from orchestrator.run.model_push import prepare_models
+from orchestrator.run.pathcheck import check_model_paths
+from orchestrator.run.progress import Board, Progress
+from orchestrator.run.runner import CellOutcome, DeviceRunner, LinkPolicy
+from orchestrator.transports import open_transport
+from orchestrator.transports.base import TransportError
 
 
 @dataclass
@@ -39,7 +39,7 @@ class SessionResult:
 
 def git_revision() -> str | None:
     """The orch checkout's revision (with -dirty), when orch runs from a git work tree."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     try:
         rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
                              capture_output=True, text=True, timeout=5)

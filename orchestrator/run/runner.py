@@ -7,14 +7,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .agentctl import AgentClient, Job, file_sha256
-from .db.store import Store, now
-from .engines import CellSpec, EngineAdapter
-from .matrix import LoadedMatrix
-from .plan import Cell
-from .progress import Progress
-from .recorder import RunRecorder
-from .transports.base import LinkLost, Transport, TransportError
+from orchestrator.config.matrix import LoadedMatrix
+from orchestrator.config.plan import Cell
+from orchestrator.db.store import Store, now
+from orchestrator.engines import CellSpec, EngineAdapter
+from orchestrator.run.agent_client import AgentClient, Job, file_sha256
+from orchestrator.run.progress import Progress
+from orchestrator.run.recorder import RunRecorder
+from orchestrator.transports.base import LinkLost, Transport, TransportError
 
 STATUS_OK = "ok"
 

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
+import shlex
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .yamlfile import ConfigError, load_yaml, validate
+from orchestrator.config.yamlfile import ConfigError, load_yaml, validate
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -235,6 +237,31 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
 
 
 def _known_configs(matrix: Matrix) -> set[str]:
-    from .plan import expand_configs  # local import: plan depends on this module
-
     return {name for name, _ in expand_configs(matrix)}
+
+
+def _flag_value(flag: str, value: object) -> tuple[str, list[str]]:
+    """One grid entry -> (name part, flag tokens). Booleans switch a bare flag on/off."""
+    short = flag.lstrip("-")
+    if isinstance(value, bool):
+        return (f"{short}={'on' if value else 'off'}", [flag] if value else [])
+    return (f"{short}={value}", [flag, str(value)])
+
+
+def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
+    """(name, flag string) pairs: `configs` as written, crossed with the `grid` product."""
+    grid_items: list[tuple[str, str]] = []
+    if matrix.grid:
+        flags = list(matrix.grid)
+        for combo in itertools.product(*(matrix.grid[f] for f in flags)):
+            parts = [_flag_value(f, v) for f, v in zip(flags, combo)]
+            name = ",".join(p[0] for p in parts)
+            tokens = [t for p in parts for t in p[1]]
+            grid_items.append((name, shlex.join(tokens)))
+    if not matrix.configs:
+        return grid_items
+    base = list(matrix.configs.items())
+    if not grid_items:
+        return base
+    return [(f"{cname}+{gname}", f"{cflags} {gflags}".strip())
+            for cname, cflags in base for gname, gflags in grid_items]

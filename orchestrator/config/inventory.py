@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .yamlfile import ConfigError, load_yaml, validate
+from orchestrator.config.yamlfile import ConfigError, load_yaml, validate
 
 
 class _Entry(BaseModel):

@@ -7,10 +7,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .agentctl import file_sha256
-from .matrix import LoadedMatrix, ModelFile
-from .progress import Progress
-from .transports.base import Transport, TransportError
+from orchestrator.config.matrix import LoadedMatrix, ModelFile
+from orchestrator.run.agent_client import file_sha256
+from orchestrator.run.progress import Progress
+from orchestrator.transports.base import Transport, TransportError
 
 
 @dataclass

@@ -15,12 +15,16 @@ from typing import Any
 
 from sqlalchemy import select
 
-from .db import schema
-from .db.store import Store, now
-from .engines import get_adapter
-from .engines.bmoe_format import SIDECAR_KEY, parse_metrics_sidecar, split_log
-from .recorder import RunRecorder
-from .yamlfile import ConfigError
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db import schema
+from orchestrator.db.store import Store, now
+from orchestrator.engines import get_adapter
+from orchestrator.engines.bmoe_format import (
+    SIDECAR_KEY,
+    parse_metrics_sidecar,
+    split_log,
+)
+from orchestrator.run.recorder import RunRecorder
 
 MAX_FILE = 512 * 1024 * 1024   # a per-token CSV of a 256-token run is ~50 KB; refuse absurd files
 
@@ -145,7 +149,7 @@ def _import_run(store: Store, adapter: Any, session_id: int, device_id: int, csv
     complete = bool(summary.get("complete"))
     status = "ok" if complete else "interrupted"
     cause = None if complete else "no '# summary' trailer: the run was killed or the file cut"
-    from .runner import _jsonable
+    from orchestrator.run.runner import _jsonable
 
     store.update_run(run_id, status=status, cause=cause, summary=_jsonable(summary),
                      text=summary.get("text") or None, model=str(model),

@@ -10,10 +10,10 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 from sqlalchemy import select
 
-from . import analysis
-from .db import schema
-from .db.store import Store
-from .yamlfile import ConfigError
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db import schema
+from orchestrator.db.store import Store
+from orchestrator.results import statistics as analysis
 
 DAGGER = "†"
 

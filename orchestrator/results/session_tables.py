@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from . import tables
-from .db.store import Store
-from .results import DAGGER, labelled, runs_stats
+
+from orchestrator.db.store import Store
+from orchestrator.results import tables
+from orchestrator.results.query import DAGGER, labelled, runs_stats
 
 
 def _groups(rows: list[Any]) -> list[tuple[str, list[Any]]]:
@@ -51,7 +52,7 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
                     parts.append(tables.CAPTIONS[kind] + "\n")
                 parts.append(tables.markdown(stats.loc[ids], kind, labels))
         note = failures_note(rows)
-        from .drift import session_warnings
+        from orchestrator.results.drift import session_warnings
 
         warnings = "".join(f"⚠ {w}\n" for w in session_warnings(store, session_id))
         return "\n".join(parts) + ("\n" + note if note else "") + ("\n" + warnings if warnings else "")

@@ -11,10 +11,10 @@ from typing import Any, Callable
 
 from sqlalchemy import update
 
-from .db import schema
-from .db.store import Store, bulk_insert
-from .engines.base import RunParser, TokenRow
-from .stream import Exit, ProtocolError, parse_line
+from orchestrator.db import schema
+from orchestrator.db.store import Store, bulk_insert
+from orchestrator.engines.base import RunParser, TokenRow
+from orchestrator.run.stream import Exit, ProtocolError, parse_line
 
 TOKEN_KEYS = ("run_id", "seq") + schema.TOKEN_FIELDS + ("extra",)
 TokenCallback = Callable[[TokenRow, int], None]

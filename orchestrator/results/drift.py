@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from .db.store import Store
-from .results import runs_stats
+from orchestrator.db.store import Store
+from orchestrator.results.query import runs_stats
 
 
 @dataclass(frozen=True)

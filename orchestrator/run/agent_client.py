@@ -7,8 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
-from .stream import LineSplitter, facts_from_lines
-from .transports.base import Transport, TransportError, sha256_file
+from orchestrator.run.stream import LineSplitter, facts_from_lines
+from orchestrator.transports.base import Transport, TransportError, sha256_file
 
 AGENT_NAME = "orch-agent.sh"
 

@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from .db.store import Store
-from .yamlfile import ConfigError
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db.store import Store
 
 DAGGER = "†"
 
@@ -25,7 +25,7 @@ def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
 
 
 def stats_for_runs(store: Store, run_rows: list[Any]) -> dict[int, dict[str, Any]]:
-    from .results import stats_dicts
+    from orchestrator.results.query import stats_dicts
 
     return stats_dicts(store, run_rows)
 
@@ -57,7 +57,7 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
     for row in rows:
         for warning in row.warnings or []:
             console.print(f"[yellow]warning[/] run {row.id} {row.config}: {warning}")
-    from .drift import session_warnings
+    from orchestrator.results.drift import session_warnings
 
     for warning in session_warnings(store, session_id):
         console.print(f"[yellow]comparability[/]: {warning}")
@@ -119,9 +119,9 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
 
 def print_devices(console: Console, inventory: Any, names: list[str], probe: bool,
                   db: str | None) -> None:
-    from .agentctl import AgentClient
-    from .transports import open_transport
-    from .transports.base import TransportError
+    from orchestrator.run.agent_client import AgentClient
+    from orchestrator.transports import open_transport
+    from orchestrator.transports.base import TransportError
 
     table = Table()
     for name in ("device", "kind", "address", "workdir"):
@@ -135,7 +135,7 @@ def print_devices(console: Console, inventory: Any, names: list[str], probe: boo
     console.print(table)
     if not probe:
         return
-    from .db.store import Store
+    from orchestrator.db.store import Store
 
     store = Store.open(db)
     for name in names:

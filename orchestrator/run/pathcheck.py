@@ -17,9 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .matrix import LoadedMatrix
-from .transports.base import Transport
-from .yamlfile import ConfigError
+from orchestrator.config.matrix import LoadedMatrix, expand_configs
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.transports.base import Transport
 
 _STREAMING = re.compile(r"(?:^|\s)(?:--moe-stream|--io[\s=]+odirect)(?:\s|$)")
 # open(O_DIRECT) succeeds, reads are buffered anyway (FUSE without passthrough, sdcardfs)
@@ -115,8 +115,6 @@ def probe_paths(transport: Transport, paths: list[str]) -> dict[str, PathInfo]:
 def check_model_paths(transport: Transport, loaded: LoadedMatrix) -> list[str]:
     """Warnings (PathWarning strings) about the matrix's model paths on this device; raises
     ConfigError under `path_check: refuse` when there is any."""
-    from .plan import expand_configs  # plan imports matrix; keep this module light
-
     matrix = loaded.matrix
     mode = matrix.path_check
     paths = sorted(set(matrix.models.values()))

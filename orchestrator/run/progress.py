@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
+from rich.progress import Progress as RichProgress
 
 
 class Progress:

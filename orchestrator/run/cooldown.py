@@ -11,10 +11,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .agentctl import AgentClient
-from .matrix import Cooldown
-from .stream import LineSplitter
-from .transports.base import TransportError
+from orchestrator.config.matrix import Cooldown
+from orchestrator.run.agent_client import AgentClient
+from orchestrator.run.stream import LineSplitter
+from orchestrator.transports.base import TransportError
 
 
 @dataclass

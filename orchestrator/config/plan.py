@@ -1,12 +1,11 @@
 """Expand a matrix into the ordered list of cells a device runs."""
 from __future__ import annotations
 
-import itertools
 import random
 import shlex
 from dataclasses import dataclass
 
-from .matrix import Matrix
+from orchestrator.config.matrix import Matrix, expand_configs
 
 
 @dataclass(frozen=True)
@@ -26,33 +25,6 @@ class Cell:
     @property
     def argv_flags(self) -> list[str]:
         return shlex.split(self.flags)
-
-
-def _flag_value(flag: str, value: object) -> tuple[str, list[str]]:
-    """One grid entry -> (name part, flag tokens). Booleans switch a bare flag on/off."""
-    short = flag.lstrip("-")
-    if isinstance(value, bool):
-        return (f"{short}={'on' if value else 'off'}", [flag] if value else [])
-    return (f"{short}={value}", [flag, str(value)])
-
-
-def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
-    """(name, flag string) pairs: `configs` as written, crossed with the `grid` product."""
-    grid_items: list[tuple[str, str]] = []
-    if matrix.grid:
-        flags = list(matrix.grid)
-        for combo in itertools.product(*(matrix.grid[f] for f in flags)):
-            parts = [_flag_value(f, v) for f, v in zip(flags, combo)]
-            name = ",".join(p[0] for p in parts)
-            tokens = [t for p in parts for t in p[1]]
-            grid_items.append((name, shlex.join(tokens)))
-    if not matrix.configs:
-        return grid_items
-    base = list(matrix.configs.items())
-    if not grid_items:
-        return base
-    return [(f"{cname}+{gname}", f"{cflags} {gflags}".strip())
-            for cname, cflags in base for gname, gflags in grid_items]
 
 
 def _units(configs: list[tuple[str, str]], pairs: list[list[str]]) -> list[list[tuple[str, str]]]:

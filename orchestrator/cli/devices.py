@@ -1,0 +1,60 @@
+"""`orch devices` and `orch devices trust`: the inventory, device facts, SSH host keys."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from orchestrator.cli.options import console, db_option, friendly, inventory_option
+from orchestrator.config.yamlfile import ConfigError
+
+
+@click.group(invoke_without_command=True)
+@click.option("--probe", is_flag=True, help="Connect to each device and print its facts.")
+@click.option("--device", "-d", "names", multiple=True, help="Only these devices.")
+@inventory_option
+@db_option
+@click.pass_context
+@friendly
+def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: str | None,
+            db: str | None) -> None:
+    """List the inventory's devices; with --probe, collect and print their facts."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.results.terminal import print_devices
+
+    inv = load_inventory(inventory)
+    print_devices(console, inv, list(names) or inv.names(), probe, db)
+
+
+@devices.command()
+@click.argument("name")
+@click.option("--yes", "-y", is_flag=True, help="Add the key without asking.")
+@inventory_option
+@friendly
+def trust(name: str, yes: bool, inventory: str | None) -> None:
+    """Fetch an SSH device's host key, show its fingerprint, and add it to the known_hosts
+    file the device uses (the inventory's `known_hosts`, else ~/.ssh/known_hosts) once you
+    confirm. Use it after checking the fingerprint on the machine itself
+    (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`)."""
+    from orchestrator.config.inventory import load_inventory
+    from orchestrator.transports.hostkeys import (
+        add_known_host,
+        fetch_host_key,
+        fingerprint,
+    )
+
+    entry = load_inventory(inventory).get(name)
+    if entry.kind != "ssh":
+        raise ConfigError(f"{name} is a {entry.kind} device; only ssh devices have host keys")
+    key = fetch_host_key(entry.host, entry.port)
+    path = entry.known_hosts or "~/.ssh/known_hosts"
+    click.echo(f"{entry.host}:{entry.port} offers {key.get_name()} key {fingerprint(key)}")
+    if not yes and not click.confirm(f"Trust it and add it to {path}?", default=False):
+        click.echo("not trusted; nothing written")
+        sys.exit(1)
+    if add_known_host(path, entry.host, entry.port, key):
+        click.echo(f"added to {path}")
+    else:
+        click.echo(f"already trusted in {path}")
