@@ -14,10 +14,9 @@ REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
 
+from ci import IN_CI, unavailable  # noqa: E402,F401
 from conftest_adb import adb_device, adb_server, phone  # noqa: E402,F401
 from sshd_fixture import sshd, sshd_factory  # noqa: E402,F401
-
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def require_tool(name: str) -> str:
@@ -25,9 +24,7 @@ def require_tool(name: str) -> str:
     path = shutil.which(name) or (f"/usr/sbin/{name}" if os.path.exists(f"/usr/sbin/{name}") else None)
     if path is None:
         message = f"{name} is not installed (scripts/install --test installs it)"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     return path
 
 

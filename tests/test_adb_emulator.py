@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from ci import unavailable
 
 adbutils = pytest.importorskip("adbutils")
 
@@ -130,7 +131,7 @@ def test_sdcard_is_a_ram_dir_refusing_o_direct(phone, adb_device):
     adb_device.sync.push(b"x" * 10, phone.root + "/sdcard/f.bin")
     assert adb_device.shell(f"cat {phone.sdcard_dir}/f.bin") == "x" * 10
     if os.geteuid() != 0:
-        pytest.skip("not root: could not mount a ramfs, the sdcard dir accepts O_DIRECT")
+        unavailable("not root: could not mount a ramfs, the sdcard dir accepts O_DIRECT")
     assert phone.sdcard_refuses_odirect
     with pytest.raises(OSError):
         os.open(os.path.join(phone.sdcard_dir, "d"), os.O_CREAT | os.O_WRONLY | os.O_DIRECT)

@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import adbutils  # noqa: E402,F401  (a dependency: missing is a failure, not a skip)
 import pytest
+from ci import unavailable
 from cli_helpers import orch
 from conftest_adb import wait_for_state, wait_until  # noqa: E402
 from orchestrator.db import schema  # noqa: E402
@@ -430,7 +431,7 @@ def test_path_check_works_on_a_local_device_too(tmp_path):
     assert info[str(disk)].exists and info[str(disk)].size == 8192 and info[str(disk)].fstype
     assert not info["/nonexistent/x"].exists
     if not os.path.isdir("/dev/shm"):
-        pytest.skip("no /dev/shm here")
+        unavailable("no /dev/shm here")
     shm = Path("/dev/shm") / f"orch-pathcheck-{os.getpid()}.gguf"
     shm.write_bytes(b"GGUF")
     try:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ci import IN_CI, unavailable
 from cli_helpers import orch
 from orchestrator.db import schema
 from orchestrator.db.store import Store
@@ -25,17 +26,13 @@ from orchestrator.results.divergence import divergence, divergence_from_baseline
 from orchestrator.tools import llamacpp_build as lb
 
 REPO = Path(__file__).resolve().parent.parent
-CI = os.environ.get("CI") == "true"
 PROMPT = "Hello experts, route this"
 
 
 def need(what: str, ok: bool) -> None:
     if ok:
         return
-    msg = f"{what} is missing: run scripts/build-llama"
-    if CI:
-        pytest.fail(f"{msg} (CI=true: the llama.cpp tests must run, not skip)")
-    pytest.skip(msg)
+    unavailable(f"{what} is missing: run scripts/build-llama")
 
 
 @pytest.fixture(scope="module")
@@ -345,7 +342,7 @@ def test_llama_local_matrix_end_to_end(workspace):
     """`orch engines build llama.cpp`, `orch models make-moe --size medium`, then
     `orch run matrices/llama-local.yaml` on `local`. Outside CI it skips when llama.cpp was
     never built (the build takes minutes); under CI=true it builds if needed and must pass."""
-    if lb.find_build() is None and not CI:
+    if lb.find_build() is None and not IN_CI:
         pytest.skip("llama.cpp not built: run scripts/build-llama")
     need("the gguf package (orch's `llama` extra)", _gguf_ok())
     code, out = orch("engines", "build", "llama.cpp")

@@ -6,6 +6,7 @@ import os
 import sys
 
 import pytest
+from ci import IN_CI
 
 from orchestrator.engines import CellSpec, get_adapter
 from orchestrator.results.divergence import divergence, divergence_from_baseline
@@ -99,7 +100,7 @@ def test_failed_step_raises_with_output_tail(tmp_path):
 # -- the random qwen3moe model ---------------------------------------------------------------
 
 def test_make_moe_tiny(tmp_path):
-    if os.environ.get("CI") != "true":
+    if not IN_CI:
         pytest.importorskip("gguf")
     import gguf
 

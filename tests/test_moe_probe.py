@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ci import unavailable
 
 PROBE = Path(__file__).resolve().parents[1] / "agent" / "moe_probe.py"
 L, E, K, S = 4, 16, 4, 64 * 1024
@@ -264,9 +265,7 @@ def refusing_dir(tmp_path):
         ["mount", "-t", "ramfs", "orch-test-ramfs", str(mnt)], capture_output=True).returncode == 0
     if not mounted:
         message = "no file system here refuses O_DIRECT and ramfs cannot be mounted (not root)"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message)
-        pytest.skip(message)
+        unavailable(message)
     try:
         yield str(mnt)
     finally:
@@ -323,7 +322,7 @@ def test_odirect_refusal_path_simulated(tmp_path, monkeypatch, capsys, where):
 def test_odirect_where_supported(tmp_path):
     d = odirect_dirs(want_refused=False)
     if d is None:
-        pytest.skip("no writable directory here supports O_DIRECT")
+        unavailable("no writable directory here supports O_DIRECT")
     with tempfile.TemporaryDirectory(dir=d) as cache:
         csv = Path(cache) / "run.csv"
         r = run_probe(cache, "-n", "4", "--io", "odirect", "--io-threads", "2", csv=csv)

@@ -11,15 +11,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from ci import unavailable
 from cli_helpers import orch
-from conftest import FIXTURES, IN_CI
+from conftest import FIXTURES
 from orchestrator.db.store import Store
 
 
 def _unavailable(why: str) -> None:
-    if IN_CI:
-        pytest.fail(f"PostgreSQL test cannot run: {why} (scripts/install --test installs it)")
-    pytest.skip(why)
+    unavailable(f"PostgreSQL test cannot run: {why} (scripts/install --test installs it)")
 
 
 @pytest.fixture(scope="module")

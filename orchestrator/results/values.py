@@ -1,0 +1,33 @@
+"""What every view agrees on about a single value: when it counts as not measured, how it
+becomes a plain Python value for JSON, and the two marks the tables print."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+DAGGER = "†"   # a run that did not end ok: shown, and left out of every aggregate
+DASH = "—"     # not measured (never 0, never an empty cell)
+
+
+def is_missing(value: Any) -> bool:
+    """None, a float or numpy NaN, or pandas' NA/NaT."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)  # NaN, NA and NaT are the values unequal to themselves
+    except (TypeError, ValueError):  # pd.NA raises on bool(); arrays are not single values
+        return value is pd.NA
+
+
+def plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds; a missing value as None."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, TypeError):
+            pass
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return None if is_missing(value) else value
