@@ -351,8 +351,8 @@ def test_generic_celeron_stats():
     assert st["median"] == pytest.approx(statistics.median(1000 / w for w in wall_ms))
     assert st["read_mib_per_token"] == pytest.approx(465.0)
     assert st["streaming"] is True
-    assert st["io_s_per_tok"] == pytest.approx(p.summary()["trailer"]["io_s/tok"])
-    assert st["compute_s_per_tok"] == pytest.approx(p.summary()["trailer"]["compute_s/tok"])
+    assert st["io_s_per_token"] == pytest.approx(p.summary()["trailer"]["io_s/tok"])
+    assert st["compute_s_per_token"] == pytest.approx(p.summary()["trailer"]["compute_s/tok"])
     assert st["prefill_tps"] == 0.15 and st["complete"] is True
 
 

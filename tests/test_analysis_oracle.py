@@ -186,8 +186,8 @@ def test_run_stats_matches_numpy_and_runs_table() -> None:
                                                       and math.isnan(row[k])))) or row[k] == v
     gpt = table.loc["gpt_k2"]
     assert math.isnan(gpt.cache_hit_pct)                  # -1.0: no cache
-    assert gpt.compute_s_per_tok == 0.242 and gpt.io_s_per_tok == 1.25
-    assert table.loc["gemma_k6"].peak_rss_gb == pytest.approx(6306624 / 1048576)
+    assert gpt.compute_s_per_token == 0.242 and gpt.io_s_per_token == 1.25
+    assert table.loc["gemma_k6"].peak_rss_gib == pytest.approx(6306624 / 1048576)
     assert table.loc["gemma_k6"].batt_temp_max_c == pytest.approx(39.8)
 
 
@@ -195,10 +195,10 @@ def test_mmap_run_has_no_decode_split() -> None:
     tokens, summaries, _ = load_folder(FIX / "2026-07-14")
     s = analysis.run_stats(tokens[tokens.run_id == "gptoss_mmap_k2"], summaries["gptoss_mmap_k2"],
                            None)
-    assert s["streaming"] is False and s["compute_s_per_tok"] is None and s["io_s_per_tok"] is None
+    assert s["streaming"] is False and s["compute_s_per_token"] is None and s["io_s_per_token"] is None
     assert s["cache_hit_pct"] is None and s["read_mib_per_token"] == 0
     assert f"{s['mean']:.3f}" == "0.089" and s["ttft_s"] == pytest.approx(80.294)
-    assert s["peak_rss_gb"] is None
+    assert s["peak_rss_gib"] is None
 
 
 def test_killed_run_falls_back_to_rows() -> None:
@@ -211,7 +211,7 @@ def test_killed_run_falls_back_to_rows() -> None:
     assert s["n"] == 216 and s["complete"] is False and s["prefill_tps"] is None
     assert s["read_mib_per_token"] == pytest.approx(tokens.read_bytes.sum() / 1048576 / 216)
     assert s["cache_hit_pct"] == rows[-1].cache_hit_pct          # cumulative: last row
-    assert s["streaming"] is True and s["compute_s_per_tok"] is None
+    assert s["streaming"] is True and s["compute_s_per_token"] is None
 
 
 def test_speculative_rows_and_empty_runs() -> None:
@@ -240,21 +240,21 @@ def test_pressure_from_samples() -> None:
         "batt_temp_dC": [387, 380, np.nan, 391],
     })
     p = analysis.pressure_from_samples(s)
-    assert p == {"peak_rss_gb": 5.0, "mem_floor_gb": 2.0, "cpu_temp_start_c": 43.2,
+    assert p == {"peak_rss_gib": 5.0, "mem_floor_gib": 2.0, "cpu_temp_start_c": 43.2,
                  "cpu_temp_max_c": 70.0, "batt_temp_max_c": 39.1}
     s["hwm_kb"] = [6291456, 1048576, 3145728, 6291456]
-    assert analysis.pressure_from_samples(s)["peak_rss_gb"] == 6.0
-    assert analysis.pressure_from_samples(pd.DataFrame())["peak_rss_gb"] is None
+    assert analysis.pressure_from_samples(s)["peak_rss_gib"] == 6.0
+    assert analysis.pressure_from_samples(pd.DataFrame())["peak_rss_gib"] is None
     # a converted dict is accepted by run_stats as is
     one = analysis.run_stats(pd.DataFrame({"wall_ms": [100.0]}), None, p)
-    assert one["mem_floor_gb"] == 2.0
+    assert one["mem_floor_gib"] == 2.0
 
 
 def test_pressure_from_metrics_failed_read() -> None:
     m = parse_metrics_sidecar("peak_rss_kb=6459244\ncpu_temp_before_mC=\ncpu_temp_max_mC=69100\n")
     p = analysis.pressure_from_metrics(m)
     assert p["cpu_temp_start_c"] is None and p["cpu_temp_max_c"] == 69.1
-    assert p["mem_floor_gb"] is None and f"{p['peak_rss_gb']:.2f}" == "6.16"
+    assert p["mem_floor_gib"] is None and f"{p['peak_rss_gib']:.2f}" == "6.16"
 
 
 def test_spread_and_delta() -> None:

@@ -98,7 +98,7 @@ def _tables_fmt(key: str) -> Callable[[Any], str]:
 # under a MiB per token and its process stays in MiB): more digits instead of a false zero.
 _SMALL: dict[str, tuple[float, Callable[[float], str]]] = {
     "read_mib_per_token": (10.0, lambda v: "%.2f MiB" % v),
-    "peak_rss_gb": (0.1, lambda v: "%.1f MiB" % (v * 1024)),
+    "peak_rss_gib": (0.1, lambda v: "%.1f MiB" % (v * 1024)),
 }
 
 
@@ -161,7 +161,7 @@ def expand_ids(cell: str) -> list[int]:
 
 def split_cell(rec: Mapping[str, Any]) -> str:
     """decode: compute + I/O (s/tok), as the published write-up prints it."""
-    c, i = rec.get("compute_s_per_tok"), rec.get("io_s_per_tok")
+    c, i = rec.get("compute_s_per_token"), rec.get("io_s_per_token")
     if not ok(c) and not ok(i):
         return DASH
     return f"{'%.3f' % c if ok(c) else DASH} + {'%.3f' % i if ok(i) else DASH}"

@@ -24,7 +24,7 @@ METRICS: tuple[tuple[str, str, Any, str | None], ...] = (
     ("p50 tok/s", "median", cells.fmt("%.2f"), "p50"),
     ("p95 tok/s", "p95", cells.fmt("%.2f"), None),
     ("read/token", "read_mib_per_token", cells.fmt("read_mib_per_token"), None),
-    ("peak RSS", "peak_rss_gb", cells.fmt("peak_rss_gb"), "peak RSS"),
+    ("peak RSS", "peak_rss_gib", cells.fmt("peak_rss_gib"), "peak RSS"),
 )
 
 

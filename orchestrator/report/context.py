@@ -26,7 +26,7 @@ from orchestrator.results.query import DAGGER, labelled, resolve_session, runs_s
 # How a config's repeats combine into one row. Throughput columns average the runs' values
 # (mean = mean of the runs' means, the figure the spread is about); extremes and device
 # pressure take the worst case, since a report must not hide the hottest or fullest run.
-_WORST = {"min": min, "max": max, "peak_rss_gb": max, "mem_floor_gb": min,
+_WORST = {"min": min, "max": max, "peak_rss_gib": max, "mem_floor_gib": min,
           "cpu_temp_max_c": max, "batt_temp_max_c": max}
 
 

@@ -45,7 +45,7 @@ THROUGHPUT: list[tuple[str, str, Cell]] = [
     ("compute + I/O (s/tok)", "---:", lambda v, s: split_cell(v)),
 ]
 PRESSURE: list[tuple[str, str, Cell]] = [
-    ("peak RSS", "---:", _v("peak_rss_gb")), ("free-RAM floor", "---:", _v("mem_floor_gb")),
+    ("peak RSS", "---:", _v("peak_rss_gib")), ("free-RAM floor", "---:", _v("mem_floor_gib")),
     ("CPU start → max", "---:", lambda v, s: temp_cell(v)),
     ("battery max", "---:", _v("batt_temp_max_c")),
 ]
@@ -129,7 +129,7 @@ def ab(group: Group, baseline: str | None) -> tuple[Table | None, str | None]:
                   ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---",
                    "---:"])
     base_text = _text(base)
-    mean, read, rss = fmt("mean"), fmt("read_mib_per_token"), fmt("peak_rss_gb")
+    mean, read, rss = fmt("mean"), fmt("read_mib_per_token"), fmt("peak_rss_gib")
     noisy = single = False
     for agg in [base] + [c for c in group.configs if c is not base]:
         v = agg.values
@@ -151,8 +151,8 @@ def ab(group: Group, baseline: str | None) -> tuple[Table | None, str | None]:
                 single = True
         table.rows.append([md_escape(agg.config), mean(v.get("mean")), spread_cell(agg.spread),
                            delta("mean"), read(v.get("read_mib_per_token")),
-                           delta("read_mib_per_token"), rss(v.get("peak_rss_gb")),
-                           delta("peak_rss_gb"), id_list(agg.ids), note or DASH,
+                           delta("read_mib_per_token"), rss(v.get("peak_rss_gib")),
+                           delta("peak_rss_gib"), id_list(agg.ids), note or DASH,
                            departs(base_text, _text(agg), is_base)])
     if all(row[-1] in (DASH, "baseline") for row in table.rows):
         for row in table.rows:   # no text to compare: the whole column goes

@@ -57,8 +57,8 @@ def pressure_by_run(samples: pd.DataFrame) -> dict[int, dict[str, float | None]]
     peak = agg("hwm_kb", "max", analysis.KB_PER_GB)
     peak = peak.combine_first(agg("rss_kb", "max", analysis.KB_PER_GB))
     frame = pd.DataFrame({
-        "peak_rss_gb": peak,
-        "mem_floor_gb": agg("mem_avail_kb", "min", analysis.KB_PER_GB),
+        "peak_rss_gib": peak,
+        "mem_floor_gib": agg("mem_avail_kb", "min", analysis.KB_PER_GB),
         "cpu_temp_start_c": agg("cpu_temp_mC", "first", 1000),
         "cpu_temp_max_c": agg("cpu_temp_mC", "max", 1000),
         "batt_temp_max_c": agg("batt_temp_dC", "max", 10),

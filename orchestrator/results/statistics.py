@@ -20,13 +20,13 @@ QUANTILE_METHODS = ("linear", "lower")
 
 STAT_COLUMNS: tuple[str, ...] = (
     "n", "mean", "min", "max", "median", "p5", "p95", "prefill_tps", "ttft_s",
-    "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_tok",
-    "io_s_per_tok", "streaming", "complete", "cache_budget_mib", "cache_resident_mib",
+    "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
+    "io_s_per_token", "streaming", "complete", "cache_budget_mib", "cache_resident_mib",
     "cache_resizes", "spec_read_mib", "spec_read_mib_per_token", "spec_experts", "spec_useful",
     "spec_useful_pct", "spec_recall_pct", "spec_auto_off",
-    "peak_rss_gb", "mem_floor_gb", "cpu_temp_start_c", "cpu_temp_max_c", "batt_temp_max_c",
+    "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c", "batt_temp_max_c",
 )
-PRESSURE_KEYS = ("peak_rss_gb", "mem_floor_gb", "cpu_temp_start_c", "cpu_temp_max_c",
+PRESSURE_KEYS = ("peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c",
                  "batt_temp_max_c")
 
 
@@ -44,8 +44,8 @@ def _div(a: Any, b: Any) -> float | None:
 
 # (stat, `.metrics` key, divisor): units by suffix, kB / milli-°C / deci-°C (§4, §6)
 _PRESSURE_SRC = (
-    ("peak_rss_gb", "peak_rss_kb", KB_PER_GB),
-    ("mem_floor_gb", "mem_avail_floor_kb", KB_PER_GB),
+    ("peak_rss_gib", "peak_rss_kb", KB_PER_GB),
+    ("mem_floor_gib", "mem_avail_floor_kb", KB_PER_GB),
     ("cpu_temp_start_c", "cpu_temp_before_mC", 1000),
     ("cpu_temp_max_c", "cpu_temp_max_mC", 1000),
     ("batt_temp_max_c", "batt_temp_max_dC", 10),
@@ -82,8 +82,8 @@ def pressure_from_samples(samples: pd.DataFrame) -> dict[str, float | None]:
     if peak is None:
         peak = agg("rss_kb", "max", KB_PER_GB)
     return {
-        "peak_rss_gb": peak,
-        "mem_floor_gb": agg("mem_avail_kb", "min", KB_PER_GB),
+        "peak_rss_gib": peak,
+        "mem_floor_gib": agg("mem_avail_kb", "min", KB_PER_GB),
         "cpu_temp_start_c": agg("cpu_temp_mC", "first", 1000),
         "cpu_temp_max_c": agg("cpu_temp_mC", "max", 1000),
         "batt_temp_max_c": agg("batt_temp_dC", "max", 10),
@@ -270,8 +270,8 @@ def _scalars(flats: list[dict[str, Any]], pressures: list[Any], tok: pd.DataFram
             "prefill_tps": num(S, "prefill_tps"), "ttft_s": ttft,
             "cache_hit_pct": np.where(hit < 0, np.nan, hit),
             "read_mib_per_token": read / n,
-            "compute_s_per_tok": np.where(is_stream, num(S, "compute_s/tok"), np.nan),
-            "io_s_per_tok": np.where(is_stream, num(S, "io_s/tok"), np.nan),
+            "compute_s_per_token": np.where(is_stream, num(S, "compute_s/tok"), np.nan),
+            "io_s_per_token": np.where(is_stream, num(S, "io_s/tok"), np.nan),
             "streaming": streaming, "complete": obj("_complete"),
             "_summary_tps": num(S, "tok/s"),
             "cache_budget_mib": num(S, "cache_budget_MiB"),

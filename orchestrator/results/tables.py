@@ -55,8 +55,8 @@ THROUGHPUT = (
     Col("stall ms/tok", "stall_ms_per_token", _f("%.1f")),
 )
 PRESSURE = (
-    Col("peak RSS", "peak_rss_gb", _f("%.2f GB")),
-    Col("free-RAM floor", "mem_floor_gb", _f("%.2f GB")),
+    Col("peak RSS", "peak_rss_gib", _f("%.2f GB")),
+    Col("free-RAM floor", "mem_floor_gib", _f("%.2f GB")),
     Col("CPU start", "cpu_temp_start_c", _f("%.1f °C")),
     Col("CPU max", "cpu_temp_max_c", _f("%.1f °C")),
     Col("battery max", "batt_temp_max_c", _f("%.1f °C")),
@@ -84,7 +84,7 @@ VARIANTS = (
     Col("useful", "spec_useful", lambda v: v),
     Col("recall", "spec_recall_pct", _f("%.0f%%")),
     Col("TTFT s", "ttft_s", _f("%.1f")),
-    Col("peak RSS", "peak_rss_gb", _f("%.2f GB")),
+    Col("peak RSS", "peak_rss_gib", _f("%.2f GB")),
     Col("CPU max", "cpu_temp_max_c", _f("%.0f°C")),
 )
 TABLES: dict[str, tuple[Col, ...]] = {

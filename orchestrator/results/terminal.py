@@ -48,7 +48,7 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
                       str(s.get("n", 0)), _fmt(s.get("mean")), _fmt(s.get("median")),
                       _fmt(s.get("p5")), _fmt(s.get("p95")), _fmt(s.get("min")), _fmt(s.get("max")),
                       _fmt(s.get("read_mib_per_token"), ".1f"), _fmt(s.get("cache_hit_pct"), ".0f", "%"),
-                      _fmt(s.get("peak_rss_gb"), ".2f", " GB"))
+                      _fmt(s.get("peak_rss_gib"), ".2f", " GB"))
     console.print(table)
     bad = [r for r in rows if r.status != "ok"]
     for row in bad:
@@ -89,8 +89,8 @@ _SHOW = [
     ("prefill tok/s", "prefill_tps", ".2f", ""), ("TTFT", "ttft_s", ".1f", " s"),
     ("cache hit", "cache_hit_pct", ".1f", "%"), ("read / token", "read_mib_per_token", ".1f", " MiB"),
     ("stall / token", "stall_ms_per_token", ".1f", " ms"),
-    ("compute / token", "compute_s_per_tok", ".3f", " s"), ("I/O / token", "io_s_per_tok", ".3f", " s"),
-    ("peak RSS", "peak_rss_gb", ".2f", " GB"), ("free-RAM floor", "mem_floor_gb", ".2f", " GB"),
+    ("compute / token", "compute_s_per_token", ".3f", " s"), ("I/O / token", "io_s_per_token", ".3f", " s"),
+    ("peak RSS", "peak_rss_gib", ".2f", " GB"), ("free-RAM floor", "mem_floor_gib", ".2f", " GB"),
     ("CPU temp start", "cpu_temp_start_c", ".1f", " °C"), ("CPU temp max", "cpu_temp_max_c", ".1f", " °C"),
     ("battery max", "batt_temp_max_c", ".1f", " °C"),
 ]
