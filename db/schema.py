@@ -66,7 +66,7 @@ run = Table(
     Column("argv", JSON),
     Column("repeat_index", Integer, default=0),
     Column("order_index", Integer, default=0),
-    Column("status", String(20), nullable=False),   # pending running ok failed killed oom timeout interrupted skipped
+    Column("status", String(20), nullable=False),   # running ok failed killed oom timeout interrupted
     Column("cause", Text),
     Column("rc", Integer),
     Column("signal", Integer),
@@ -84,7 +84,7 @@ run = Table(
     Column("model_sha256", String(64)),
     Column("remote_dir", Text),
     Column("spool_lines", Integer, default=0),       # stream lines consumed: resume point
-    Column("summary", JSON),
+    Column("summary", JSON),                         # orchestrator.record.RunRecord.stored()
     Column("text", Text),
     Column("warnings", JSON),
     Column("superseded", Boolean, nullable=False, default=False),
@@ -140,7 +140,5 @@ imported_file = Table(
     UniqueConstraint("session_id", "path"),
 )
 
-TOKEN_FIELDS = ("step", "wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms", "read_bytes",
-                "cache_hit_pct", "majflt", "cpu_ms")
 SAMPLE_FIELDS = ("rss_kb", "hwm_kb", "mem_avail_kb", "majflt", "cpu_ticks", "cpu_temp_mC",
                  "batt_temp_dC")

@@ -7,11 +7,11 @@ import datetime as dt
 import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import pandas as pd
-from orchestrator.db import schema
 from sqlalchemy import (
     JSON,
     Connection,
@@ -24,6 +24,9 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+from orchestrator.db import schema
 
 DEFAULT_DB = "orch.db"
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -52,7 +55,12 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to Alembic's head (a no-op when it is there already)."""
+    """Bring the schema to Alembic's head (a no-op when it is there already).
+
+    Two processes may open a new database at the same moment (`orch run` and `orch report`, a
+    test watching a run, lab workers): both see no schema, one creates it, and the other's
+    CREATE fails once the first commits. That loser finds the schema at head on its next look
+    and goes on; any other failure is raised."""
     from alembic import command
     from alembic.config import Config
     from alembic.runtime.migration import MigrationContext
@@ -61,11 +69,25 @@ def migrate(engine: Engine) -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     head = ScriptDirectory.from_config(config).get_current_head()
-    with engine.begin() as conn:
-        if MigrationContext.configure(conn).get_current_revision() == head:
+
+    def current() -> str | None:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    for attempt in range(3):
+        if current() == head:
             return
-        config.attributes["connection"] = conn
-        command.upgrade(config, "head")
+        try:
+            with engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, "head")
+            return
+        except (OperationalError, IntegrityError, ProgrammingError):
+            if current() == head:   # a concurrent opener migrated it
+                return
+            if attempt == 2:
+                raise
+            time.sleep(0.2 * (attempt + 1))
 
 
 _COMPILED: dict[tuple[str, str, tuple[str, ...]], tuple[str, tuple[str, ...] | None]] = {}
@@ -165,17 +187,23 @@ class Store:
     def update_run(self, run_id: int, **values: Any) -> None:
         self._update(schema.run, run_id, values)
 
-    def insert_rows(self, table_name: str, rows: Sequence[dict[str, Any]]) -> None:
-        """Bulk insert (executemany) into token, sample or output, in one transaction."""
-        if not rows:
-            return
-        with self.lock, self.engine.begin() as conn:
-            bulk_insert(conn, schema.metadata.tables[table_name], rows)
+    def update_device(self, device_id: int, **values: Any) -> None:
+        self._update(schema.device, device_id, values)
 
-    def delete_run_rows(self, run_id: int) -> None:
+    def set_imported_file(self, session_id: int, path: str, sha256: str) -> None:
+        """Remember the digest an imported file had, replacing an earlier one."""
+        table = schema.imported_file
+        with self.lock, self.engine.begin() as conn:
+            conn.execute(table.delete().where(table.c.session_id == session_id,
+                                              table.c.path == path))
+            conn.execute(table.insert().values(session_id=session_id, path=path, sha256=sha256))
+
+    def delete_run(self, run_id: int) -> None:
+        """A run and its token, sample and output rows."""
         with self.lock, self.engine.begin() as conn:
             for table in (schema.token, schema.sample, schema.output):
                 conn.execute(table.delete().where(table.c.run_id == run_id))
+            conn.execute(schema.run.delete().where(schema.run.c.id == run_id))
 
     def delete_session(self, session_id: int) -> None:
         with self.lock, self.engine.begin() as conn:
@@ -225,10 +253,6 @@ class Store:
                 .where(schema.session.c.matrix_name == matrix_name, schema.session.c.kind == "run",
                        schema.run.c.device_id == device_id))
         return self.fetch(stmt)[0][0]
-
-    def token_count(self, run_id: int) -> int:
-        return self.fetch(select(func.count()).select_from(schema.token)
-                          .where(schema.token.c.run_id == run_id))[0][0]
 
     def frame(self, table_name: str, run_ids: Iterable[int]) -> pd.DataFrame:
         """All rows of token / sample / output for these runs, as a DataFrame."""

@@ -12,8 +12,10 @@ Path mapping: device paths are REAL absolute paths on this machine. The fake roo
                                `getprop` and `dumpsys` shims (mksh scripts)
   .root/data/local/tmp         == .data_dir (stands for /data/local/tmp; orch's workdir)
   .root/sdcard -> .sdcard_dir  a dir under /dev/shm; as root it is a private ramfs mount,
-                               which refuses O_DIRECT like /sdcard's FUSE (this kernel's tmpfs
-                               accepts O_DIRECT); `.sdcard_refuses_odirect` tells which
+                               which refuses O_DIRECT (EINVAL), as some FUSE file systems do
+                               (a phone's /sdcard FUSE usually accepts it and serves reads
+                               through a page cache: pathcheck.py flags both); this kernel's
+                               tmpfs accepts O_DIRECT; `.sdcard_refuses_odirect` tells which
   .root/sys/class/thermal/thermal_zone{0,1,2}/{type,temp}   $ORCH_THERMAL_DIR, temp in mC
   .root/sys/class/power_supply/battery/temp                 $ORCH_BATTERY_DIR, temp in dC
   .root/proc/meminfo                                        $ORCH_MEMINFO

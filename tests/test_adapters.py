@@ -1,7 +1,7 @@
 """Engine adapters llama-bench, llama-cli/llama-completion and generic: argv building and
 parsing of recorded output (tests/fixtures/llama/, printed with llama.cpp's own formats; the
 Celeron CSV's column names are assumed, see orchestrator/engines/generic.py), and that
-analysis.run_stats reads their summaries."""
+the statistics read their records."""
 from __future__ import annotations
 
 import csv
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_analysis_oracle import run_stats
 
-from orchestrator.engines import ENGINE_NAMES, CellSpec, get_adapter
+from orchestrator.engines import CellSpec, engine_names, get_adapter
 from orchestrator.engines.llama_cli import parse_perf_line
-from orchestrator.results.statistics import run_stats
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "llama"
 TRICKY_PROMPT = 'He said "don\'t"\nthen left; $HOME `id` {csv} {prompt}'
@@ -54,7 +54,7 @@ def frame(rows) -> pd.DataFrame:
 
 
 def test_registry():
-    assert {"llama-bench", "llama-cli", "llama-completion", "generic"} <= set(ENGINE_NAMES)
+    assert {"llama-bench", "llama-cli", "llama-completion", "generic"} <= set(engine_names())
     assert get_adapter("llama-completion").name == "llama-completion"
     assert get_adapter("llama-cli").writes_csv is False
     with pytest.raises(KeyError):
@@ -84,31 +84,29 @@ def test_llama_bench_parses_jsonl():
     p = get_adapter("llama-bench").new_parser(prompt="ignored")
     assert feed(p, "O", FIX / "llama-bench.jsonl") == []          # no per-token data
     assert feed(p, "E", ["load_backend: loaded CPU backend"]) == []
-    s = p.summary()
-    assert [r["test"] for r in s["results"]] == ["pp512", "tg128"]
-    assert s["results"][1]["samples_ns"][0] == 61793397377
-    tr = s["trailer"]
-    assert tr["tokens"] == 128 and tr["tok/s"] == pytest.approx(2.063539)
-    assert tr["s/tok"] == pytest.approx(1 / 2.063539)
-    assert tr["tok/s_stddev"] == pytest.approx(0.037462)
-    assert tr["prefill_tps"] == pytest.approx(14.270297)
-    assert tr["prefill_s"] == pytest.approx(35.887380361) and tr["n_prompt"] == 512
-    assert s["repetitions"] == [2.07142, 2.09394, 2.10068, 2.04004, 2.01162]
-    spread = s["repetition_spread"]
+    r = p.record()
+    assert [x["test"] for x in r.extra["results"]] == ["pp512", "tg128"]
+    assert r.extra["results"][1]["samples_ns"][0] == 61793397377
+    assert r.tokens == 128 and r.decode_tps == pytest.approx(2.063539)
+    assert r.extra["decode_tps_stddev"] == pytest.approx(0.037462)
+    assert r.prefill_tps == pytest.approx(14.270297)
+    assert r.prefill_s == pytest.approx(35.887380361) and r.prompt_tokens == 512
+    assert r.load_s is None and r.ttft_s is None
+    assert r.extra["repetitions"] == [2.07142, 2.09394, 2.10068, 2.04004, 2.01162]
+    spread = r.extra["repetition_spread"]
     assert spread["n"] == 5
     assert spread["mean"] == pytest.approx(2.063539, abs=1e-5)   # printed samples: 6 digits
     assert spread["stdev"] == pytest.approx(0.037462, abs=1e-5)
-    assert s["engine_build"] == "3cb7ffb1a (10453)"
-    assert s["settings"]["model_type"] == "qwen2 1B Q8_0"
-    assert s["settings"]["n_threads"] == 2 and "avg_ts" not in s["settings"]
-    assert s["lines"]["generation"]["tok_per_s"] == pytest.approx(2.063539)
-    assert s["complete"] is True and s["errors"] == [] and p.warnings() == []
+    assert r.engine_build == "3cb7ffb1a (10453)"
+    assert r.settings["model_type"] == "qwen2 1B Q8_0"
+    assert r.settings["n_threads"] == 2 and "avg_ts" not in r.settings
+    assert r.complete is True and r.errors == [] and p.warnings() == []
 
 
 def test_llama_bench_stats():
     p = get_adapter("llama-bench").new_parser()
     feed(p, "O", FIX / "llama-bench.jsonl")
-    st = run_stats(frame([]), p.summary())
+    st = run_stats(frame([]), p.record())
     assert st["prefill_tps"] == pytest.approx(14.270297)
     assert st["complete"] is True
     assert st["streaming"] is False and st["n"] == 0
@@ -118,21 +116,21 @@ def test_llama_bench_stats():
 def test_llama_bench_mean_in_stats():
     p = get_adapter("llama-bench").new_parser()
     feed(p, "O", FIX / "llama-bench.jsonl")
-    assert run_stats(frame([]), p.summary())["mean"] == pytest.approx(2.063539)
+    assert run_stats(frame([]), p.record())["mean"] == pytest.approx(2.063539)
 
 
 def test_llama_bench_killed_mid_run():
     pp, tg = (FIX / "llama-bench.jsonl").read_text().splitlines()
     p = get_adapter("llama-bench").new_parser()
     feed(p, "O", ["| model | size |", pp, tg[:300]])      # tg line cut by the kill
-    s = p.summary()
-    assert s["complete"] is False and s["trailer"]["prefill_tps"] == pytest.approx(14.270297)
-    assert "tok/s" not in s["trailer"]
-    assert any("not JSON" in e for e in s["errors"])
-    assert any("no tg" in e for e in s["errors"])
-    assert s["stdout_other"] == ["| model | size |"]
-    empty = get_adapter("llama-bench").new_parser().summary()
-    assert empty["complete"] is False and empty["trailer"] is None
+    r = p.record()
+    assert r.complete is False and r.prefill_tps == pytest.approx(14.270297)
+    assert r.decode_tps is None and r.tokens is None
+    assert any("not JSON" in e for e in r.errors)
+    assert any("no tg" in e for e in r.errors)
+    assert r.extra["stdout_other"] == ["| model | size |"]
+    empty = get_adapter("llama-bench").new_parser().record()
+    assert empty.complete is False and empty.prefill_tps is None and empty.streaming is None
 
 
 def test_llama_bench_several_tg_tests_warn():
@@ -140,7 +138,7 @@ def test_llama_bench_several_tg_tests_warn():
     p = get_adapter("llama-bench").new_parser()
     feed(p, "O", [tg, tg.replace('"n_threads": 2', '"n_threads": 1')])
     assert any("2 tg tests" in w for w in p.warnings())
-    assert p.summary()["settings"]["n_threads"] == 2        # the first is the one reported
+    assert p.record().settings["n_threads"] == 2        # the first is the one reported
 
 
 # ---- llama-cli / llama-completion ---------------------------------------------------------------
@@ -167,32 +165,31 @@ def completion_parser(stdout: str, stderr: str, prompt: str | None = None):
 
 def test_llama_completion_parses_perf_block():
     p = completion_parser("completion.stdout", "completion.stderr")
-    s = p.summary()
-    tr = s["trailer"]
-    assert tr["tokens"] == 63
-    assert tr["tok/s"] == pytest.approx(63 / 30.73171)
-    assert round(tr["tok/s"], 2) == 2.05                      # what llama.cpp printed
-    assert tr["s/tok"] == pytest.approx(0.48780492, rel=1e-6)
-    assert tr["ms/tok"] == 487.80
-    assert tr["n_prompt"] == 8 and tr["prefill_tps"] == pytest.approx(8 / 0.57143)
-    assert tr["prefill_s"] == pytest.approx(0.57143)
-    assert tr["load_s"] == pytest.approx(2.41236)
-    assert tr["total_s"] == pytest.approx(31.40853)
-    assert s["timing_source"] == "common_perf_print"
-    assert s["perf"]["eval"]["tps"] == 2.05
-    assert s["engine_build"] == "3cb7ffb1a (10453)"
-    assert s["settings"]["n_threads"] == 2 and s["settings"]["n_cpus"] == 2
-    assert s["settings"]["model"] == "/home/me/models/qwen2.5-0.5b-instruct-q8_0.gguf"
-    assert s["text"].startswith(" the founding of the city by Romulus")
-    assert s["text"].endswith("the first\nemperor.")
-    assert s["complete"] is True and s["errors"] == [] and len(s["stderr_tail"]) == 50
-    assert s["stderr_tail"][-1].startswith("llama_memory_breakdown_print: |   - Host")
+    r = p.record()
+    assert r.tokens == 63
+    assert r.decode_tps == pytest.approx(63 / 30.73171)
+    assert round(r.decode_tps, 2) == 2.05                      # what llama.cpp printed
+    assert r.extra["ms_per_token"] == 487.80
+    assert r.prompt_tokens == 8 and r.prefill_tps == pytest.approx(8 / 0.57143)
+    assert r.prefill_s == pytest.approx(0.57143)
+    assert r.load_s == pytest.approx(2.41236)
+    assert r.ttft_s == pytest.approx(2.41236 + 0.57143)
+    assert r.extra["total_s"] == pytest.approx(31.40853)
+    assert r.extra["timing_source"] == "common_perf_print"
+    assert r.extra["perf"]["eval"]["tps"] == 2.05
+    assert r.engine_build == "3cb7ffb1a (10453)"
+    assert r.settings["n_threads"] == 2 and r.settings["n_cpus"] == 2
+    assert r.settings["model"] == "/home/me/models/qwen2.5-0.5b-instruct-q8_0.gguf"
+    assert r.text.startswith(" the founding of the city by Romulus")
+    assert r.text.endswith("the first\nemperor.")
+    assert r.complete is True and r.errors == [] and len(r.stderr_tail) == 50
+    assert r.stderr_tail[-1].startswith("llama_memory_breakdown_print: |   - Host")
     assert p.warnings() == []
 
 
 def test_llama_completion_stats():
     p = completion_parser("completion.stdout", "completion.stderr")
-    st = run_stats(frame([]), p.summary())
+    st = run_stats(frame([]), p.record())
     assert st["prefill_tps"] == pytest.approx(8 / 0.57143)
     assert st["ttft_s"] == pytest.approx(2.41236 + 0.57143)
     assert st["complete"] is True
@@ -200,20 +197,20 @@ def test_llama_completion_stats():
 
 def test_llama_completion_mean_in_stats():
     p = completion_parser("completion.stdout", "completion.stderr")
-    assert run_stats(frame([]), p.summary())["mean"] == pytest.approx(63 / 30.73171)
+    assert run_stats(frame([]), p.record())["mean"] == pytest.approx(63 / 30.73171)
 
 
 def test_llama_crashed_run_is_incomplete_and_keeps_stderr_tail():
     p = completion_parser("crashed.stdout", "crashed.stderr")
-    s = p.summary()
-    assert s["complete"] is False
-    assert s["trailer"] is None and s["lines"] == {}
-    assert "stderr_tail" in s and any("no llama.cpp timing lines" in e for e in s["errors"])
+    r = p.record()
+    assert r.complete is False
+    assert r.decode_tps is None and r.prefill_tps is None and r.streaming is None
+    assert any("no llama.cpp timing lines" in e for e in r.errors)
     expected_tail = (FIX / "crashed.stderr").read_text().splitlines()[-50:]
-    assert s["stderr_tail"] == expected_tail
-    assert s["stderr_tail"][-1].startswith("generate: n_ctx = 4096")
-    assert s["text"] == " the founding of the city by Romulus in 753 BC, accor"
-    st = run_stats(frame([]), s)
+    assert r.stderr_tail == expected_tail
+    assert r.stderr_tail[-1].startswith("generate: n_ctx = 4096")
+    assert r.text == " the founding of the city by Romulus in 753 BC, accor"
+    st = run_stats(frame([]), r)
     assert st["complete"] is False and st["mean"] is None and st["prefill_tps"] is None
 
 
@@ -245,11 +242,11 @@ def test_llama_cli_chat_timings_line_and_warnings():
                   "(disable it with -no-cnv)"])
     feed(p, "O", ["Rome was founded in 753 BC.", "",
                   "\x1b[33m[ Prompt: 14.0 t/s | Generation: 2.1 t/s ]\x1b[0m", "Exiting..."])
-    s = p.summary()
-    assert s["timing_source"] == "cli" and s["complete"] is True
-    assert s["trailer"]["tok/s"] == 2.1 and s["trailer"]["prefill_tps"] == 14.0
-    assert s["trailer"]["tokens"] is None
-    assert s["text"] == "Rome was founded in 753 BC."
+    r = p.record()
+    assert r.extra["timing_source"] == "cli" and r.complete is True
+    assert r.decode_tps == 2.1 and r.prefill_tps == 14.0
+    assert r.tokens is None
+    assert r.text == "Rome was founded in 753 BC."
     assert any("conversation mode" in w for w in p.warnings())
 
 
@@ -257,10 +254,10 @@ def test_llama_completion_sigint_is_not_complete():
     p = get_adapter("llama-completion").new_parser(prompt="Once")
     feed(p, "O", ["Once upon a time", "", "Interrupted by user"])
     feed(p, "E", (FIX / "completion.stderr").read_text().splitlines()[-10:])
-    s = p.summary()
-    assert s["complete"] is False and s["trailer"]["tokens"] == 63
-    assert s["text"] == " upon a time"                   # echoed prompt stripped
-    assert any("SIGINT" in e for e in s["errors"])
+    r = p.record()
+    assert r.complete is False and r.tokens == 63
+    assert r.text == " upon a time"                   # echoed prompt stripped
+    assert any("SIGINT" in e for e in r.errors)
 
 
 # ---- generic ------------------------------------------------------------------------------------
@@ -324,8 +321,8 @@ def test_generic_parses_celeron_csv():
     assert r0.mgmt_ms == pytest.approx(float(raw[0]["madvise_s"]) * 1000)
     assert r0.majflt == float(raw[0]["majflt"]) and r0.read_bytes == 487587840
     assert r0.compute_ms is None and r0.extra == {"rss_mib": float(raw[0]["rss_mib"])}
-    s = p.summary()
-    tr = s["trailer"]
+    rec = p.record()
+    tr = rec.extra["trailer"]
     wall = sum(float(r["tok_s"]) for r in raw)
     pread = sum(float(r["pread_s"]) for r in raw)
     madv = sum(float(r["madvise_s"]) for r in raw)
@@ -338,21 +335,25 @@ def test_generic_parses_celeron_csv():
     assert tr["majflt/tok"] == pytest.approx(statistics.fmean(float(r["majflt"]) for r in raw))
     assert tr["load_s"] == pytest.approx(14.38312)
     assert tr["prefill_tps"] == 0.15
-    assert s["complete"] is True and s["errors"] == []
-    assert s["columns"][:2] == ["token", "tok_s"]
+    assert (rec.tokens, rec.decode_tps, rec.load_s, rec.prefill_tps) == (
+        32, tr["tok/s"], tr["load_s"], 0.15)
+    assert rec.io_s_per_token == tr["io_s/tok"] and rec.majflt_per_token == tr["majflt/tok"]
+    assert rec.read_mib == tr["read_MiB"] and rec.streaming is True
+    assert rec.complete is True and rec.errors == []
+    assert rec.extra["columns"][:2] == ["token", "tok_s"]
 
 
 def test_generic_celeron_stats():
     p, rows = celeron_run()
-    st = run_stats(frame(rows), p.summary())
+    st = run_stats(frame(rows), p.record())
     wall_ms = [r.wall_ms for r in rows]
     assert st["n"] == 32
     assert st["mean"] == pytest.approx(32 / (sum(wall_ms) / 1000))
     assert st["median"] == pytest.approx(statistics.median(1000 / w for w in wall_ms))
     assert st["read_mib_per_token"] == pytest.approx(465.0)
     assert st["streaming"] is True
-    assert st["io_s_per_token"] == pytest.approx(p.summary()["trailer"]["io_s/tok"])
-    assert st["compute_s_per_token"] == pytest.approx(p.summary()["trailer"]["compute_s/tok"])
+    assert st["io_s_per_token"] == pytest.approx(p.record().io_s_per_token)
+    assert st["compute_s_per_token"] == pytest.approx(p.record().compute_s_per_token)
     assert st["prefill_tps"] == 0.15 and st["complete"] is True
 
 
@@ -366,26 +367,27 @@ def test_generic_headerless_csv_bad_rows_and_complete_regex():
                          "", "4;0;12.5;", "5;nan;20;last"])
     assert [r.step for r in rows] == [1, 4, 5]
     assert rows[1].extra == {"note": None} and rows[2].wall_ms is None
-    s = p.summary()
-    assert s["complete"] is False                           # no "done" line yet
-    assert any("'abc'" in e for e in s["errors"]) and any("3 fields" in e for e in s["errors"])
-    assert any("line 5: '\\x00'" in e for e in s["errors"])   # a NUL costs its row only
-    assert s["trailer"]["cache_hit_pct"] == 20.0            # last row: cumulative
-    assert s["trailer"]["tok/s"] == pytest.approx(3 / 0.25)  # n = rows, as analysis.py
+    r = p.record()
+    assert r.complete is False                           # no "done" line yet
+    assert any("'abc'" in e for e in r.errors) and any("3 fields" in e for e in r.errors)
+    assert any("line 5: '\\x00'" in e for e in r.errors)   # a NUL costs its row only
+    assert r.cache_hit_pct == 20.0            # last row: cumulative
+    assert r.decode_tps == pytest.approx(3 / 0.25)  # n = rows, as results/statistics.py
     feed(p, "O", ["done in 1.2 s"])
-    assert p.summary()["complete"] is True
+    assert p.record().complete is True
 
 
 def test_generic_missing_column_and_no_rows():
     opts = {"argv": ["{binary}", "{csv}"], "csv_columns": {"wall_ms": "tok_ms", "io_ms": "nope"},
             "regex": {"tok/s": r"([0-9.]+) tok/s"}}
     p = get_adapter("generic", opts).new_parser()
-    assert p.summary()["complete"] is False
+    assert p.record().complete is False
     feed(p, "C", ["tok_ms,other", "tok_ms,other", "100,x"])
-    s = p.summary()
-    assert any("no column 'nope'" in e for e in s["errors"])
-    assert any("regex matched no line: tok/s" in e for e in s["errors"])
-    assert s["complete"] is True and s["trailer"]["tokens"] == 1
+    r = p.record()
+    assert any("no column 'nope'" in e for e in r.errors)
+    assert any("regex matched no line: tok/s" in e for e in r.errors)
+    assert r.complete is True and r.tokens == 1
     feed(p, "O", ["speed 9.5 tok/s", "speed 10.5 tok/s"])
-    assert p.summary()["trailer"]["tok/s"] == 10.5          # engine's own number, last wins
-    assert p.summary()["trailer"]["s/tok"] == pytest.approx(0.1)
+    assert p.record().decode_tps == 10.5          # engine's own number, last wins
+    assert p.record().extra["values"] == {"tok/s": 10.5}
+    assert p.record().extra["trailer"]["s/tok"] == pytest.approx(0.1)   # from the rows

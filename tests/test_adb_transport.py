@@ -19,13 +19,18 @@ import pytest
 from ci import unavailable
 from cli_helpers import orch
 from conftest_adb import wait_for_state, wait_until  # noqa: E402
-from orchestrator.db import schema  # noqa: E402
-from orchestrator.db.store import Store  # noqa: E402
 from sqlalchemy import select, text
 
+from orchestrator.db import schema  # noqa: E402
+from orchestrator.db.store import Store  # noqa: E402
 from orchestrator.transports import adb as adbmod  # noqa: E402
-from orchestrator.transports.adb import AdbTransport, RemoteFileNotFound  # noqa: E402
-from orchestrator.transports.base import LinkLost, TransportError  # noqa: E402
+from orchestrator.transports.adb import AdbTransport  # noqa: E402
+from orchestrator.transports.base import (  # noqa: E402  # noqa: E402
+    CommandTimedOut,
+    LinkLost,
+    RemoteFileNotFound,
+    TransportError,
+)
 
 ENGINES = Path(__file__).resolve().parent / "engines"
 
@@ -270,7 +275,7 @@ def test_orch_run_on_the_phone_end_to_end(ws, phone):
     store = Store.open("orch.db")
     runs = store.runs()
     assert [r.status for r in runs] == ["ok", "ok"]
-    assert all(store.token_count(r.id) == 6 and r.summary["complete"] for r in runs)
+    assert all(len(store.frame("token", [r.id])) == 6 and r.summary["complete"] for r in runs)
     assert all(not r.warnings for r in runs)  # the model is on /data/local/tmp: no path warning
     facts = store.device_by_name("oneplus").facts
     assert store.device_by_name("oneplus").kind == "adb"
@@ -297,7 +302,7 @@ def test_unplug_within_the_bound_loses_and_repeats_nothing(ws, phone):
     store = Store.open("orch.db")
     (run,) = store.runs()
     assert run.status == "ok"
-    assert store.token_count(run.id) == len(engine_csv_rows(phone)) == 60
+    assert len(store.frame("token", [run.id])) == len(engine_csv_rows(phone)) == 60
     assert no_duplicate_tokens(store)
     assert ws.counter.read_text() == "run\n"
 
@@ -312,7 +317,7 @@ def test_unplug_beyond_the_bound_then_resume_collects_from_the_spool(ws, phone):
     store = Store.open("orch.db")
     (run,) = store.runs()
     assert run.status == "interrupted"
-    assert 5 <= store.token_count(run.id) < 40
+    assert 5 <= len(store.frame("token", [run.id])) < 40
     # the engine runs on while the phone is away; plug it back in once it has finished
     assert wait_until(lambda: len(engine_csv_rows(phone)) == 40, 30)
     phone.start()
@@ -321,7 +326,7 @@ def test_unplug_beyond_the_bound_then_resume_collects_from_the_spool(ws, phone):
     assert code == 0, out
     runs = store.runs(include_superseded=True)
     assert [(r.id, r.status) for r in runs] == [(run.id, "ok")]
-    assert store.token_count(run.id) == 40 == len(engine_csv_rows(phone))
+    assert len(store.frame("token", [run.id])) == 40 == len(engine_csv_rows(phone))
     assert no_duplicate_tokens(store)
     assert ws.counter.read_text() == "run\n"  # collected, not run again
 
@@ -380,7 +385,7 @@ def test_a_hung_device_is_link_lost(phone, monkeypatch):
 
     def hung(self, argv, timeout, cd=True):  # the probe gets no answer, as from a frozen adbd
         if argv == ["true"]:
-            raise adbmod.CommandTimedOut("no answer")
+            raise CommandTimedOut("no answer")
         return real_run(self, argv, timeout, cd)
     monkeypatch.setattr(AdbTransport, "run", hung)
     with pytest.raises(LinkLost, match="no answer"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 from io import StringIO
 from pathlib import Path
@@ -19,8 +20,10 @@ import pytest
 
 from orchestrator.engines.bmoe import BmoeRunParser
 from orchestrator.engines.bmoe_format import parse_metrics_sidecar
+from orchestrator.record import Pressure, RunRecord
 from orchestrator.results import statistics as analysis
 from orchestrator.results import tables
+from orchestrator.results.query import pressure_by_run
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
 
@@ -60,8 +63,10 @@ PR23_SECTIONS = [  # (title, [(stem, label), ...]) in published order; first row
 # ---- loading (through the adapter's RunParser, as a live run would) ------------------------
 
 
-def load_folder(folder: Path) -> tuple[pd.DataFrame, dict, dict]:
-    tokens, summaries, pressure = [], {}, {}
+def load_folder(folder: Path) -> tuple[pd.DataFrame, dict]:
+    """Token rows and records of every run in a fixture folder, as `orch import` reads them
+    (the `.metrics` sidecar becomes the record's pressure)."""
+    tokens, records = [], {}
     for csv in sorted(folder.glob("*.csv")):
         stem = csv.stem
         parser = BmoeRunParser()
@@ -74,10 +79,31 @@ def load_folder(folder: Path) -> tuple[pd.DataFrame, dict, dict]:
             if csv.with_suffix(suffix).exists():
                 for line in csv.with_suffix(suffix).read_text(encoding="utf-8").splitlines():
                     parser.feed("O", line)
-        summaries[stem] = parser.summary()
+        records[stem] = parser.record()
         if csv.with_suffix(".metrics").exists():
-            pressure[stem] = parse_metrics_sidecar(csv.with_suffix(".metrics").read_text())
-    return pd.DataFrame(tokens), summaries, pressure
+            records[stem].pressure = Pressure.from_sidecar(
+                parse_metrics_sidecar(csv.with_suffix(".metrics").read_text()))
+    return pd.DataFrame(tokens), records
+
+
+def run_stats(tokens: pd.DataFrame, record, pressure=None) -> dict:
+    """One run's row of runs_table (token frame without run_id), missing values as None."""
+    t = tokens.assign(run_id=0) if len(tokens) else pd.DataFrame(
+        {"run_id": pd.Series([], dtype=int), "wall_ms": pd.Series([], dtype=float)})
+    row = analysis.runs_table(t, {0: record}, {0: pressure}).iloc[0].to_dict()
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
+
+
+# The published tables write "GB" for memory that is GiB (kB / 1024², bmoe-formats §6); orch
+# writes the unit it means, so the oracle is read with that unit corrected and every number
+# untouched. Only table cells: the section titles quote model file sizes in decimal GB.
+_GB_CELL = re.compile(r"(?<=\| )(\d+\.\d+) GB(?= \|)")
+
+
+def published(folder: str) -> str:
+    """A fixture folder's summary.md, its "GB" cells written "GiB"."""
+    text = (FIX / folder / "summary.md").read_text(encoding="utf-8")
+    return _GB_CELL.sub(r"\1 GiB", text)
 
 
 def md_cells(text: str) -> dict[tuple[str, str, str], str]:
@@ -105,8 +131,8 @@ def mismatches(got: str, want: str) -> list[tuple]:
 # ---- the oracle tests ----------------------------------------------------------------------
 
 def build_jul13() -> str:
-    tokens, summaries, pressure = load_folder(FIX / "2026-07-13")
-    stats = analysis.runs_table(tokens, summaries, pressure)
+    tokens, records = load_folder(FIX / "2026-07-13")
+    stats = analysis.runs_table(tokens, records)
     parts = []
     for title, prefix in JUL13_SECTIONS:
         labels = {f"{prefix}_{sfx}": lab for sfx, lab in JUL13_SUFFIX_LABEL.items()}
@@ -115,7 +141,7 @@ def build_jul13() -> str:
 
 
 def test_jul13_summary_md_reproduced_exactly() -> None:
-    want = (FIX / "2026-07-13" / "summary.md").read_text(encoding="utf-8")
+    want = published("2026-07-13")
     got = build_jul13()
     assert mismatches(got, want) == []
     numbers = [c for c in md_cells(want).values() if c != "—"]
@@ -126,8 +152,8 @@ def test_jul13_summary_md_reproduced_exactly() -> None:
 
 
 def build_pr23(method: str) -> str:
-    tokens, summaries, pressure = load_folder(FIX / "2026-07-12-pr23")
-    stats = analysis.runs_table(tokens, summaries, pressure, quantile_method=method)
+    tokens, records = load_folder(FIX / "2026-07-12-pr23")
+    stats = analysis.runs_table(tokens, records, quantile_method=method)
     parts = []
     for title, rows in PR23_SECTIONS:
         labels = dict(rows)
@@ -137,7 +163,7 @@ def build_pr23(method: str) -> str:
 
 
 def pr23_expected() -> str:
-    text = (FIX / "2026-07-12-pr23" / "summary.md").read_text(encoding="utf-8")
+    text = published("2026-07-12-pr23")
     # The published column says "stall ms/tok" but holds s/tok (0.063 for the 63 ms mean of the
     # stall_ms column, which the 2026-07-13 table prints as 63.4); our header states the unit.
     assert text.count("stall ms/tok") == 3
@@ -166,12 +192,12 @@ def test_pr23_p95_is_not_the_section6_method() -> None:
 
 # ---- method details ------------------------------------------------------------------------
 
-def test_run_stats_matches_numpy_and_runs_table() -> None:
-    tokens, summaries, pressure = load_folder(FIX / "2026-07-17")
-    table = analysis.runs_table(tokens, summaries, pressure)
+def test_one_run_matches_numpy_and_runs_table() -> None:
+    tokens, records = load_folder(FIX / "2026-07-17")
+    table = analysis.runs_table(tokens, records)
     assert len(table) == 9
     for rid, grp in tokens.groupby("run_id"):
-        one = analysis.run_stats(grp.drop(columns="run_id"), summaries[rid], pressure[rid])
+        one = run_stats(grp.drop(columns="run_id"), records[rid])
         w = grp.wall_ms.to_numpy()
         tps = np.sort(1000 / w[w > 0])
         assert one["n"] == len(grp) == 256
@@ -192,9 +218,9 @@ def test_run_stats_matches_numpy_and_runs_table() -> None:
 
 
 def test_mmap_run_has_no_decode_split() -> None:
-    tokens, summaries, _ = load_folder(FIX / "2026-07-14")
-    s = analysis.run_stats(tokens[tokens.run_id == "gptoss_mmap_k2"], summaries["gptoss_mmap_k2"],
-                           None)
+    tokens, records = load_folder(FIX / "2026-07-14")
+    s = run_stats(tokens[tokens.run_id == "gptoss_mmap_k2"].drop(columns="run_id"),
+                  records["gptoss_mmap_k2"])
     assert s["streaming"] is False and s["compute_s_per_token"] is None and s["io_s_per_token"] is None
     assert s["cache_hit_pct"] is None and s["read_mib_per_token"] == 0
     assert f"{s['mean']:.3f}" == "0.089" and s["ttft_s"] == pytest.approx(80.294)
@@ -207,7 +233,7 @@ def test_killed_run_falls_back_to_rows() -> None:
     for line in (FIX / "2026-07-13" / "qwen_sg_ov.csv").read_text().splitlines()[:-41]:
         rows += parser.feed("C", line)
     tokens = pd.DataFrame([dataclasses.asdict(r) for r in rows]).drop(columns="extra")
-    s = analysis.run_stats(tokens, parser.summary(), None)
+    s = run_stats(tokens, parser.record())
     assert s["n"] == 216 and s["complete"] is False and s["prefill_tps"] is None
     assert s["read_mib_per_token"] == pytest.approx(tokens.read_bytes.sum() / 1048576 / 216)
     assert s["cache_hit_pct"] == rows[-1].cache_hit_pct          # cumulative: last row
@@ -224,13 +250,13 @@ def test_speculative_rows_and_empty_runs() -> None:
     assert a.stall_ms_per_token == 1.0
     assert t.loc["b"].n == 1 and math.isnan(t.loc["b"]["mean"]) and math.isnan(t.loc["b"].p95)
     assert t.loc["c"].n == 0 and t.loc["c"].complete is True
-    empty = analysis.run_stats(pd.DataFrame({"wall_ms": []}), None, None)
+    empty = run_stats(pd.DataFrame({"wall_ms": []}), None)
     assert empty["n"] == 0 and empty["mean"] is None and empty["complete"] is None
     with pytest.raises(ValueError):
         analysis.runs_table(tokens, quantile_method="hazen")
 
 
-def test_pressure_from_samples() -> None:
+def test_pressure_by_run() -> None:
     s = pd.DataFrame({
         "t_ms": [2000, 0, 1000, 3000],
         "hwm_kb": [np.nan, np.nan, np.nan, np.nan],
@@ -238,23 +264,25 @@ def test_pressure_from_samples() -> None:
         "mem_avail_kb": [2097152, 6291456, np.nan, 3145728],
         "cpu_temp_mC": [70000, 43200, 55000, np.nan],
         "batt_temp_dC": [387, 380, np.nan, 391],
-    })
-    p = analysis.pressure_from_samples(s)
+    }).assign(run_id=7)
+    p = pressure_by_run(s)[7]
     assert p == {"peak_rss_gib": 5.0, "mem_floor_gib": 2.0, "cpu_temp_start_c": 43.2,
                  "cpu_temp_max_c": 70.0, "batt_temp_max_c": 39.1}
     s["hwm_kb"] = [6291456, 1048576, 3145728, 6291456]
-    assert analysis.pressure_from_samples(s)["peak_rss_gib"] == 6.0
-    assert analysis.pressure_from_samples(pd.DataFrame())["peak_rss_gib"] is None
-    # a converted dict is accepted by run_stats as is
-    one = analysis.run_stats(pd.DataFrame({"wall_ms": [100.0]}), None, p)
-    assert one["mem_floor_gib"] == 2.0
+    assert pressure_by_run(s)[7]["peak_rss_gib"] == 6.0
+    assert pressure_by_run(pd.DataFrame()) == {}
+    # the samples' pressure wins over a record's (a sidecar)
+    record = RunRecord(pressure=Pressure(mem_floor_gib=9.0, batt_temp_max_c=30.0))
+    one = run_stats(pd.DataFrame({"wall_ms": [100.0]}), record, p)
+    assert one["mem_floor_gib"] == 2.0 and one["batt_temp_max_c"] == 39.1
+    assert run_stats(pd.DataFrame({"wall_ms": [100.0]}), record)["mem_floor_gib"] == 9.0
 
 
-def test_pressure_from_metrics_failed_read() -> None:
+def test_pressure_from_sidecar_failed_read() -> None:
     m = parse_metrics_sidecar("peak_rss_kb=6459244\ncpu_temp_before_mC=\ncpu_temp_max_mC=69100\n")
-    p = analysis.pressure_from_metrics(m)
-    assert p["cpu_temp_start_c"] is None and p["cpu_temp_max_c"] == 69.1
-    assert p["mem_floor_gib"] is None and f"{p['peak_rss_gib']:.2f}" == "6.16"
+    p = Pressure.from_sidecar(m)
+    assert p.cpu_temp_start_c is None and p.cpu_temp_max_c == 69.1
+    assert p.mem_floor_gib is None and f"{p.peak_rss_gib:.2f}" == "6.16"
 
 
 def test_spread_and_delta() -> None:
@@ -267,8 +295,8 @@ def test_spread_and_delta() -> None:
 
 
 def test_csv_and_json_tables() -> None:
-    tokens, summaries, pressure = load_folder(FIX / "2026-07-13")
-    stats = analysis.runs_table(tokens, summaries, pressure)
+    tokens, records = load_folder(FIX / "2026-07-13")
+    stats = analysis.runs_table(tokens, records)
     labels = {"qwen_base_ov": "ref", "qwen_sg_ov": "sg"}
     order = ["ref", "sg", "not measured"]
     for kind in ("throughput", "pressure", "adaptive", "variants"):

@@ -310,14 +310,15 @@ def test_run_parser_stream() -> None:
         rows += parser.feed("C", line)
     for line in read(d / "gemma_k6.out").splitlines():
         assert parser.feed("O", line) == []
-    s = parser.summary()
-    assert len(rows) == 256 and s["complete"] and s["errors"] == []
-    assert s["settings"]["n_expert_used"] == 6
-    assert s["trailer"]["tok/s"] == 3.792
-    assert s["lines"]["compute"]["threads"] == 4 and "text" not in s["lines"]
-    assert s["text"].startswith(PROMPT_17) and s["text"].endswith("*   Hook")
-    assert len(s["stderr_tail"]) == 50 and s["stderr_tail"][-1].startswith("bmoe: warning")
-    assert s["stderr_tail"][0] == "print_info: line 21"
+    r = parser.record()
+    assert len(rows) == 256 and r.complete and r.errors == []
+    assert r.settings["n_expert_used"] == 6
+    assert r.decode_tps == r.extra["trailer"]["tok/s"] == 3.792
+    assert r.extra["lines"]["compute"]["threads"] == 4 and "text" not in r.extra["lines"]
+    assert r.cpu_s_per_token == r.extra["trailer"]["cpu_s/tok"]
+    assert r.text.startswith(PROMPT_17) and r.text.endswith("*   Hook")
+    assert len(r.stderr_tail) == 50 and r.stderr_tail[-1].startswith("bmoe: warning")
+    assert r.stderr_tail[0] == "print_info: line 21"
     assert parser.warnings() == [
         "bmoe: warning: O_DIRECT unsupported on this filesystem, using buffered"]
 
@@ -327,10 +328,10 @@ def test_run_parser_killed_run() -> None:
     lines = read(FIX / "2026-07-13" / "gemma_sg_ov.csv").splitlines()[:-41]
     for line in lines:
         parser.feed("C", line)
-    s = parser.summary()
-    assert not s["complete"] and s["trailer"] is None and s["text"] is None
-    assert s["lines"] == {} and len(s["errors"]) == 1
-    assert parser.summary()["errors"] == s["errors"]       # summary() may be called again
+    r = parser.record()
+    assert not r.complete and r.extra["trailer"] is None and r.text is None
+    assert r.extra["lines"] == {} and len(r.errors) == 1 and r.decode_tps is None
+    assert parser.record().errors == r.errors       # record() may be called again
 
 
 def test_no_shared_paths_in_tests() -> None:

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from ci import unavailable
 from cli_helpers import orch
-from orchestrator.db.store import Store
 from sqlalchemy import text
 
+from orchestrator.db.store import Store
 from orchestrator.results.drift import session_warnings
 
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -158,7 +158,7 @@ def test_two_devices_run_concurrently(bench):
     assert wall < 0.8 * sum(per_device.values())     # not the sum ...
     assert wall >= max(per_device.values())          # ... but the slower one (and overhead)
     assert store.fetch(text("PRAGMA integrity_check"))[0][0] == "ok"
-    assert all(store.token_count(r.id) == 25 for r in runs)
+    assert all(len(store.frame("token", [r.id])) == 25 for r in runs)
 
 
 def _memory_cgroup(tmp_path: Path) -> Path:

@@ -7,8 +7,6 @@ import shutil
 import pytest
 from cli_helpers import orch_ok as orch
 from click.testing import CliRunner
-from orchestrator.db import schema
-from orchestrator.db.store import Store
 from sqlalchemy import func, select
 from test_analysis_oracle import (
     FIX,
@@ -17,9 +15,12 @@ from test_analysis_oracle import (
     PR23_SECTIONS,
     md_cells,
     pr23_expected,
+    published,
 )
 
 from orchestrator.cli import main
+from orchestrator.db import schema
+from orchestrator.db.store import Store
 
 
 def table_cells(text: str) -> dict[tuple[str, str], str]:
@@ -35,7 +36,7 @@ def db(tmp_path):
 def test_jul13_table_reproduces_summary_md(db):
     orch("import", str(FIX / "2026-07-13"), "--db", db)
     got = table_cells(orch("table", "--db", db, "--format", "md"))
-    want = md_cells((FIX / "2026-07-13" / "summary.md").read_text(encoding="utf-8"))
+    want = md_cells(published("2026-07-13"))        # memory in GiB, as orch writes it
     compared = 0
     for (section, label, header), cell in want.items():
         if cell == "—":
@@ -103,7 +104,7 @@ def test_truncated_csv_is_interrupted_and_daggered(db, tmp_path):
     store = Store.open(db)
     runs = {r.config: r for r in store.runs()}
     assert runs["qwen_base_ov"].status == "interrupted"
-    assert store.token_count(runs["qwen_base_ov"].id) == 256 - 40
+    assert len(store.frame("token", [runs["qwen_base_ov"].id])) == 256 - 40
     assert runs["gemma_base_ov"].status == "ok"
     out = orch("table", "--db", db)
     assert "| qwen_base_ov † |" in out and "† qwen_base_ov: interrupted" in out
@@ -128,8 +129,8 @@ def test_malformed_files_get_a_message_and_the_rest_imports(db, tmp_path):
     assert "huge.csv" in err and "too long" in err
     store = Store.open(db)
     runs = {r.config: r for r in store.runs()}
-    assert runs["qwen_base_ov"].status == "ok" and store.token_count(runs["qwen_base_ov"].id) == 256
-    assert store.token_count(runs["bad_row"].id) == 255
+    assert runs["qwen_base_ov"].status == "ok" and len(store.frame("token", [runs["qwen_base_ov"].id])) == 256
+    assert len(store.frame("token", [runs["bad_row"].id])) == 255
 
 
 def test_table_csv_json_and_export(db, tmp_path):

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from ci import IN_CI, unavailable
 from cli_helpers import orch
-from orchestrator.db import schema
-from orchestrator.db.store import Store
 from sqlalchemy import select
 
+from orchestrator.db import schema
+from orchestrator.db.store import Store
+from orchestrator.record import load_record
 from orchestrator.results.divergence import divergence, divergence_from_baseline
 from orchestrator.tools import llamacpp_build as lb
 
@@ -130,11 +131,12 @@ def test_llama_completion_adapter(workspace, build, tiny):
     assert code == 0, out
     for run in runs.values():
         assert run.status == "ok" and run.engine == "llama-completion"
-        tr = run.summary["trailer"]
+        r = load_record(run.summary)
         # eval runs = generated tokens - 1 (the first token comes out of the prompt eval)
-        assert tr["tokens"] == 23 and tr["tok/s"] > 0 and tr["load_s"] > 0
-        assert tr["n_prompt"] >= len(PROMPT.split()) and tr["prefill_tps"] > 0
-        assert run.summary["complete"] is True
+        assert r.tokens == 23 and r.decode_tps > 0 and r.load_s > 0
+        assert r.prompt_tokens >= len(PROMPT.split()) and r.prefill_tps > 0
+        # this build logs no `build:` line, so engine_build may be None; stored as parsed
+        assert r.complete is True and run.engine_build == r.engine_build
         assert printable(run.text), run.text
     # greedy: threads change nothing in the text, top-k changes it
     assert divergence(runs["k2"].text, runs["k2-t2"].text) is None
@@ -154,13 +156,13 @@ def test_llama_bench_adapter(workspace, build, tiny):
           t1-pp: -t 1 -r 2 -p 32
         """)
     assert code == 0, out
-    tg = runs["t1"].summary
-    assert runs["t1"].status == "ok" and tg["complete"] is True
-    assert tg["trailer"]["tokens"] == 16 and tg["trailer"]["tok/s"] > 0
-    assert len(tg["repetitions"]) == 3 and all(x > 0 for x in tg["repetitions"])
-    assert tg["engine_build"]
-    pp = runs["t1-pp"].summary["trailer"]
-    assert pp["n_prompt"] == 32 and pp["prefill_tps"] > 0 and pp["tok/s"] > 0
+    tg = load_record(runs["t1"].summary)
+    assert runs["t1"].status == "ok" and tg.complete is True
+    assert tg.tokens == 16 and tg.decode_tps > 0
+    assert len(tg.extra["repetitions"]) == 3 and all(x > 0 for x in tg.extra["repetitions"])
+    assert tg.engine_build and runs["t1"].engine_build == tg.engine_build
+    pp = load_record(runs["t1-pp"].summary)
+    assert pp.prompt_tokens == 32 and pp.prefill_tps > 0 and pp.decode_tps > 0
 
 
 def test_llama_token_engine(workspace, build, bindings, tiny):
@@ -169,13 +171,14 @@ def test_llama_token_engine(workspace, build, bindings, tiny):
     store = Store.open("orch.db")
     for run in runs.values():
         assert run.status == "ok" and run.engine == "llama-token"
-        assert store.token_count(run.id) == 24
-        s = run.summary
-        assert s["complete"] is True and s["errors"] == []
-        assert s["trailer"]["tokens"] == 24 and s["trailer"]["tok/s"] > 0
-        assert s["trailer"]["llama_n_eval"] == 24          # llama.cpp's own counters agree
-        assert s["lines"]["generation"]["tokens"] == 24
-        assert s["settings"]["arch"] == "qwen3moe" and s["settings"]["n_expert"] == 8
+        assert len(store.frame("token", [run.id])) == 24
+        r = load_record(run.summary)
+        assert r.complete is True and r.errors == []
+        assert r.tokens == 24 and r.decode_tps > 0
+        assert r.extra["trailer"]["llama_n_eval"] == 24          # llama.cpp's own counters agree
+        assert r.extra["lines"]["generation"]["tokens"] == 24
+        assert r.settings["arch"] == "qwen3moe" and r.settings["n_expert"] == 8
+        assert run.engine_build.startswith("llama-token (llama-cpp-python ")
         assert printable(run.text), run.text
         samples = store.fetch(select(schema.sample).where(schema.sample.c.run_id == run.id))
         assert samples, "the agent sampled the engine's pressure"
@@ -296,7 +299,7 @@ def test_llama_token_killed_mid_way(workspace, build, bindings, tiny):
     assert code == 1, out
     run = runs["victim"]
     assert run.status == "killed" and run.signal == 9
-    n = Store.open("orch.db").token_count(run.id)
+    n = len(Store.open("orch.db").frame("token", [run.id]))
     assert 20 <= n < 20000                          # the rows before the kill are kept
     s = run.summary
     assert s["complete"] is False and any("no '# summary' trailer" in e for e in s["errors"])
@@ -354,7 +357,7 @@ def test_llama_local_matrix_end_to_end(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 16 and all(r.status == "ok" for r in runs)
-    assert all(store.token_count(r.id) == 128 for r in runs)
+    assert all(len(store.frame("token", [r.id])) == 128 for r in runs)
     texts = {r.config: r.text for r in runs}
     div = divergence_from_baseline(texts, "mmap+top-k-experts=4,t=2")
     for config, where in div.items():
@@ -362,7 +365,7 @@ def test_llama_local_matrix_end_to_end(workspace):
             assert where is None, (config, where)       # threads and mmap: the same text
         else:
             assert isinstance(where, int), (config, where)  # another k: departs somewhere
-    tps = {r.config: r.summary["trailer"]["tok/s"] for r in runs}
+    tps = {r.config: load_record(r.summary).decode_tps for r in runs}
     assert tps["mmap+top-k-experts=1,t=1"] > tps["mmap+top-k-experts=8,t=1"]
     # the report: tok/s per config, the divergence column against the baseline
     code, out = orch("report", "-o", "llama.md", "--no-plots")

@@ -4,8 +4,10 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from pydantic import ValidationError
 
-from orchestrator.config.matrix import load_matrix
+from orchestrator.config.inventory import load_inventory
+from orchestrator.config.matrix import Matrix, load_matrix
 from orchestrator.config.plan import plan_cells
 from orchestrator.config.yamlfile import ConfigError
 
@@ -110,5 +112,171 @@ def test_pairs_run_back_to_back(tmp_path):
     base = GOOD.replace("  b: --io mmap\n", "  b: --io mmap\n  c: --io odirect\n")
     loaded = load_matrix(write(tmp_path, base + "repeat: 2\norder: interleaved\npairs: [[a, c]]\n"))
     assert [x.config for x in plan_cells(loaded.matrix)] == ["a", "c", "b", "a", "c", "b"]
-    with pytest.raises(ConfigError, match=r"pairs.0: 'zz' is not one of the configs"):
+    with pytest.raises(ConfigError, match=r"m.yaml:9: pairs.0.1: 'zz' is not one of the configs"):
         load_matrix(write(tmp_path, base + "pairs: [[a, zz]]\n"))
+
+
+ABC = GOOD.replace("  b: --io mmap\n", "  b: --io mmap\n  c: --io odirect\n")  # configs a, b, c
+
+
+def errors(path) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        load_matrix(path)
+    return str(exc.value).splitlines()
+
+
+def test_cross_key_errors_name_line_and_key_path(tmp_path):
+    path = write(tmp_path, ABC + """\
+        baseline: mmapp
+        pairs:
+          - [a, c]
+          - [c, b]
+          - [b, b]
+        """.replace("        ", ""))
+    assert errors(path) == [
+        f"{path}:9: baseline: 'mmapp' is not one of the configs (a, b, c)",
+        f"{path}:12: pairs.1.0: 'c' is already in pair 0",
+        f"{path}:13: pairs.2.0: 'b' is already in pair 1",
+        f"{path}:13: pairs.2.1: 'b' is already in pair 1",
+    ]
+
+
+def test_a_pair_needs_two_configs(tmp_path):
+    path = write(tmp_path, ABC + "pairs:\n  - [a, b]\n  - [c]\n")
+    assert errors(path) == [f"{path}:11: pairs.1: needs at least 2 entries"]
+
+
+def test_prompt_and_prompt_file_exclude_each_other(tmp_path):
+    path = write(tmp_path, GOOD.replace("prompt: hello\n", "prompt: hello\nprompt_file: p.txt\n"))
+    assert errors(path) == [f"{path}:4: prompt_file: give `prompt` or `prompt_file`, not both"]
+
+
+def test_configs_or_grid_and_grid_values(tmp_path):
+    path = write(tmp_path, "name: n\nengine: moe-probe\n")
+    assert errors(path) == [f"{path}:1: (top level): give at least one of `configs` or `grid`"]
+    path = write(tmp_path, "name: n\nengine: moe-probe\ngrid:\n  -t: [1]\n  --io: []\n")
+    assert errors(path) == [f"{path}:5: grid.--io: needs at least 1 entry"]
+
+
+def test_grid_values_that_name_one_config_twice(tmp_path):
+    path = write(tmp_path, """\
+        name: n
+        engine: moe-probe
+        grid:
+          -t: [1, 2, "1"]
+          --mlock:
+            - true
+            - "on"
+        """)
+    assert errors(path) == [
+        f"{path}:4: grid.-t.2: gives the config name 't=1' again (as value 0 does)",
+        f"{path}:7: grid.--mlock.1: gives the config name 'mlock=on' again (as value 0 does)",
+    ]
+
+
+def test_configs_and_grid_names_that_meet(tmp_path):
+    path = write(tmp_path, """\
+        name: n
+        engine: moe-probe
+        configs:
+          a: ""
+          a+t=1: ""
+        grid:
+          -t: [1, "1+t=1"]
+        """)
+    # a with t=1+t=1, and a+t=1 with t=1: both `a+t=1+t=1`
+    assert errors(path) == [f"{path}:3: configs: two configs are named 'a+t=1+t=1'"]
+
+
+def test_cooldown_condition_and_timer(tmp_path):
+    path = write(tmp_path, GOOD + "cooldown: {until: 40C, seconds: 45, min: 20s, max: 10s}\n")
+    assert errors(path) == [
+        (f"{path}:8: cooldown.seconds: give `seconds` (a fixed wait) or `until` "
+         "(a thermal condition), not both"),
+        f"{path}:8: cooldown.max: must be at least min (20 s)"]
+    path = write(tmp_path, GOOD + "cooldown:\n  seconds: 45\n  sensor: battery\n")
+    assert errors(path) == [f"{path}:10: cooldown.sensor: only with `until` (a thermal condition)"]
+    path = write(tmp_path, GOOD + "cooldown: {until: 40C, interval: 0s}\n")
+    assert errors(path) == [(f"{path}:8: cooldown.interval: the sensor needs an interval "
+                             "above 0 between readings")]
+
+
+def test_cross_key_rules_hold_without_a_file():
+    """A Matrix built in code (tests, bench scripts) gets the same checks, at the same keys."""
+    data = {"name": "n", "engine": "moe-probe", "configs": {"a": "", "b": "", "c": ""},
+            "baseline": "zz", "pairs": [["a", "b"], ["b", "c"]]}
+    with pytest.raises(ValidationError) as exc:
+        Matrix.model_validate(data)
+    assert [(e["loc"], e["msg"]) for e in exc.value.errors()] == [
+        (("baseline",), "'zz' is not one of the configs (a, b, c)"),
+        (("pairs", 1, 0), "'b' is already in pair 0")]
+    with pytest.raises(ValidationError) as exc:
+        Matrix.model_validate({"name": "n", "engine": "e", "grid": {"-t": [1, 1]}})
+    assert [e["loc"] for e in exc.value.errors()] == [("grid", "-t", 1)]
+    with pytest.raises(ValidationError) as exc:
+        Matrix.model_validate({**data, "baseline": "a", "pairs": [],
+                               "cooldown": {"until": "40C", "min": 5, "max": 1}})
+    assert [e["loc"] for e in exc.value.errors()] == [("cooldown", "max")]
+
+
+def test_duplicate_key_in_a_matrix_names_both_lines(tmp_path):
+    path = write(tmp_path, GOOD + "tokens: 16\n")
+    assert errors(path) == [f"{path}:8: tokens: duplicate key (first at line 4)"]
+    path = write(tmp_path, GOOD + "  a: --io odirect\n")
+    assert errors(path) == [f"{path}:8: configs.a: duplicate key (first at line 6)"]
+
+
+def test_duplicate_device_in_devices_yaml_names_both_lines(tmp_path):
+    path = tmp_path / "devices.yaml"
+    path.write_text(textwrap.dedent("""\
+        devices:
+          phone:
+            kind: adb
+            serial: A
+          box:
+            kind: local
+          phone:
+            kind: adb
+            serial: B
+        """))
+    with pytest.raises(ConfigError) as exc:
+        load_inventory(str(path))
+    assert str(exc.value) == f"{path}:7: devices.phone: duplicate key (first at line 2)"
+
+
+def test_merge_keys_still_work(tmp_path):
+    """`<<` brings in an anchor's keys; the mapping's own key overrides one of them, which is
+    not a duplicate. An error in a merged value points at the anchor's line."""
+    text = """\
+        name: n
+        engine: moe-probe
+        configs: {a: ""}
+        engine_options:
+          inner: &opts {x: 1, y: 2}
+          outer: {<<: *opts, y: 3}
+          slow: &slow
+            until: 40C
+            min: soon
+        cooldown:
+          <<: *slow
+        """
+    path = write(tmp_path, text)
+    assert errors(path) == [f"{path}:9: cooldown.min: expected a duration such as 45s, got 'soon'"]
+    matrix = load_matrix(write(tmp_path, text + "  min: 5s\n")).matrix
+    assert matrix.engine_options["outer"] == {"x": 1, "y": 3}
+    assert (matrix.cooldown.until, matrix.cooldown.min) == ("40C", 5.0)
+    devices = tmp_path / "devices.yaml"
+    devices.write_text(textwrap.dedent("""\
+        devices:
+          box: &box
+            kind: local
+            workdir: /tmp/orch-box
+          box2:
+            <<: *box
+            workdir: /tmp/orch-box2
+          box3:
+            <<: *box
+        """))
+    inventory = load_inventory(str(devices))
+    assert inventory.workdir("box2") == "/tmp/orch-box2"
+    assert inventory.workdir("box3") == "/tmp/orch-box"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import orch
+
 from orchestrator.db.store import Store
 
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -99,7 +100,7 @@ def test_phone_matrix_end_to_end_on_the_emulated_phone(phone_ws, phone):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 16 and all(r.status == "ok" for r in runs)
-    assert all(store.token_count(r.id) == 3 for r in runs)
+    assert all(len(store.frame("token", [r.id])) == 3 for r in runs)
     code, out = orch("report", "-o", "phone.md", "--no-plots")
     assert code == 0, out
     report = Path("phone.md").read_text()

@@ -14,6 +14,7 @@ import pytest
 from ci import unavailable
 from cli_helpers import orch
 from conftest import FIXTURES
+
 from orchestrator.db.store import Store
 
 
@@ -86,7 +87,7 @@ def test_run_and_report_on_postgres(pg_url, tmp_path, monkeypatch):
     assert code == 0, out
     store = Store.open(pg_url)
     runs = [r for r in store.runs() if r.matrix_name == "pg-probe"]
-    assert len(runs) == 4 and all(store.token_count(r.id) == 10 for r in runs)
+    assert len(runs) == 4 and all(len(store.frame("token", [r.id])) == 10 for r in runs)
     code, out = orch("report", "--matrix", "pg-probe", "--db", pg_url, "-o", "r.md", "--no-plots")
     assert code == 0, out
     assert "A/B against the baseline" in (tmp_path / "r.md").read_text()

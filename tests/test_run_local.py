@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 
 from cli_helpers import orch
+from sqlalchemy import func, select, text
+
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from sqlalchemy import func, select, text
+from orchestrator.record import load_record
 
 HOSTILE = "it's \"quoted\" $(touch /tmp/pwned) `id` ; rm -rf / \n\tnew line € 日本\n"
 
@@ -46,11 +48,11 @@ def test_moe_probe_matrix_end_to_end(workspace):
     runs = store.runs(sessions[0].id)
     assert [r.status for r in runs] == ["ok", "ok"]
     for run in runs:
-        assert store.token_count(run.id) == 12
+        assert len(store.frame("token", [run.id])) == 12
         samples = store.fetch(select(func.count()).select_from(schema.sample)
                               .where(schema.sample.c.run_id == run.id))[0][0]
         assert samples >= 1
-        assert run.summary["trailer"]["tokens"] == 12
+        assert load_record(run.summary).tokens == 12
     device = store.device_by_name("local")
     assert int(device.facts["cores"]) >= 1
     code, out = orch("runs")
@@ -122,9 +124,9 @@ def test_sigkill_gives_killed_with_rows_kept_and_timeout_goes_on(workspace):
     store = Store.open("orch.db")
     runs = {r.config: r for r in store.runs(store.fetch(select(schema.session))[0].id)}
     assert runs["victim"].status == "killed" and runs["victim"].signal == 9
-    assert 2 <= store.token_count(runs["victim"].id) < 400
+    assert 2 <= len(store.frame("token", [runs["victim"].id])) < 400
     assert runs["slow"].status == "timeout"
-    assert runs["after"].status == "ok" and store.token_count(runs["after"].id) == 400
+    assert runs["after"].status == "ok" and len(store.frame("token", [runs["after"].id])) == 400
     assert "†" in out
 
 
@@ -156,8 +158,8 @@ def test_resume_reruns_only_cells_not_ok(workspace):
     current = {r.config: r for r in store.runs()}
     assert current["good"].id == first["good"].id
     assert current["flaky"].status == "ok" and current["flaky"].id != first["flaky"].id
-    assert store.token_count(current["flaky"].id) == 5
-    assert store.token_count(current["good"].id) == 5
+    assert len(store.frame("token", [current["flaky"].id])) == 5
+    assert len(store.frame("token", [current["good"].id])) == 5
     with store.engine.connect() as conn:
         dupes = conn.execute(text("SELECT run_id, step, count(*) FROM token GROUP BY run_id, step "
                                   "HAVING count(*) > 1")).fetchall()

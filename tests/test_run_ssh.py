@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import orch
+from sqlalchemy import select, text
+
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from sqlalchemy import select, text
 
 REPO = Path(__file__).resolve().parent.parent
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -81,7 +82,7 @@ def test_local_matrix_on_ssh_device(ssh_workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 7 and all(r.status == "ok" for r in runs)
-    assert all(store.token_count(r.id) == 64 for r in runs)
+    assert all(len(store.frame("token", [r.id])) == 64 for r in runs)
     device = store.device_by_name("ssh-test")
     assert device.kind == "ssh" and int(device.facts["cores"]) >= 1 and device.facts["kernel"]
 
@@ -99,7 +100,7 @@ def test_link_loss_mid_run_reconnects_without_loss(ssh_workspace, sshd):
     store = Store.open("orch.db")
     (run,) = store.runs()
     assert run.status == "ok"
-    assert store.token_count(run.id) == _engine_csv_rows(ssh_workspace) == 60
+    assert len(store.frame("token", [run.id])) == _engine_csv_rows(ssh_workspace) == 60
     dupes = store.fetch(text("SELECT step FROM token GROUP BY run_id, step HAVING count(*) > 1"))
     assert dupes == []
 
@@ -116,7 +117,7 @@ def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd
         store = Store.open("orch.db")
         (run,) = store.runs()
         assert run.status == "interrupted"
-        partial = store.token_count(run.id)
+        partial = len(store.frame("token", [run.id]))
         assert 5 <= partial < 60
     finally:
         sshd.start()
@@ -126,7 +127,7 @@ def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd
     store = Store.open("orch.db")
     runs = store.runs(include_superseded=True)
     assert len(runs) == 1 and runs[0].id == run.id and runs[0].status == "ok"
-    assert store.token_count(run.id) == 60 == _engine_csv_rows(ssh_workspace)
+    assert len(store.frame("token", [run.id])) == 60 == _engine_csv_rows(ssh_workspace)
     assert len(list((ssh_workspace / "remote").glob("runs/*"))) == 1   # not re-run
 
 

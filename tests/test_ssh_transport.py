@@ -12,9 +12,19 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from orchestrator.transports.base import LinkLost, TransportError
-from orchestrator.transports.hostkeys import add_known_host, fetch_host_key, fingerprint
-from orchestrator.transports.ssh import CommandTimedOut, HostKeyError, SshTransport
+from orchestrator.transports.base import (
+    CommandTimedOut,
+    LinkLost,
+    LinkPolicy,
+    TransportError,
+)
+from orchestrator.transports.hostkeys import (
+    HostKeyError,
+    add_known_host,
+    fetch_host_key,
+    fingerprint,
+)
+from orchestrator.transports.ssh import SshTransport
 
 COUNT = "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.3; done"
 
@@ -237,7 +247,8 @@ def test_hung_link_is_noticed_by_keepalive_probe(sshd):
 
 
 def test_reconnect_with_backoff_when_device_is_down(sshd):
-    transport = make(sshd, connect_timeout=2, reconnect_s=1.0)
+    transport = make(sshd, connect_timeout=2)
+    transport.link = LinkPolicy(grace_s=1.0)  # what `orch run --link-grace 1` sets
     transport.connect()
     sshd.stop()
     try:

@@ -1,5 +1,6 @@
 """Alembic environment: orch runs migrations in-process on the connection it opened."""
 from alembic import context
+
 from orchestrator.db.schema import metadata
 
 connection = context.config.attributes.get("connection")

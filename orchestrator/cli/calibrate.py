@@ -34,9 +34,7 @@ def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
         click.echo(f"{name}: sampling for {seconds:g} s; keep the device idle", err=True)
         baseline, notes = measure(client, seconds, interval)
     device_id = store.upsert_device(name, entry.kind)
-    from orchestrator.db import schema
-
-    store._update(schema.device, device_id, {"idle_baseline": baseline or None})
+    store.update_device(device_id, idle_baseline=baseline or None)
     for sensor, value in baseline.items():
         console.print(f"{name} idle baseline {sensor}: {value / 1000:.1f} °C")
     for note in notes:

@@ -83,8 +83,8 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str, quanti
 def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, db: str | None) -> None:
     """Export a session's run, token and sample tables as csv, json or parquet files."""
     from orchestrator.db.store import Store
+    from orchestrator.results.export import export_session
     from orchestrator.results.query import resolve_session
-    from orchestrator.results.session_tables import export_session
 
     store = Store.open(db)
     sid = resolve_session(store, session, matrix)

@@ -39,6 +39,7 @@ def trust(name: str, yes: bool, inventory: str | None) -> None:
     confirm. Use it after checking the fingerprint on the machine itself
     (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`)."""
     from orchestrator.config.inventory import load_inventory
+    from orchestrator.plugins import device_kind
     from orchestrator.transports.hostkeys import (
         add_known_host,
         fetch_host_key,
@@ -46,15 +47,17 @@ def trust(name: str, yes: bool, inventory: str | None) -> None:
     )
 
     entry = load_inventory(inventory).get(name)
-    if entry.kind != "ssh":
-        raise ConfigError(f"{name} is a {entry.kind} device; only ssh devices have host keys")
-    key = fetch_host_key(entry.host, entry.port)
-    path = entry.known_hosts or "~/.ssh/known_hosts"
-    click.echo(f"{entry.host}:{entry.port} offers {key.get_name()} key {fingerprint(key)}")
+    target = device_kind(entry.kind).host_key_address(entry)
+    if target is None:  # the kind says it has no host keys
+        raise ConfigError(f"{name} is a {entry.kind} device; {entry.kind} devices have no "
+                          f"host keys to trust")
+    host, port, path = target
+    key = fetch_host_key(host, port)
+    click.echo(f"{host}:{port} offers {key.get_name()} key {fingerprint(key)}")
     if not yes and not click.confirm(f"Trust it and add it to {path}?", default=False):
         click.echo("not trusted; nothing written")
         sys.exit(1)
-    if add_known_host(path, entry.host, entry.port, key):
+    if add_known_host(path, host, port, key):
         click.echo(f"added to {path}")
     else:
         click.echo(f"already trusted in {path}")

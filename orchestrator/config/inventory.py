@@ -1,73 +1,61 @@
-"""The device inventory (`devices.yaml`): which devices exist and how to reach them."""
+"""The device inventory (`devices.yaml`): which devices exist and how to reach them.
+
+Each device kind (an `orch.transports` plugin, orchestrator/plugins.py) brings its own entry
+model: an entry's `kind` is checked first, then the entry against that kind's model, so every
+error reads `file:line: devices.NAME.key: ...`."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from orchestrator.config.yamlfile import ConfigError, load_yaml, validate
+from orchestrator.plugins import device_kind, device_kind_names
+from orchestrator.transports.base import DeviceEntry
 
 
-class _Entry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    workdir: str | None = None
-    description: str | None = None
-    # The shell that runs the agent (`sh` on every device; tests also use mksh, dash, bash).
-    shell: str = "sh"
-    # Environment for agent commands, e.g. a restricted PATH or ORCH_THERMAL_DIR.
-    env: dict[str, str] = Field(default_factory=dict)
+class _Kind(BaseModel):
+    """An entry's `kind` alone, checked against the installed device kinds."""
+
+    kind: str
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, kind: str) -> str:
+        if kind not in device_kind_names():
+            raise ValueError(f"unknown device kind {kind!r} (known: "
+                             f"{', '.join(device_kind_names())})")
+        return kind
 
 
-class LocalEntry(_Entry):
-    kind: Literal["local"]
-
-
-class SshEntry(_Entry):
-    kind: Literal["ssh"]
-    host: str
-    port: int = 22
-    user: str | None = None
-    key: str | None = None
-    known_hosts: str | None = None
-    jump: str | None = None
-
-
-class AdbEntry(_Entry):
-    kind: Literal["adb"]
-    serial: str
-    adb_host: str = "127.0.0.1"
-    adb_port: int = 5037
-
-
-DeviceEntry = Annotated[Union[LocalEntry, SshEntry, AdbEntry], Field(discriminator="kind")]
+def _entry(value: Any) -> Any:
+    if isinstance(value, DeviceEntry) or not isinstance(value, dict):
+        return value  # not a mapping: DeviceEntry's own check says "expected a mapping"
+    kind = _Kind.model_validate(value).kind
+    return device_kind(kind).entry_model.model_validate(value)
 
 
 class InventoryFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    devices: dict[str, DeviceEntry] = Field(default_factory=dict)
-
-
-DEFAULT_WORKDIRS = {
-    "local": "~/.cache/orch/devices/{name}",
-    "ssh": "~/.cache/orch",
-    "adb": "/data/local/tmp/orch",
-}
+    devices: dict[str, Annotated[DeviceEntry, BeforeValidator(_entry)]] = \
+        Field(default_factory=dict)
 
 
 class Inventory:
     """Named devices. `local` always exists (kind local, default workdir)."""
 
-    def __init__(self, entries: dict[str, BaseModel], source: Path | None = None) -> None:
+    def __init__(self, entries: dict[str, DeviceEntry], source: Path | None = None) -> None:
         self.entries = dict(entries)
         self.source = source
-        self.entries.setdefault("local", LocalEntry(kind="local"))
+        if "local" not in self.entries:
+            self.entries["local"] = device_kind("local").entry_model(kind="local")
 
     def names(self) -> list[str]:
         return list(self.entries)
 
-    def get(self, name: str) -> BaseModel:
+    def get(self, name: str) -> DeviceEntry:
         try:
             return self.entries[name]
         except KeyError:
@@ -79,7 +67,7 @@ class Inventory:
         entry = self.get(name)
         if entry.workdir:
             return entry.workdir
-        return DEFAULT_WORKDIRS[entry.kind].format(name=name)
+        return device_kind(entry.kind).default_workdir.format(name=name)
 
 
 def inventory_search_path(explicit: str | None) -> list[Path]:

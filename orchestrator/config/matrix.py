@@ -6,11 +6,17 @@ import itertools
 import re
 import shlex
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from orchestrator.config.yamlfile import ConfigError, load_yaml, validate
+from orchestrator.config.yamlfile import (
+    ConfigError,
+    Problems,
+    errors_at,
+    load_yaml,
+    validate,
+)
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -69,10 +75,29 @@ class Cooldown(BaseModel):
             raise ValueError("expected `baseline+2C` or an absolute `40C`")
         return value
 
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("the sensor needs an interval above 0 between readings")
+        return value
+
     @model_validator(mode="after")
-    def _bounds(self) -> "Cooldown":
-        if self.until is not None and self.max < self.min:
-            raise ValueError("max must be at least min")
+    def _condition_or_timer(self) -> "Cooldown":
+        given = self.model_fields_set
+        problems: Problems = []
+        if self.until is None:
+            # Without `until` these would be silently ignored: the timer is `seconds` alone.
+            problems += [((key,), "only with `until` (a thermal condition)")
+                         for key in ("sensor", "min", "max", "interval") if key in given]
+        else:
+            if "seconds" in given:
+                problems.append((("seconds",), ("give `seconds` (a fixed wait) or `until` "
+                                                "(a thermal condition), not both")))
+            if self.max < self.min:
+                problems.append((("max",), f"must be at least min ({self.min:g} s)"))
+        if problems:
+            raise errors_at(self, problems)
         return self
 
     @property
@@ -134,7 +159,8 @@ class Matrix(BaseModel):
     prompt_file: str | None = None
     tokens: int = Field(default=64, gt=0)
     configs: dict[str, str] = Field(default_factory=dict)
-    grid: dict[str, list[str | int | float | bool]] = Field(default_factory=dict)
+    grid: dict[str, Annotated[list[str | int | float | bool], Field(min_length=1)]] = \
+        Field(default_factory=dict)
     repeat: int = Field(default=1, ge=1)
     order: Literal["as-written", "interleaved", "shuffled"] = "as-written"
     seed: int | None = None
@@ -144,7 +170,7 @@ class Matrix(BaseModel):
     baseline: str | None = None
     # A/B pairs that run back to back in every repeat, so each comparison sees the same
     # device state: [[baseline, candidate], ...]
-    pairs: list[list[str]] = Field(default_factory=list)
+    pairs: list[Annotated[list[str], Field(min_length=2)]] = Field(default_factory=list)
     sample_interval: float = 1.0
     engine_options: dict[str, Any] = Field(default_factory=dict)
     path_check: Literal["warn", "refuse", "off"] = "warn"  # model paths vs streaming (pathcheck.py)
@@ -186,14 +212,66 @@ class Matrix(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Matrix":
+        """The rules that relate keys to each other, each error at the key it is about."""
+        problems: Problems = []
         if self.prompt is not None and self.prompt_file is not None:
-            raise ValueError("give `prompt` or `prompt_file`, not both")
+            problems.append((("prompt_file",), "give `prompt` or `prompt_file`, not both"))
         if not self.configs and not self.grid:
-            raise ValueError("give at least one of `configs` or `grid`")
-        for flag, values in self.grid.items():
-            if not values:
-                raise ValueError(f"grid.{flag}: needs at least one value")
+            problems.append(((), "give at least one of `configs` or `grid`"))
+        else:
+            problems += _duplicate_config_names(self)
+        if not problems:
+            names = [name for name, _ in expand_configs(self)]
+            problems += _baseline_and_pairs(self, names)
+        if problems:
+            raise errors_at(self, problems)
         return self
+
+
+def _one_of(names: list[str]) -> str:
+    shown = ", ".join(names[:8]) + (f", ... {len(names) - 8} more" if len(names) > 8 else "")
+    return f"is not one of the configs ({shown})"
+
+
+def _baseline_and_pairs(matrix: Matrix, names: list[str]) -> Problems:
+    known = set(names)
+    problems: Problems = []
+    if matrix.baseline is not None and matrix.baseline not in known:
+        problems.append((("baseline",), f"{matrix.baseline!r} {_one_of(names)}"))
+    pair_of: dict[str, int] = {}
+    for i, pair in enumerate(matrix.pairs):
+        for j, name in enumerate(pair):
+            if name not in known:
+                problems.append((("pairs", i, j), f"{name!r} {_one_of(names)}"))
+            elif name in pair_of:
+                where = "this pair" if pair_of[name] == i else f"pair {pair_of[name]}"
+                problems.append((("pairs", i, j), f"{name!r} is already in {where}"))
+            else:
+                pair_of[name] = i
+    return problems
+
+
+def _duplicate_config_names(matrix: Matrix) -> Problems:
+    """Two cells with one config name would share a cell key (resume, reports, A/B would mix
+    them): two grid values that name alike (`1` and "1", `true` and "on", a repeat), or, in
+    the rarer case, names put together from `configs` and `grid` that meet."""
+    problems: Problems = []
+    for flag, values in matrix.grid.items():
+        first: dict[str, int] = {}
+        for j, value in enumerate(values):
+            part = _flag_value(flag, value)[0]
+            if first.setdefault(part, j) != j:
+                problems.append((("grid", flag, j), (f"gives the config name {part!r} again "
+                                                     f"(as value {first[part]} does)")))
+    if problems:
+        return problems
+    seen: set[str] = set()
+    for name, _ in expand_configs(matrix):
+        if name in seen:
+            return [(("configs",) if matrix.configs else ("grid",),
+                     f"two configs are named {name!r}")]
+        seen.add(name)
+    return []
 
 
 class LoadedMatrix(BaseModel):
@@ -220,24 +298,8 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
             raise ConfigError(f"{path}: prompt_file: cannot read {prompt_path}: {exc.strerror}") from None
     else:
         prompt_text = matrix.prompt or ""
-    known = _known_configs(matrix)
-    if matrix.baseline is not None and matrix.baseline not in known:
-        raise ConfigError(f"{path}: baseline: {matrix.baseline!r} is not one of the configs "
-                          f"({', '.join(sorted(known))})")
-    seen: set[str] = set()
-    for i, pair in enumerate(matrix.pairs):
-        for name in pair:
-            if name not in known:
-                raise ConfigError(f"{path}: pairs.{i}: {name!r} is not one of the configs")
-            if name in seen:
-                raise ConfigError(f"{path}: pairs.{i}: {name!r} is already in another pair")
-            seen.add(name)
     return LoadedMatrix(matrix=matrix, path=str(path), text=text,
                         sha256=hashlib.sha256(text.encode()).hexdigest(), prompt_text=prompt_text)
-
-
-def _known_configs(matrix: Matrix) -> set[str]:
-    return {name for name, _ in expand_configs(matrix)}
 
 
 def _flag_value(flag: str, value: object) -> tuple[str, list[str]]:

@@ -28,6 +28,8 @@ class Cell:
 
 
 def _units(configs: list[tuple[str, str]], pairs: list[list[str]]) -> list[list[tuple[str, str]]]:
+    """Configs grouped into what runs back to back: a pair at its first member's place, every
+    other config alone. `Matrix` has checked that each paired name is a config, once."""
     by_name = dict(configs)
     paired = {name: i for i, pair in enumerate(pairs) for name in pair}
     units: list[list[tuple[str, str]]] = []

@@ -6,10 +6,49 @@ from typing import Any, Sequence
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+# What a cross-key check found: (key path, message) per problem.
+Problems = list[tuple[tuple[str | int, ...], str]]
 
 
 class ConfigError(Exception):
     """A user file (matrix, inventory) is wrong. The message is meant to be printed as is."""
+
+
+class DuplicateKey(yaml.MarkedYAMLError):
+    """A mapping names the same key twice (PyYAML would silently keep the last one)."""
+
+    def __init__(self, key_path: str, first: yaml.Node, again: yaml.Node) -> None:
+        super().__init__(problem=f"duplicate key (first at line {first.start_mark.line + 1})",
+                         problem_mark=again.start_mark)
+        self.key_path = key_path
+
+
+def _value_at(source: Any, loc: tuple[str | int, ...]) -> Any:
+    """The value a key path names (an error's `input`)."""
+    for part in loc:
+        if isinstance(source, BaseModel):
+            source = getattr(source, str(part), None)
+        elif isinstance(source, dict):
+            source = source.get(part)
+        elif isinstance(source, list) and isinstance(part, int) and part < len(source):
+            source = source[part]
+        else:
+            return None
+    return source
+
+
+def errors_at(model: BaseModel, problems: Problems) -> ValidationError:
+    """A ValidationError whose errors sit at the given key paths of `model`. Raised from a
+    model validator, pydantic keeps these locations (prefixed by the enclosing field's), so
+    `validate` can name the line; a plain ValueError there would have an empty location."""
+    return ValidationError.from_exception_data(type(model).__name__, [
+        InitErrorDetails(type=PydanticCustomError("cross_key", "{message}", {"message": message}),
+                         loc=loc, input=_value_at(model, loc))
+        for loc, message in problems])
 
 
 def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
@@ -18,11 +57,12 @@ def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
     for part in loc:
         if isinstance(node, yaml.MappingNode):
             found = None
+            # The last match: after construction a merge key's pairs come first and the
+            # mapping's own keys, which win, after them.
             for key_node, value_node in node.value:
                 if str(key_node.value) == str(part):
                     found = value_node
                     line = key_node.start_mark.line + 1
-                    break
             if found is None:
                 return line
             node = found
@@ -33,7 +73,7 @@ def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
             line = node.start_mark.line + 1
         else:
             return line
-    if node is not None:
+    if isinstance(node, yaml.ScalarNode):  # a mapping or list value: its key's line
         line = node.start_mark.line + 1
     return line
 
@@ -54,11 +94,58 @@ def _describe(error: dict[str, Any]) -> str:
         return "expected a mapping"
     if kind == "list_type":
         return "expected a list"
+    if kind == "too_short":
+        count = error.get("ctx", {}).get("min_length", 1)
+        return f"needs at least {count} {'entry' if count == 1 else 'entries'}"
     return error.get("msg", "invalid value").removeprefix("Value error, ")
 
 
+def _refuse_duplicate_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
+    """Walk the composed tree once, before construction, so each mapping's own keys are
+    compared (construction folds merge keys in, and an own key may override those)."""
+    seen: set[int] = set()  # an alias is the anchored node again: check each node once
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                walk(item, (*path, str(index)))
+        elif isinstance(node, yaml.MappingNode):
+            first: dict[Any, yaml.Node] = {}
+            for key_node, value_node in node.value:
+                part = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+                if key_node.tag != _MERGE:
+                    # Compare constructed keys: `1` and `0x1` are the same key.
+                    key = loader.construct_object(key_node, deep=True)
+                    try:
+                        earlier = first.setdefault(key, key_node)
+                    except TypeError:  # unhashable: construction reports it
+                        earlier = key_node
+                    if earlier is not key_node:
+                        raise DuplicateKey(".".join((*path, part)), earlier, key_node)
+                walk(value_node, (*path, part))
+
+    walk(root, ())
+
+
+def _parse(text: str) -> tuple[Any, yaml.Node | None]:
+    """Compose once, check keys on the node tree, build the data from that same tree."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _refuse_duplicate_keys(loader, node)
+        return loader.construct_document(node), node
+    finally:
+        loader.dispose()
+
+
 def load_yaml(path: Path) -> tuple[Any, yaml.Node | None, str]:
-    """Read a YAML file; return (data, node tree, text). Syntax errors become ConfigError."""
+    """Read a YAML file; return (data, node tree, text). Syntax errors and duplicate keys
+    become ConfigError."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -66,8 +153,9 @@ def load_yaml(path: Path) -> tuple[Any, yaml.Node | None, str]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        data, node = _parse(text)
+    except DuplicateKey as exc:
+        raise ConfigError(f"{path}:{exc.problem_mark.line + 1}: {exc.key_path}: {exc.problem}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

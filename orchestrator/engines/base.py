@@ -1,25 +1,24 @@
 """Engine adapters: build an engine's argv for a cell and turn its output into rows (DESIGN §5).
 
 An adapter never talks to a device. The runner gives it the tagged lines the agent streamed
-(C: a per-token CSV line, O: stdout, E: stderr) and stores what it returns.
+(C: a per-token CSV line, O: stdout, E: stderr) and stores what it returns: token rows as they
+complete, and at the end one `RunRecord` (orchestrator/record.py) for the run as a whole.
 """
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-# Token columns the store keeps as real columns; anything else an engine reports per token
-# goes to the row's `extra` mapping (e.g. the 22-column bmoe CSV's rss_mib, swap_mib, ...).
-TOKEN_COLUMNS: tuple[str, ...] = (
-    "step", "wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms",
-    "read_bytes", "cache_hit_pct", "majflt", "cpu_ms",
-)
+from orchestrator.record import RunRecord
 
 
 @dataclass
 class TokenRow:
+    """One generated token. The fields but `extra` are the store's token columns; anything else
+    an engine reports per token goes to `extra` (e.g. the 22-column bmoe CSV's rss_mib, ...)."""
+
     step: int
     wall_ms: float | None = None
     io_ms: float | None = None
@@ -31,6 +30,10 @@ class TokenRow:
     majflt: float | None = None
     cpu_ms: float | None = None
     extra: dict[str, Any] | None = None
+
+
+# The token columns, in the store's order (db/schema.py's token table has exactly these).
+TOKEN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TokenRow) if f.name != "extra")
 
 
 @dataclass
@@ -54,8 +57,9 @@ class RunParser(abc.ABC):
         """Take one stream line's payload (tag C, O or E); return the token rows it completes."""
 
     @abc.abstractmethod
-    def summary(self) -> dict[str, Any]:
-        """What the run's output said as a whole: trailer, summary lines, settings, text."""
+    def record(self) -> RunRecord:
+        """What the run's output said as a whole, typed; may be called again after more lines.
+        A run killed halfway still gets a record (complete=False, with what arrived)."""
 
     def warnings(self) -> list[str]:
         """Engine-reported warnings worth surfacing (e.g. O_DIRECT unsupported)."""
@@ -73,7 +77,8 @@ class EngineAdapter(abc.ABC):
 
     @abc.abstractmethod
     def new_parser(self, prompt: str | None = None) -> RunParser:
-        """A parser for one run; `prompt` lets it strip an echoed prompt from the text."""
+        """A parser for one run (feed() its lines, then record()); `prompt` lets it strip an
+        echoed prompt from the text."""
 
     def builtin_binary(self) -> Path | None:
         """A local file orch ships and pushes as this engine when the matrix names no binary."""

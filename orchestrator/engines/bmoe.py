@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from typing import Any
 
 from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
 from orchestrator.engines.bmoe_format import BmoeCsvParser, parse_summary_lines
+from orchestrator.record import RunRecord, trailer_fields
 
 STDERR_TAIL = 50
 # stdout is kept whole for the text and the summary lines, but a runaway engine must not be
@@ -39,22 +39,31 @@ class BmoeRunParser(RunParser):
                 self._warnings.append(text.strip())
         return []
 
-    def summary(self) -> dict[str, Any]:
+    def record(self) -> RunRecord:
+        """The last `# summary` trailer's figures, filled from the stdout summary lines where
+        the trailer is missing (a killed run) or older than a key. extra: the raw `trailer`
+        and the parsed summary `lines` (every figure they print, e.g. cpu_pct, mib_per_s)."""
         lines = parse_summary_lines(self._stdout, prompt=self.prompt)
         text = lines.pop("text")
-        errors = list(self.csv.finish())
-        return {
-            "settings": dict(self.csv.settings),
-            "trailer": self.csv.trailers[-1] if self.csv.trailers else None,
-            "lines": lines,
-            "text": text,
-            "stderr_tail": list(self._stderr),
-            "complete": self.csv.complete,
-            "errors": errors,
-        }
+        trailer = self.csv.trailers[-1] if self.csv.trailers else None
+        settings = dict(self.csv.settings)
+        return RunRecord(
+            complete=self.csv.complete, errors=list(self.csv.finish()), settings=settings,
+            text=text, stderr_tail=list(self._stderr), engine_build=_engine_build(settings),
+            extra={"trailer": trailer, "lines": lines},
+            **trailer_fields(trailer, lines, settings))
 
     def warnings(self) -> list[str]:
         return list(self._warnings)
+
+
+def _engine_build(settings: dict[str, object]) -> str | None:
+    """The preamble's `engine=` (bmoe preamble v2; llama-token adds its bindings' version)."""
+    engine = settings.get("engine")
+    if engine is None:
+        return None
+    bindings = settings.get("llama_cpp_python")
+    return f"{engine} (llama-cpp-python {bindings})" if bindings is not None else str(engine)
 
 
 class BmoeAdapter(EngineAdapter):

@@ -13,7 +13,7 @@ Options (validated; an unknown or bad key is a ValueError naming it):
 - `csv_scale`: field -> factor applied to the column (a time in seconds -> `wall_ms: 1000`).
 - `csv_delimiter` (default ","), `csv_comment` (default "#": such lines are skipped),
   `csv_has_header` (default true; when false give the names in `csv_header`).
-- `regex`: summary key -> regex searched in every stdout/stderr line; the first group is read
+- `regex`: key -> regex searched in every stdout/stderr line; the first group is read
   as a float, the last matching line wins. Keys named like bmoe's trailer feed orch's tables:
   prefill_tps, load_s, prefill_s (TTFT = load_s + prefill_s), read_MiB, io_s/tok,
   compute_s/tok, cache_hit_pct, tok/s.
@@ -62,6 +62,7 @@ from orchestrator.engines.base import (
     RunParser,
     TokenRow,
 )
+from orchestrator.record import RunRecord, trailer_fields
 
 STDERR_TAIL = 50
 MAX_STDOUT_LINES = 100_000
@@ -313,12 +314,13 @@ class GenericRunParser(RunParser):
         return TokenRow(step=step if step is not None else self.n_rows, extra=extra, **values)
 
     def _trailer(self) -> dict[str, Any]:
-        """bmoe-style trailer keys from the rows, so orch's tables read any engine alike."""
+        """bmoe `# summary` trailer keys from the rows (the vocabulary the regex keys use too),
+        read into the record like a bmoe trailer."""
         t: dict[str, Any] = {}
         if self.n_rows:
             t["tokens"] = self.n_rows
         if self._counts.get("wall_ms"):
-            # as analysis.py / bmoe §6: n counts every row (a speculative group's later rows
+            # as results/statistics.py / bmoe §6: n counts every row (a speculative group's later rows
             # carry wall 0, an unreadable wall time adds no time)
             wall = self._sums["wall_ms"]
             t["s/tok"] = wall / self.n_rows / 1000.0
@@ -343,7 +345,9 @@ class GenericRunParser(RunParser):
         t.update(self.values)     # what the engine printed itself wins over orch's arithmetic
         return t
 
-    def summary(self) -> dict[str, Any]:
+    def record(self) -> RunRecord:
+        """The figures of `_trailer()`. extra: that `trailer`, `values` (the regex matches)
+        and `columns` (the CSV header)."""
         errors = list(self.errors)
         uses_csv = bool(self.opts.csv_columns)
         if uses_csv and self.columns is None:
@@ -361,16 +365,11 @@ class GenericRunParser(RunParser):
         if text and self.prompt and text.startswith(self.prompt):
             text = text[len(self.prompt):].lstrip("\n") or None
         trailer = self._trailer()
-        return {
-            "trailer": trailer or None,
-            "lines": {},
-            "values": dict(self.values),
-            "columns": list(self.columns or []),
-            "text": text,
-            "stderr_tail": list(self._stderr),
-            "complete": complete,
-            "errors": errors,
-        }
+        return RunRecord(
+            complete=complete, errors=errors, text=text, stderr_tail=list(self._stderr),
+            extra={"trailer": trailer or None, "values": dict(self.values),
+                   "columns": list(self.columns or [])},
+            **trailer_fields(trailer))
 
 
 class GenericAdapter(EngineAdapter):

@@ -10,19 +10,20 @@ prints one JSON object per test on stdout, e.g. (one line, fields abridged)::
      "samples_ns": [ 1075361300, ... ],"samples_ts": [ 119.03, ... ]}
 
 (format: tools/llama-bench/llama-bench.cpp `jsonl_printer` and README "Output formats").
-So feed() never returns token rows; the summary carries the tg test as a bmoe-style trailer
-(tokens, tok/s, s/tok) plus the per-repetition samples, and the pp test as the prefill.
+So feed() never returns token rows; the record carries the tg test as the decode (tokens,
+tok/s) plus the per-repetition samples, and the pp test as the prefill.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
-import statistics
 from collections import deque
 from typing import Any
 
 from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
+from orchestrator.record import RunRecord
+from orchestrator.results.statistics import spread
 
 STDERR_TAIL = 50
 MAX_RESULTS = 10_000          # a runaway grid (e.g. -t 1-256) must not fill memory
@@ -58,6 +59,10 @@ def _num(v: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def result_kind(result: dict[str, Any]) -> str:
     """'pp', 'tg' or 'pg' (llama-bench's own naming, see its markdown printer)."""
     n_prompt, n_gen = result.get("n_prompt") or 0, result.get("n_gen") or 0
@@ -76,14 +81,6 @@ def result_label(result: dict[str, Any]) -> str:
     if result.get("n_depth"):
         name += f" @ d{result['n_depth']}"
     return name
-
-
-def _spread(xs: list[float]) -> dict[str, Any]:
-    """Per-repetition spread; stdev is the sample stdev (n-1), as llama-bench's stddev_ts."""
-    if not xs:
-        return {"mean": None, "stdev": None, "min": None, "max": None, "n": 0}
-    return {"mean": statistics.fmean(xs), "stdev": statistics.stdev(xs) if len(xs) > 1 else None,
-            "min": min(xs), "max": max(xs), "n": len(xs)}
 
 
 class LlamaBenchRunParser(RunParser):
@@ -125,30 +122,27 @@ class LlamaBenchRunParser(RunParser):
     def _first(self, kind: str) -> dict[str, Any] | None:
         return next((r for r in self.results if result_kind(r) == kind), None)
 
-    def summary(self) -> dict[str, Any]:
+    def record(self) -> RunRecord:
+        """The first tg test is the decode, the first pp test the prefill. extra: `results`
+        (every result object, labelled `test`), `repetitions` (the tg test's samples_ts),
+        `repetition_spread` (their mean, sample stdev, min, max, n), `decode_tps_stddev`
+        (stddev_ts) and `stdout_other` (non-JSON stdout lines)."""
         tg, pp = self._first("tg"), self._first("pp")
-        trailer: dict[str, Any] = {}
-        lines: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
         reps: list[float] = []
+        extra: dict[str, Any] = {"results": [dict(r, test=result_label(r)) for r in self.results]}
         if tg is not None:
-            tps = _num(tg.get("avg_ts"))
             reps = [x for x in (_num(v) for v in tg.get("samples_ts") or []) if x is not None]
-            trailer.update({"tokens": tg.get("n_gen"), "tok/s": tps,
-                            "s/tok": 1.0 / tps if tps else None,
-                            "tok/s_stddev": _num(tg.get("stddev_ts")),
-                            "repetitions": len(reps) or None})
-            lines["generation"] = {"tokens": tg.get("n_gen"), "tok_per_s": tps,
-                                   "s_per_token": trailer["s/tok"]}
+            fields.update(tokens=_int(tg.get("n_gen")), decode_tps=_num(tg.get("avg_ts")))
+            extra["decode_tps_stddev"] = _num(tg.get("stddev_ts"))
         if pp is not None:
-            pp_tps = _num(pp.get("avg_ts"))
             avg_ns = _num(pp.get("avg_ns"))
-            prefill_s = avg_ns / 1e9 if avg_ns is not None else None
             # llama-bench loads the model once, outside the timed region: no load_s, so
             # orch's TTFT (load_s + prefill_s) stays empty rather than pretending.
-            trailer.update({"n_prompt": pp.get("n_prompt"), "prefill_tps": pp_tps,
-                            "prefill_s": prefill_s})
-            lines["prefill"] = {"tokens": pp.get("n_prompt"), "s": prefill_s,
-                                "tok_per_s": pp_tps, "load_s": None, "ttft_s": None}
+            fields.update(prompt_tokens=_int(pp.get("n_prompt")), prefill_tps=_num(pp.get("avg_ts")),
+                          prefill_s=avg_ns / 1e9 if avg_ns is not None else None)
+        extra.update(repetitions=reps, repetition_spread=spread(reps),
+                     stdout_other=list(self._other))
         first = tg or pp or (self.results[0] if self.results else None)
         settings = {k: v for k, v in (first or {}).items() if k not in _TIMING_KEYS}
         build = None
@@ -160,28 +154,18 @@ class LlamaBenchRunParser(RunParser):
                           "-o jsonl)")
         elif tg is None:
             errors.append("no tg (generation) result: run killed before it, or -n 0")
-        return {
-            "results": [dict(r, test=result_label(r)) for r in self.results],
-            "trailer": trailer or None,
-            "lines": lines,
-            "settings": settings,
-            "repetitions": reps,
-            "repetition_spread": _spread(reps),
-            "engine_build": build,
-            "text": None,
-            "stdout_other": list(self._other),
-            "stderr_tail": list(self._stderr),
+        return RunRecord(
             # the tg test is the one orch's tables report; without it there is no mean
-            "complete": tg is not None,
-            "errors": errors,
-        }
+            complete=tg is not None, errors=errors, settings=settings, engine_build=build,
+            stderr_tail=list(self._stderr), streaming=False if tg or pp else None,
+            extra=extra, **fields)
 
     def warnings(self) -> list[str]:
         out = list(self._warnings)
         n_tg = sum(1 for r in self.results if result_kind(r) == "tg")
         if n_tg > 1:
             out.append(f"{n_tg} tg tests in one run (list-valued flags?): orch's tables report "
-                       f"the first; all are in summary.results")
+                       f"the first; all are in the record's extra.results")
         return out
 
 

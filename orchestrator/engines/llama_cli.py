@@ -1,6 +1,6 @@
 """Adapter for llama.cpp's text generators: `llama-completion` and `llama-cli`.
 
-Neither writes per-token data, so feed() returns no token rows; the summary is built from the
+Neither writes per-token data, so feed() returns no token rows; the record is built from the
 closing timing block that llama.cpp logs on stderr after generation::
 
     common_perf_print:        load time =     812.34 ms
@@ -34,6 +34,7 @@ from collections import deque
 from typing import Any
 
 from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
+from orchestrator.record import RunRecord, ttft
 
 STDERR_TAIL = 50
 MAX_STDOUT_LINES = 100_000    # as bmoe: a runaway engine must not fill the controller's memory
@@ -157,40 +158,31 @@ class LlamaCliRunParser(RunParser):
             text = text[len(self.prompt):].lstrip("\n")
         return text or None
 
-    def summary(self) -> dict[str, Any]:
+    def record(self) -> RunRecord:
+        """extra: `total_s`, `ms_per_token` (as printed), `perf` (every timing line parsed)
+        and `timing_source` (the logger that printed them, or "cli")."""
         ev, pe, load = self.perf.get("eval"), self.perf.get("prompt eval"), self.perf.get("load")
         total = self.perf.get("total")
-        trailer: dict[str, Any] = {}
-        lines: dict[str, Any] = {}
+        fields: dict[str, Any] = {}
+        extra: dict[str, Any] = {"perf": dict(self.perf)}
         source = None
         if ev is not None:
             source = ev["source"]
-            n, ms = ev["n"], ev["ms"]
-            tps = _rate(n, ms) or ev["tps"]
-            trailer.update({"tokens": n, "tok/s": tps,
-                            "s/tok": ms / n / 1000.0 if n and ms is not None else None,
-                            "ms/tok": ev["ms_per_token"]})
+            fields.update(tokens=ev["n"], decode_tps=_rate(ev["n"], ev["ms"]) or ev["tps"])
+            extra["ms_per_token"] = ev["ms_per_token"]
         elif self.cli_timings is not None:
             source = "cli"
-            tps = self.cli_timings["gen_tps"]
-            trailer.update({"tokens": None, "tok/s": tps, "s/tok": 1.0 / tps if tps else None})
+            fields["decode_tps"] = self.cli_timings["gen_tps"]
         if pe is not None:
-            trailer.update({"n_prompt": pe["n"],
-                            "prefill_tps": _rate(pe["n"], pe["ms"]) or pe["tps"],
-                            "prefill_s": pe["ms"] / 1000.0 if pe["ms"] is not None else None})
+            fields.update(prompt_tokens=pe["n"], prefill_tps=_rate(pe["n"], pe["ms"]) or pe["tps"],
+                          prefill_s=pe["ms"] / 1000.0 if pe["ms"] is not None else None)
         elif self.cli_timings is not None:
-            trailer["prefill_tps"] = self.cli_timings["prompt_tps"]
+            fields["prefill_tps"] = self.cli_timings["prompt_tps"]
         if load is not None and load["ms"] is not None:
-            trailer["load_s"] = load["ms"] / 1000.0
+            fields["load_s"] = load["ms"] / 1000.0
         if total is not None and total["ms"] is not None:
-            trailer["total_s"] = total["ms"] / 1000.0
-        if "tok/s" in trailer:
-            lines["generation"] = {"tokens": trailer.get("tokens"), "tok_per_s": trailer["tok/s"],
-                                   "s_per_token": trailer.get("s/tok")}
-        if "prefill_tps" in trailer:
-            lines["prefill"] = {"tokens": trailer.get("n_prompt"), "s": trailer.get("prefill_s"),
-                                "tok_per_s": trailer["prefill_tps"],
-                                "load_s": trailer.get("load_s"), "ttft_s": None}
+            extra["total_s"] = total["ms"] / 1000.0
+        extra["timing_source"] = source
         complete = source is not None and not self.interrupted
         errors: list[str] = []
         if source is None:
@@ -198,18 +190,12 @@ class LlamaCliRunParser(RunParser):
                           "or was killed before the end; see stderr_tail")
         elif self.interrupted:
             errors.append("interrupted by SIGINT: timings cover a partial generation")
-        return {
-            "trailer": trailer or None,
-            "lines": lines,
-            "perf": dict(self.perf),
-            "timing_source": source,
-            "settings": dict(self.settings),
-            "engine_build": self.engine_build,
-            "text": self._text(),
-            "stderr_tail": list(self._stderr),
-            "complete": complete,
-            "errors": errors,
-        }
+        return RunRecord(
+            complete=complete, errors=errors, settings=dict(self.settings),
+            engine_build=self.engine_build, text=self._text(), stderr_tail=list(self._stderr),
+            # weights are mmap-ed, never streamed: a run with timings did not stream
+            streaming=False if fields or "total_s" in extra else None,
+            ttft_s=ttft(fields.get("load_s"), fields.get("prefill_s")), extra=extra, **fields)
 
     def warnings(self) -> list[str]:
         return list(self._warnings)

@@ -1,138 +1,19 @@
-"""The report's tables as data: a header, alignments and rows of markdown-ready cells.
+"""The report's combined cells: run-id lists, the spread of repeated runs, the compute + I/O
+split and the temperature range.
 
-Cells are built once, already escaped, so templates only lay them out; numbers are formatted by
-the same Col formatters as `orch table` (orchestrator.results.tables), so a figure reads the same in
-the report, the published summary.md and the terminal.
+Single figures are formatted by the one formatter set (orchestrator.results.formatting) that
+the terminal, `orch table` and `orch compare` use too, so a figure reads the same in every
+view and in the published summary.md; markdown escaping and table layout are in
+orchestrator.results.markdown.
 """
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.results import tables
-
-DASH = tables.DASH
-MINUS = "−"                    # the published documents print deltas with a real minus sign
-
-
-@dataclass
-class Table:
-    headers: list[str]
-    aligns: list[str]                      # markdown alignment rows: "---", "---:", ":--:"
-    rows: list[list[str]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)   # markdown lines printed under the table
-
-    def drop_empty(self, keep: Iterable[int] = (0,)) -> "Table":
-        """Leave out the columns that are empty (—) in every row: a column of dashes says
-        nothing, and engines differ in what they report (mmap runs have no cache hit, ...)."""
-        keep = set(keep)
-        cols = [i for i in range(len(self.headers))
-                if i in keep or any(r[i] not in (DASH, "") for r in self.rows)]
-        return Table([self.headers[i] for i in cols], [self.aligns[i] for i in cols],
-                     [[r[i] for i in cols] for r in self.rows], list(self.notes))
-
-    def column(self, header: str) -> list[str]:
-        i = self.headers.index(header)
-        return [r[i] for r in self.rows]
-
-    def __bool__(self) -> bool:
-        return bool(self.rows)
-
-
-def ok(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v))
-
-
-# ---- escaping ----------------------------------------------------------------------------
-
-def md_escape(value: Any) -> str:
-    """Inline markdown text that cannot break a table row, open an HTML tag or a code span:
-    the cell escape of `orch table` plus `<`, `*` and backticks (names and flags are data)."""
-    text = tables.escape_cell("" if value is None else value)
-    return text.replace("<", "&lt;").replace("*", "\\*").replace("`", "\\`")
-
-
-def md_code(value: Any) -> str:
-    """An inline code span for a flag string or a hash. Backslash escapes do not work inside a
-    code span, so the fence grows past the longest backtick run instead; `|` keeps its table
-    escape (GFM removes it before the span is parsed)."""
-    if value is None or value == "":
-        return DASH
-    text = tables._NEWLINES.sub(" ", str(value)).replace("|", "\\|")
-    ticks = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    fence = "`" * (ticks + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def md_fence(text: str, info: str = "") -> str:
-    """A fenced block whose fence is longer than any backtick run inside (a prompt may hold
-    ``` itself)."""
-    ticks = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
-    fence = "`" * (ticks + 1)
-    return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}"
-
-
-def md_table(table: Table) -> str:
-    if not table.headers:
-        return ""
-    lines = ["| " + " | ".join(table.headers) + " |", "|" + "|".join(table.aligns) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in table.rows]
-    return "\n".join(lines)
-
-
-# ---- numbers -----------------------------------------------------------------------------
-
-def _tables_fmt(key: str) -> Callable[[Any], str]:
-    for spec in tables.TABLES.values():
-        for col in spec:
-            if col.key == key:
-                return col.fmt
-    raise KeyError(key)
-
-
-# Below these, the published precision prints 0 (a synthetic moe-probe geometry reads well
-# under a MiB per token and its process stays in MiB): more digits instead of a false zero.
-_SMALL: dict[str, tuple[float, Callable[[float], str]]] = {
-    "read_mib_per_token": (10.0, lambda v: "%.2f MiB" % v),
-    "peak_rss_gib": (0.1, lambda v: "%.1f MiB" % (v * 1024)),
-}
-
-
-def fmt(key_or_pattern: str) -> Callable[[Any], str]:
-    """A cell formatter: a stats key (the published format of that column) or a %-pattern."""
-    f = (lambda v: key_or_pattern % v) if "%" in key_or_pattern else _tables_fmt(key_or_pattern)
-    limit, small = _SMALL.get(key_or_pattern, (0.0, f))
-
-    def cell(v: Any) -> str:
-        if not ok(v):
-            return DASH
-        return small(v) if 0 < v < limit else f(v)
-    return cell
-
-
-def pct(v: float | None) -> str:
-    """A signed percentage with a real minus: +24.3%, −26.8%."""
-    return (("%+.1f%%" % v).replace("-", MINUS)) if ok(v) else DASH
-
-
-def ratio(v: float | None) -> str:
-    return "%.2f×" % v if ok(v) else DASH
-
-
-def gib_from_kb(kb: Any) -> str:
-    try:
-        return "%.1f GiB" % (float(kb) / 1048576)
-    except (TypeError, ValueError):
-        return DASH
-
-
-def when(t: Any) -> str:
-    """Timestamps as stored (UTC): to the second, so two runs of one session are told apart."""
-    return t.strftime("%Y-%m-%d %H:%M:%S") if t is not None else DASH
+from orchestrator.results.formatting import STATS, Formatter
+from orchestrator.results.values import DASH, is_missing
 
 
 def id_list(ids: Sequence[int]) -> str:
@@ -159,19 +40,24 @@ def expand_ids(cell: str) -> list[int]:
     return ids
 
 
+def _pair(a: Any, b: Any, f: Formatter, sep: str) -> str:
+    """Two figures in one cell ("a + b"); a dash for the one not measured, one dash for none."""
+    if is_missing(a) and is_missing(b):
+        return DASH
+    return f"{f(a)}{sep}{f(b)}"
+
+
 def split_cell(rec: Mapping[str, Any]) -> str:
     """decode: compute + I/O (s/tok), as the published write-up prints it."""
-    c, i = rec.get("compute_s_per_token"), rec.get("io_s_per_token")
-    if not ok(c) and not ok(i):
-        return DASH
-    return f"{'%.3f' % c if ok(c) else DASH} + {'%.3f' % i if ok(i) else DASH}"
+    return _pair(rec.get("compute_s_per_token"), rec.get("io_s_per_token"),
+                 STATS["compute_s_per_token"].fmt, " + ")
 
 
 def temp_cell(rec: Mapping[str, Any]) -> str:
-    a, b = rec.get("cpu_temp_start_c"), rec.get("cpu_temp_max_c")
-    if not ok(a) and not ok(b):
-        return DASH
-    return f"{'%.1f' % a if ok(a) else DASH} → {'%.1f' % b if ok(b) else DASH} °C"
+    """CPU temperature at the start → its maximum: "47.1 → 78.4 °C"."""
+    text = _pair(rec.get("cpu_temp_start_c"), rec.get("cpu_temp_max_c"),
+                 lambda v: DASH if is_missing(v) else "%.1f" % v, " → ")
+    return text if text == DASH else text + " °C"
 
 
 def spread_cell(spread: Mapping[str, Any] | None) -> str:

@@ -15,16 +15,20 @@ from rich.text import Text
 
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
-from orchestrator.report import cells, context, render
+from orchestrator.report import context, render
+from orchestrator.report.cells import id_list
+from orchestrator.results.formatting import STATS, ratio
+from orchestrator.results.markdown import Table, md_escape
+from orchestrator.results.values import DASH, is_missing
 
-# (header, stats key, cell format, header of its ratio column or None). Formats are the
-# report's (orchestrator.report.cells), so a figure reads the same in both documents.
-METRICS: tuple[tuple[str, str, Any, str | None], ...] = (
-    ("mean tok/s", "mean", cells.fmt("%.2f"), "mean"),
-    ("p50 tok/s", "median", cells.fmt("%.2f"), "p50"),
-    ("p95 tok/s", "p95", cells.fmt("%.2f"), None),
-    ("read/token", "read_mib_per_token", cells.fmt("read_mib_per_token"), None),
-    ("peak RSS", "peak_rss_gib", cells.fmt("peak_rss_gib"), "peak RSS"),
+# (header, stats key, header of its ratio column or None). Cells are formatted by the shared
+# formatter of each statistic, so a figure reads the same here as in the report.
+METRICS: tuple[tuple[str, str, str | None], ...] = (
+    ("mean tok/s", "mean", "mean"),
+    ("p50 tok/s", "median", "p50"),
+    ("p95 tok/s", "p95", None),
+    ("read/token", "read_mib_per_token", None),
+    ("peak RSS", "peak_rss_gib", "peak RSS"),
 )
 
 
@@ -36,27 +40,27 @@ def comparison(data: context.ReportData, devices: Sequence[str]) -> dict[str, An
             keyed.setdefault((g.model, agg.config), {})[g.device] = agg
     headers = ["Model", "Config"]
     for d in devices:
-        headers += [f"{d} {h}" for h, _, _, _ in METRICS] + [f"{d} runs"]
+        headers += [f"{d} {h}" for h, _, _ in METRICS] + [f"{d} runs"]
     base = devices[0]
     for d in devices[1:]:
-        headers += [f"{d}/{base} {r}" for _, _, _, r in METRICS if r]
+        headers += [f"{d}/{base} {r}" for _, _, r in METRICS if r]
     rows = []
     for (model, config), per_device in keyed.items():
         row = [model, config]
         for d in devices:
             agg = per_device.get(d)
             v = agg.values if agg is not None and agg.runs else {}
-            row += [f(v.get(k)) for _, k, f, _ in METRICS]
-            row.append(cells.id_list(agg.ids) if agg is not None and agg.runs else cells.DASH)
+            row += [STATS[k].fmt(v.get(k)) for _, k, _ in METRICS]
+            row.append(id_list(agg.ids) if agg is not None and agg.runs else DASH)
         a = per_device.get(base)
         for d in devices[1:]:
             b = per_device.get(d)
-            for _, key, _, with_ratio in METRICS:
+            for _, key, with_ratio in METRICS:
                 if not with_ratio:
                     continue
                 x = a.values.get(key) if a is not None and a.runs else None
                 y = b.values.get(key) if b is not None and b.runs else None
-                row.append(cells.ratio(y / x) if cells.ok(x) and cells.ok(y) and x else cells.DASH)
+                row.append(ratio(y / x) if not is_missing(x) and not is_missing(y) and x else DASH)
         rows.append(row)
     drop_model = all(r[0] == "-" for r in rows)
     if drop_model:
@@ -65,12 +69,12 @@ def comparison(data: context.ReportData, devices: Sequence[str]) -> dict[str, An
             "left_out": [context.left_out_line(r) for r in data.failed]}
 
 
-def markdown_table(comp: dict[str, Any]) -> cells.Table:
+def markdown_table(comp: dict[str, Any]) -> Table:
     text_cols = 1 if comp["headers"][0] == "Config" else 2
-    table = cells.Table(list(map(cells.md_escape, comp["headers"])),
+    table = Table(list(map(md_escape, comp["headers"])),
                         ["---"] * text_cols + ["---:"] * (len(comp["headers"]) - text_cols))
     for row in comp["rows"]:
-        table.rows.append([cells.md_escape(c) for c in row])
+        table.rows.append([md_escape(c) for c in row])
     return table
 
 
@@ -106,8 +110,8 @@ def compare(store: Store, devices: Sequence[str], session: str | None = None,
                 for d in devices}
     try:
         text = env.get_template(user_main or "compare.md.j2").render(
-            title=cells.md_escape(title), table=markdown_table(comp), devices=devices,
-            sessions=sessions, left_out=[cells.md_escape(x) for x in comp["left_out"]],
+            title=md_escape(title), table=markdown_table(comp), devices=devices,
+            sessions=sessions, left_out=[md_escape(x) for x in comp["left_out"]],
             header=render.header(data), base=devices[0], data=data, comparison=comp)
     except TemplateError as exc:
         raise render.template_error(exc) from None

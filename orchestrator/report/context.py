@@ -19,9 +19,11 @@ from sqlalchemy import func, select
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.report.cells import ok
-from orchestrator.results import statistics as analysis
-from orchestrator.results.query import DAGGER, labelled, resolve_session, runs_stats
+from orchestrator.record import load_record
+from orchestrator.results.query import labelled, resolve_session, runs_stats
+from orchestrator.results.statistics import STAT_COLUMNS, spread
+from orchestrator.results.tables import by_model_and_device, group_title
+from orchestrator.results.values import is_missing, plain
 
 # How a config's repeats combine into one row. Throughput columns average the runs' values
 # (mean = mean of the runs' means, the figure the spread is about); extremes and device
@@ -165,8 +167,8 @@ def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
     are that run's, unchanged."""
     values: dict[str, Any] = {}
     if runs:
-        for key in analysis.STAT_COLUMNS:
-            xs = [r.stats.get(key) for r in runs if ok(r.stats.get(key))]
+        for key in STAT_COLUMNS:
+            xs = [r.stats.get(key) for r in runs if not is_missing(r.stats.get(key))]
             if not xs:
                 values[key] = None
             elif key in _WORST:
@@ -179,10 +181,10 @@ def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
     if len(runs) == 1:
         # An engine that repeats internally (llama-bench -r N) reports its own per-repetition
         # spread: with a single orch run, that is the spread there is.
-        inner = ((runs[0].row.summary or {}).get("repetition_spread") or {})
+        inner = load_record(runs[0].row.summary).extra.get("repetition_spread") or {}
         if (inner.get("n") or 0) >= 2:
             return values, {**inner, "unit": "repetitions"}
-    return values, analysis.spread([r.stats.get("mean") for r in runs])
+    return values, spread([r.stats.get("mean") for r in runs])
 
 
 def _slug(*parts: str) -> str:
@@ -191,13 +193,8 @@ def _slug(*parts: str) -> str:
 
 
 def _groups(runs: list[RunView]) -> list[Group]:
-    by_key: dict[tuple[str, str], list[RunView]] = {}
-    for r in runs:
-        by_key.setdefault((r.row.model or "-", r.row.device), []).append(r)
     groups = []
-    for i, ((model, device), members) in enumerate(by_key.items(), 1):
-        engine = members[0].row.engine or "engine"
-        title = f"{model if model != '-' else engine} on {device}"
+    for i, ((model, device), members) in enumerate(by_model_and_device(runs, lambda r: r.row), 1):
         configs: dict[str, list[RunView]] = {}
         for r in members:
             configs.setdefault(r.row.config, []).append(r)
@@ -206,6 +203,7 @@ def _groups(runs: list[RunView]) -> list[Group]:
             good = [r for r in rs if r.ok]
             values, spread = aggregate(good)
             aggs.append(ConfigAgg(name, good, values, spread, [r for r in rs if not r.ok]))
+        title = group_title(model, device, members[0].row.engine)
         groups.append(Group(model, device, title, f"{i}-{_slug(model, device)}", members, aggs))
     return groups
 
@@ -230,7 +228,7 @@ def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
     cache = _FrameCache(store)
     stats = runs_stats(cache, rows, quantile_method=quantile)      # type: ignore[arg-type]
-    records = {rid: {k: analysis._py(v) for k, v in rec.items()}
+    records = {rid: {k: plain(v) for k, v in rec.items()}
                for rid, rec in stats.to_dict("index").items()}
     labels = labelled(rows)
     runs = [RunView(r, labels[r.id], records.get(r.id, {})) for r in rows]
@@ -257,7 +255,6 @@ def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
 def left_out_line(r: RunView) -> str:
     """Plain text (escaped by the caller) saying why a run is in no aggregate."""
     n = int(r.stats.get("n") or 0)
-    return (f"{r.row.config}{' #%d' % (r.row.repeat_index + 1) if r.row.repeat_index else ''} "
-            f"{DAGGER} run {r.id} on {r.row.device}: {r.row.status}"
+    return (f"{r.label} run {r.id} on {r.row.device}: {r.row.status}"
             + (f" — {r.row.cause}" if r.row.cause else "")
             + f"; {n} token(s) recorded; left out of every aggregate")

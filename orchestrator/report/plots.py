@@ -15,9 +15,8 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
+from orchestrator.record import KIB_PER_GIB
 from orchestrator.report.context import Group, ReportData
-
-KB_PER_GIB = 1048576
 
 
 @dataclass
@@ -112,7 +111,7 @@ def _resources(group: Group, samples: pd.DataFrame, out: Path, plt: Any) -> list
         return []
     panels = [(col, label, scale) for col, label, scale in (
         ("cpu_temp_mC", "CPU temperature (°C)", 1000.0),
-        ("mem_avail_kb", "free RAM (GiB)", float(KB_PER_GIB)))
+        ("mem_avail_kb", "free RAM (GiB)", float(KIB_PER_GIB)))
         if col in s and pd.to_numeric(s[col], errors="coerce").notna().any()]
     if not panels:
         return []

@@ -10,16 +10,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.report.cells import (
-    DASH,
-    Table,
-    gib_from_kb,
-    id_list,
-    md_code,
-    md_escape,
-    when,
-)
+from orchestrator.record import load_record
+from orchestrator.report.cells import id_list
 from orchestrator.report.context import ReportData, RunView
+from orchestrator.results.formatting import file_size, gib_from_kb, when
+from orchestrator.results.markdown import Table, md_code, md_escape
+from orchestrator.results.values import DAGGER, DASH
 
 
 @dataclass
@@ -70,7 +66,7 @@ def devices_table(data: ReportData) -> Table:
 def _version(r: RunView) -> str:
     """The engine's own version line when its output carried one (bmoe preamble v2 `# engine=`,
     or the adapter's engine_build), else nothing: a hash is then the only identity."""
-    settings = (r.row.summary or {}).get("settings") or {}
+    settings = load_record(r.row.summary).settings
     for value in (settings.get("engine"), settings.get("version"), settings.get("build"),
                   r.row.engine_build):
         if value:
@@ -95,15 +91,14 @@ def models_table(data: ReportData) -> Table:
     t = Table(["Model", "file", "size", "sha256", "runs"], ["---", "---", "---:", "---", "---"])
     seen: dict[tuple[str, str, Any, str], list[int]] = {}
     for r in data.runs:
-        settings = (r.row.summary or {}).get("settings") or {}
+        settings = load_record(r.row.summary).settings
         declared = (data.matrices.get(r.row.session_id, {}).get("models") or {})
         path = declared.get(r.row.model) if isinstance(declared, dict) else None
         file = str(path or settings.get("model") or "")
         key = (r.row.model or "-", file, r.row.model_size, r.row.model_sha256 or "")
         seen.setdefault(key, []).append(r.id)
     for (model, file, size, sha), ids in seen.items():
-        size_cell = "%.2f GB (%d bytes)" % (size / 1e9, size) if size else DASH
-        t.rows.append([md_escape(model), md_code(file), size_cell, md_code(sha), id_list(ids)])
+        t.rows.append([md_escape(model), md_code(file), file_size(size), md_code(sha), id_list(ids)])
     t = t.drop_empty(keep=(0, 4))
     return t if any(c != DASH for row in t.rows for c in row[1:-1]) else Table([], [])
 
@@ -143,7 +138,7 @@ def runs_table(data: ReportData) -> Table:
                "---:", "---"])
     for r in data.runs:
         row = r.row
-        status = row.status if r.ok else f"† {row.status}"
+        status = row.status if r.ok else f"{DAGGER} {row.status}"
         if row.cause and not r.ok:
             status += f": {row.cause}"
         cooldown = DASH if row.cooldown_s is None else "%g" % row.cooldown_s

@@ -31,7 +31,11 @@ from markupsafe import Markup
 from orchestrator import __version__
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
-from orchestrator.report import cells, context, provenance, sections
+from orchestrator.report import context, provenance, sections
+from orchestrator.report.cells import id_list
+from orchestrator.results import markdown as md
+from orchestrator.results.formatting import cell, gib_from_kb, pct, ratio, when
+from orchestrator.results.values import DAGGER, DASH
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
 
@@ -54,9 +58,9 @@ def environment(template: str | Path | None = None) -> tuple[Environment, str | 
                       autoescape=select_autoescape(enabled_extensions=("html", "htm", "html.j2"),
                                                    default_for_string=False, default=False),
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters.update(md=cells.md_escape, code=cells.md_code, fence=cells.md_fence,
-                       table=cells.md_table, pct=cells.pct, ratio=cells.ratio, when=cells.when,
-                       ids=cells.id_list)
+    env.filters.update(md=md.md_escape, code=md.md_code, fence=md.md_fence, table=md.render,
+                       pct=pct, ratio=ratio, when=when, ids=id_list,
+                       stat=lambda value, key: cell(key, value))
     return env, main
 
 
@@ -80,10 +84,10 @@ def _device_line(name: str, dev: Any) -> str:
                                  f.get("prop.ro.product.model")) if x),
             f.get("prop.ro.soc.model") or f.get("cpu_model") or "",
             f"{f['cores']} cores" if f.get("cores") else "",
-            f"{cells.gib_from_kb(f['mem_total_kb'])} RAM" if f.get("mem_total_kb") else "",
+            f"{gib_from_kb(f['mem_total_kb'])} RAM" if f.get("mem_total_kb") else "",
             f.get("os") or ""]
     detail = ", ".join(b for b in bits if b)
-    return cells.md_escape(f"{name} ({detail})" if detail else name)
+    return md.md_escape(f"{name} ({detail})" if detail else name)
 
 
 def header(data: context.ReportData) -> dict[str, Any]:
@@ -96,31 +100,31 @@ def header(data: context.ReportData) -> dict[str, Any]:
     engines = list(dict.fromkeys(r.engine or "?" for r in rows))
     repeats = max(r.repeat_index for r in rows) + 1
     tokens = sorted({m.get("tokens") for m in matrices if isinstance(m.get("tokens"), int)})
-    what = (f"engine {', '.join(cells.md_code(e) for e in engines)}: {len(configs)} config(s)"
+    what = (f"engine {', '.join(md.md_code(e) for e in engines)}: {len(configs)} config(s)"
             + (f" × {len(models)} model(s)" if models else "")
             + (f", up to {repeats} repeats each" if repeats > 1 else "")
             + (f", {', '.join(map(str, tokens))} tokens per run" if tokens else "")
             + f" — {len(rows)} run(s)")
     builds = list(dict.fromkeys((r.engine or "?", r.binary_sha256) for r in rows))
-    build_text = "; ".join(f"{cells.md_escape(e)} sha256 {cells.md_code(sha[:16]) + '…'}"
-                           if sha else f"{cells.md_escape(e)} (no binary hash recorded)"
+    build_text = "; ".join(f"{md.md_escape(e)} sha256 {md.md_code(sha[:16]) + '…'}"
+                           if sha else f"{md.md_escape(e)} (no binary hash recorded)"
                            for e, sha in builds)
     kinds = {s.kind for s in data.sessions}
-    period = (f"{cells.when(min(starts))} → {cells.when(max(starts))} UTC" if starts else "—")
+    period = (f"{when(min(starts))} → {when(max(starts))} UTC" if starts else DASH)
     if kinds == {"import"}:
-        period = (f"imported {cells.when(max(starts))} UTC; the files do not say when they "
-                  f"were measured" if starts else "—")
+        period = (f"imported {when(max(starts))} UTC; the files do not say when they "
+                  f"were measured" if starts else DASH)
     failed = data.failed
     return {
-        "title": cells.md_escape(data.title),
-        "descriptions": [cells.md_escape(m["description"]) for m in matrices
+        "title": md.md_escape(data.title),
+        "descriptions": [md.md_escape(m["description"]) for m in matrices
                          if m.get("description")],
         "what": what, "period": period,
         "sessions": ", ".join(str(s.id) for s in data.sessions),
         "devices": "; ".join(_device_line(n, d) for n, d in data.devices.items()),
         "engines": build_text,
-        "counts": f"{len(rows) - len(failed)} ended ok, {len(failed)} left out (†)",
-        "baseline": cells.md_escape(data.baseline) if data.baseline else None,
+        "counts": f"{len(rows) - len(failed)} ended ok, {len(failed)} left out ({DAGGER})",
+        "baseline": md.md_escape(data.baseline) if data.baseline else None,
     }
 
 
@@ -129,14 +133,14 @@ def document_context(data: context.ReportData, plots: dict[str, list[Any]] | Non
     groups = []
     for g in data.groups:
         ab, ab_note = sections.ab(g, data.baseline)
-        groups.append({"title": cells.md_escape(g.title), "slug": g.slug, "group": g,
+        groups.append({"title": md.md_escape(g.title), "slug": g.slug, "group": g,
                        "throughput": sections.throughput(g), "pressure": sections.pressure(g),
                        "ab": ab, "ab_note": ab_note,
                        "plots": (plots or {}).get(g.slug, [])})
     return {"data": data, "header": header(data), "groups": groups,
             "captions": sections.CAPTIONS, "left_out": sections.left_out(data.runs),
             "provenance": provenance.build(data), "plot_note": plot_note,
-            "generated": cells.when(dt.datetime.now(dt.timezone.utc)),
+            "generated": when(dt.datetime.now(dt.timezone.utc)),
             "orch_version": __version__}
 
 

@@ -8,46 +8,35 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from orchestrator.report.cells import (
-    DASH,
-    Table,
-    fmt,
-    id_list,
-    md_escape,
-    ok,
-    pct,
-    split_cell,
-    spread_cell,
-    temp_cell,
-)
+from orchestrator.report.cells import id_list, split_cell, spread_cell, temp_cell
 from orchestrator.report.context import ConfigAgg, Group, RunView, left_out_line
-from orchestrator.results import statistics as analysis
 from orchestrator.results.divergence import divergence
+from orchestrator.results.formatting import STATS, bold, pct
+from orchestrator.results.markdown import Table, md_escape
+from orchestrator.results.statistics import delta_pct
+from orchestrator.results.values import DAGGER, DASH, is_missing
 
 Cell = Callable[[Mapping[str, Any], Mapping[str, Any] | None], str]
 
 
-def _v(key_or_pattern: str, key: str | None = None) -> Cell:
-    f = fmt(key_or_pattern)
-    return lambda v, s: f(v.get(key or key_or_pattern))
+def _stat(key: str, headline: bool = False) -> tuple[str, str, Cell]:
+    """A column of one statistic: its shared header and formatter."""
+    f = bold(STATS[key].fmt) if headline else STATS[key].fmt
+    return STATS[key].header, "---:", lambda v, s: f(v.get(key))
 
 
 THROUGHPUT: list[tuple[str, str, Cell]] = [
-    ("decode mean", "---:", _v("mean")),
+    _stat("mean", headline=True),
     ("spread of means", "---:", lambda v, s: spread_cell(s)),
-    ("min", "---:", _v("min")), ("max", "---:", _v("max")),
-    ("median", "---:", _v("median")), ("p5", "---:", _v("%.2f", "p5")),
-    ("p95", "---:", _v("p95")),
-    ("prefill tok/s", "---:", _v("prefill_tps")), ("TTFT (s)", "---:", _v("ttft_s")),
-    ("cache hit", "---:", _v("cache_hit_pct")),
-    ("flash read/token", "---:", _v("read_mib_per_token")),
-    ("stall ms/tok", "---:", _v("stall_ms_per_token")),
+    _stat("min"), _stat("max"), _stat("median"), _stat("p5"), _stat("p95"),
+    _stat("prefill_tps"), _stat("ttft_s"), _stat("cache_hit_pct"),
+    _stat("read_mib_per_token"), _stat("stall_ms_per_token"),
     ("compute + I/O (s/tok)", "---:", lambda v, s: split_cell(v)),
 ]
 PRESSURE: list[tuple[str, str, Cell]] = [
-    ("peak RSS", "---:", _v("peak_rss_gib")), ("free-RAM floor", "---:", _v("mem_floor_gib")),
+    _stat("peak_rss_gib"), _stat("mem_floor_gib"),
     ("CPU start → max", "---:", lambda v, s: temp_cell(v)),
-    ("battery max", "---:", _v("batt_temp_max_c")),
+    _stat("batt_temp_max_c"),
 ]
 CAPTIONS = {
     "throughput": "**Throughput** (tok/s; mean = aggregate decode n / Σ decode time, in bold; "
@@ -109,7 +98,7 @@ def within_noise(base: ConfigAgg, agg: ConfigAgg) -> bool | None:
     side was repeated (no spread to compare with). A zero spread flags nothing."""
     spreads = [r for r in (_range(base), _range(agg)) if r is not None]
     a, b = base.values.get("mean"), agg.values.get("mean")
-    if not spreads or not ok(a) or not ok(b):
+    if not spreads or is_missing(a) or is_missing(b):
         return None
     return abs(b - a) < max(spreads)
 
@@ -129,18 +118,19 @@ def ab(group: Group, baseline: str | None) -> tuple[Table | None, str | None]:
                   ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---", "---",
                    "---:"])
     base_text = _text(base)
-    mean, read, rss = fmt("mean"), fmt("read_mib_per_token"), fmt("peak_rss_gib")
+    mean = bold(STATS["mean"].fmt)
+    read, rss = STATS["read_mib_per_token"].fmt, STATS["peak_rss_gib"].fmt
     noisy = single = False
     for agg in [base] + [c for c in group.configs if c is not base]:
         v = agg.values
         if not agg.runs:
             table.rows.append([md_escape(agg.config)] + [DASH] * 7 + [
-                DASH, f"no run ended ok (†: {id_list([r.id for r in agg.bad])})", DASH])
+                DASH, f"no run ended ok ({DAGGER}: {id_list([r.id for r in agg.bad])})", DASH])
             continue
         is_base = agg is base
 
         def delta(key: str) -> str:
-            return "baseline" if is_base else pct(analysis.delta_pct(base.values.get(key),
+            return "baseline" if is_base else pct(delta_pct(base.values.get(key),
                                                                      v.get(key)))
         note = ""
         if not is_base:

@@ -6,14 +6,15 @@ These checks look at the stored runs of a session, per device, and say so.
 """
 from __future__ import annotations
 
-import itertools
-import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
 from orchestrator.db.store import Store
+from orchestrator.record import KIB_PER_GIB
 from orchestrator.results.query import runs_stats
 
 
@@ -25,28 +26,22 @@ class Thresholds:
     rank_p: float = 0.05             # ... and its permutation p-value
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman's rank correlation (average ranks for ties)."""
-    rx = pd.Series(list(x)).rank()
-    ry = pd.Series(list(y)).rank()
-    value = rx.corr(ry)
-    return 0.0 if value != value else float(value)
+def _abs_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """|Spearman rho| (Pearson's r of the ranks) along `axis`: vectorised, since
+    permutation_test hands in thousands of resamples at once."""
+    return np.abs(pearsonr(rankdata(x, axis=axis), rankdata(y, axis=axis), axis=axis).statistic)
 
 
-def permutation_p(x: Sequence[float], y: Sequence[float], rho: float, rounds: int = 2000) -> float:
-    """Two-sided p-value of rho by permuting y: exact for n <= 7, else `rounds` shuffles with a
+def permutation_p(x: list[float], y: list[float], rounds: int = 5040) -> float:
+    """Two-sided p-value of rho: the share of orders of y (x fixed) whose |rho| reaches the
+    observed one. Every order while n! <= rounds (n <= 7), else `rounds` random ones with a
     fixed seed, so the same data always gets the same verdict."""
-    ys = list(y)
-    if len(ys) <= 7:
-        perms = list(itertools.permutations(ys))
-    else:
-        rng = random.Random(0)
-        perms = []
-        for _ in range(rounds):
-            rng.shuffle(ys)
-            perms.append(tuple(ys))
-    hits = sum(1 for p in perms if abs(spearman(x, p)) >= abs(rho) - 1e-12)
-    return hits / len(perms)
+    xs = np.asarray(x, float)
+    result = permutation_test((np.asarray(y, float),),
+                              lambda ys, axis=-1: _abs_rho(xs, ys, axis),
+                              permutation_type="pairings", vectorized=True,
+                              n_resamples=rounds, alternative="greater", rng=0)
+    return float(result.pvalue)
 
 
 def order_drift(runs: pd.DataFrame, t: Thresholds = Thresholds()) -> str | None:
@@ -57,10 +52,12 @@ def order_drift(runs: pd.DataFrame, t: Thresholds = Thresholds()) -> str | None:
     if len(pooled) < 4:
         return None
     norm = pooled["mean"] / pooled.groupby("config")["mean"].transform("mean")
-    rho = spearman(pooled["order_index"], norm)
+    if norm.nunique() < 2:          # every run at its config's mean: nothing to rank
+        return None
+    rho = float(spearmanr(pooled["order_index"], norm).statistic)
     if abs(rho) < t.rank_rho:
         return None
-    p = permutation_p(list(pooled["order_index"]), list(norm), rho)
+    p = permutation_p(list(pooled["order_index"]), list(norm))
     if p >= t.rank_p:
         return None
     trend = "falls" if rho < 0 else "rises"
@@ -100,7 +97,7 @@ def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()
             if spread > t.free_ram_frac:
                 warnings.append(
                     f"{where}free RAM at cell start varies by {spread:.0%} "
-                    f"({free['free_kb'].min() / 1048576:.2f}-{free['free_kb'].max() / 1048576:.2f} GB): "
+                    f"({free['free_kb'].min() / KIB_PER_GIB:.2f}-{free['free_kb'].max() / KIB_PER_GIB:.2f} GiB): "
                     f"cells did not start from the same memory state")
         drift = order_drift(runs.dropna(subset=["mean"]), t)
         if drift:

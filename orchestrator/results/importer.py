@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from orchestrator.config.plan import Cell
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store, now
@@ -24,6 +25,7 @@ from orchestrator.engines.bmoe_format import (
     parse_metrics_sidecar,
     split_log,
 )
+from orchestrator.record import Pressure
 from orchestrator.run.recorder import RunRecorder
 
 MAX_FILE = 512 * 1024 * 1024   # a per-token CSV of a 256-token run is ~50 KB; refuse absurd files
@@ -94,12 +96,7 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
             report.problems.append(f"{csv.name}: not imported: {exc}")
             continue
         report.problems.extend(f"{csv.name}: {p}" for p in problems)
-        if stem in known:
-            with store.lock, store.engine.begin() as conn:
-                conn.execute(schema.imported_file.delete()
-                             .where(schema.imported_file.c.id == known[stem].id))
-        store._insert(schema.imported_file, {"session_id": session_id, "path": stem,
-                                             "sha256": digest})
+        store.set_imported_file(session_id, stem, digest)
         report.imported.append(stem)
     store.update_session(session_id, ended_at=now())
     return report
@@ -126,11 +123,9 @@ def _import_run(store: Store, adapter: Any, session_id: int, device_id: int, csv
         else:
             out_lines.extend(body.splitlines())
     if previous is not None:   # re-import of a changed file: replace, never duplicate
-        store.delete_run_rows(previous.id)
-        with store.lock, store.engine.begin() as conn:
-            conn.execute(schema.run.delete().where(schema.run.c.id == previous.id))
+        store.delete_run(previous.id)
     run_id = store.create_run(uid=uuid.uuid4().hex[:16], session_id=session_id,
-                              device_id=device_id, cell_key=f"-|{csv.stem}|0", model="-",
+                              device_id=device_id, cell_key=_cell(csv, "-").key, model="-",
                               config=csv.stem, flags=None, repeat_index=0, order_index=order,
                               status="running", engine=adapter.name, superseded=False,
                               remote_dir=str(csv))
@@ -141,19 +136,22 @@ def _import_run(store: Store, adapter: Any, session_id: int, device_id: int, csv
     for line in out_lines:
         recorder.handle("O\t" + line)
     recorder.flush()
-    summary = parser.summary()
+    record = parser.record()
     if sidecar is not None:
-        summary["sidecar"] = sidecar
-    settings = summary.get("settings") or {}
-    model = settings.get("model") or "-"
-    complete = bool(summary.get("complete"))
-    status = "ok" if complete else "interrupted"
-    cause = None if complete else "no '# summary' trailer: the run was killed or the file cut"
-    from orchestrator.run.runner import _jsonable
-
-    store.update_run(run_id, status=status, cause=cause, summary=_jsonable(summary),
-                     text=summary.get("text") or None, model=str(model),
-                     cell_key=f"{model}|{csv.stem}|0",
-                     flags=" ".join(f"{k}={v}" for k, v in settings.items()) or None,
+        # the device pressure a measured run gets from the agent's samples
+        record.pressure = Pressure.from_sidecar(sidecar)
+        record.extra["sidecar"] = sidecar
+    model = str(record.settings.get("model") or "-")
+    status = "ok" if record.complete else "interrupted"
+    cause = None if record.complete else "no '# summary' trailer: the run was killed or the file cut"
+    store.update_run(run_id, status=status, cause=cause, summary=record.stored(),
+                     text=record.text or None, engine_build=record.engine_build, model=model,
+                     cell_key=_cell(csv, model).key,
+                     flags=" ".join(f"{k}={v}" for k, v in record.settings.items()) or None,
                      ended_at=now())
-    return [e for e in summary.get("errors", []) if "no '# summary' trailer" not in e]
+    return [e for e in record.errors if "no '# summary' trailer" not in e]
+
+
+def _cell(csv: Path, model: str) -> Cell:
+    """An imported run is the one repeat of the cell (its model, config = the file's stem)."""
+    return Cell(model=model, model_path=None, config=csv.stem, flags="", repeat=0)

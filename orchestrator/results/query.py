@@ -1,7 +1,8 @@
-"""Store -> analysis: the statistics of stored runs, for every view (terminal, table, report).
+"""Store -> statistics: the statistics of stored runs, for every view (terminal, table, report).
 
-One place decides where a run's device pressure comes from: the agent's samples when the run
-was measured by orch, else the `.metrics` sidecar an imported run brought along.
+Each run's record is read back from `run.summary` with `load_record` (any schema version); its
+device pressure comes from the agent's samples when orch measured the run, else from the
+record (the `.metrics` sidecar an imported run brought along: statistics.runs_table decides).
 """
 from __future__ import annotations
 
@@ -13,34 +14,32 @@ from sqlalchemy import select
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.results import statistics as analysis
-
-DAGGER = "†"
+from orchestrator.record import KIB_PER_GIB, load_record
+from orchestrator.results import statistics
+from orchestrator.results.values import DAGGER, plain
 
 
 def runs_stats(store: Store, run_rows: Sequence[Any], quantile_method: str = "linear") -> pd.DataFrame:
-    """analysis.runs_table for these runs, indexed by run id (every row present)."""
+    """statistics.runs_table for these runs, indexed by run id (every row present)."""
     ids = [r.id for r in run_rows]
     if not ids:
-        return pd.DataFrame(columns=list(analysis.STAT_COLUMNS))
+        return pd.DataFrame(columns=list(statistics.STAT_COLUMNS))
     tokens = store.frame("token", ids)
-    sampled = pressure_by_run(store.frame("sample", ids))
-    summaries: dict[int, Any] = {}
-    pressure: dict[int, Any] = {}
-    for row in run_rows:
-        summary = row.summary or {}
-        summaries[row.id] = summary
-        if row.id in sampled:
-            pressure[row.id] = sampled[row.id]
-        elif summary.get("sidecar"):
-            pressure[row.id] = summary["sidecar"]
-    stats = analysis.runs_table(tokens, summaries, pressure, quantile_method=quantile_method)
+    records = {row.id: load_record(row.summary) for row in run_rows}
+    stats = statistics.runs_table(tokens, records, pressure_by_run(store.frame("sample", ids)),
+                                  quantile_method=quantile_method)
     return stats.reindex(ids)
 
 
 def pressure_by_run(samples: pd.DataFrame) -> dict[int, dict[str, float | None]]:
-    """analysis.pressure_from_samples for every run at once (one groupby, not one per run:
-    per-run calls were half of a 1,000-run report's time)."""
+    """Device pressure of every sampled run from its agent samples (t_ms, hwm_kb, rss_kb,
+    mem_avail_kb, cpu_temp_mC, batt_temp_dC), in GiB and °C, in one groupby (per-run calls
+    were half of a 1,000-run report's time).
+
+    The agent omits unreadable keys, so missing values are NaN and skipped. Peak RSS is the max
+    VmHWM (the kernel's own high-water mark, which catches peaks between samples); VmRSS only
+    when no HWM was readable. "start" is the first sample in time with a reading.
+    """
     if samples is None or not len(samples):
         return {}
     s = samples.sort_values(["run_id", "t_ms"], kind="stable")
@@ -54,23 +53,23 @@ def pressure_by_run(samples: pd.DataFrame) -> dict[int, dict[str, float | None]]
         out = {"max": grouped.max, "min": grouped.min, "first": grouped.first}[how]()
         return out / scale
 
-    peak = agg("hwm_kb", "max", analysis.KB_PER_GB)
-    peak = peak.combine_first(agg("rss_kb", "max", analysis.KB_PER_GB))
+    peak = agg("hwm_kb", "max", KIB_PER_GIB)
+    peak = peak.combine_first(agg("rss_kb", "max", KIB_PER_GIB))
     frame = pd.DataFrame({
         "peak_rss_gib": peak,
-        "mem_floor_gib": agg("mem_avail_kb", "min", analysis.KB_PER_GB),
+        "mem_floor_gib": agg("mem_avail_kb", "min", KIB_PER_GIB),
         "cpu_temp_start_c": agg("cpu_temp_mC", "first", 1000),
         "cpu_temp_max_c": agg("cpu_temp_mC", "max", 1000),
         "batt_temp_max_c": agg("batt_temp_dC", "max", 10),
     }).reindex(list(g.groups))
-    return {int(rid): {k: analysis._py(v) for k, v in rec.items()}
+    return {int(rid): {k: plain(v) for k, v in rec.items()}
             for rid, rec in frame.to_dict("index").items()}
 
 
 def stats_dicts(store: Store, run_rows: Sequence[Any]) -> dict[int, dict[str, Any]]:
     """Per-run statistics as plain dicts (None for missing), keyed by run id."""
     stats = runs_stats(store, run_rows)
-    return {rid: {k: analysis._py(v) for k, v in rec.items()}
+    return {rid: {k: plain(v) for k, v in rec.items()}
             for rid, rec in stats.to_dict("index").items()}
 
 

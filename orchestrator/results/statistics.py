@@ -1,21 +1,24 @@
 """Per-run statistics exactly as bmoe-formats.md §6 (the published tables' method).
 
-Token-level numbers come from the token rows; scalar ones from the engine's `# summary` trailer,
-falling back to the stdout summary lines (and then to the token rows) when a run was killed
-before writing its trailer. Everything for many runs is computed at once (`runs_table`):
-per-run Python work is limited to reading each run's small summary dict.
+Token-level numbers come from the token rows; scalar ones from the run's record (a RunRecord:
+the engine's trailer, or its stdout summary lines when a run was killed before writing its
+trailer), and then from the token rows where the record has nothing. Everything for many runs
+is computed at once (`runs_table`): per-run Python work is limited to reading each record's
+typed fields.
 """
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-KB_PER_GB = 1048576          # the published tables' "GB" is GiB: kB / 1024²
+from orchestrator.record import PRESSURE_FIELDS, RunRecord, load_record
+from orchestrator.results.values import is_missing
+
 QUANTILE_METHODS = ("linear", "lower")
 
 STAT_COLUMNS: tuple[str, ...] = (
@@ -24,70 +27,8 @@ STAT_COLUMNS: tuple[str, ...] = (
     "io_s_per_token", "streaming", "complete", "cache_budget_mib", "cache_resident_mib",
     "cache_resizes", "spec_read_mib", "spec_read_mib_per_token", "spec_experts", "spec_useful",
     "spec_useful_pct", "spec_recall_pct", "spec_auto_off",
-    "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c", "batt_temp_max_c",
+    *PRESSURE_FIELDS,
 )
-PRESSURE_KEYS = ("peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c",
-                 "batt_temp_max_c")
-
-
-def _missing(v: Any) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def _div(a: Any, b: Any) -> float | None:
-    if _missing(a) or _missing(b) or b == 0:
-        return None
-    return a / b
-
-
-# ---- pressure ------------------------------------------------------------------------------
-
-# (stat, `.metrics` key, divisor): units by suffix, kB / milli-°C / deci-°C (§4, §6)
-_PRESSURE_SRC = (
-    ("peak_rss_gib", "peak_rss_kb", KB_PER_GB),
-    ("mem_floor_gib", "mem_avail_floor_kb", KB_PER_GB),
-    ("cpu_temp_start_c", "cpu_temp_before_mC", 1000),
-    ("cpu_temp_max_c", "cpu_temp_max_mC", 1000),
-    ("batt_temp_max_c", "batt_temp_max_dC", 10),
-)
-
-
-def pressure_from_metrics(m: Mapping[str, Any]) -> dict[str, float | None]:
-    """A `.metrics` sidecar dict (kB, milli-°C, deci-°C; None = failed read) -> GB and °C."""
-    return {key: _div(m.get(raw), scale) for key, raw, scale in _PRESSURE_SRC}
-
-
-def pressure_from_samples(samples: pd.DataFrame) -> dict[str, float | None]:
-    """Agent S samples (t_ms, hwm_kb, rss_kb, mem_avail_kb, cpu_temp_mC, batt_temp_dC).
-
-    The agent omits unreadable keys, so missing values are NaN and skipped. Peak RSS is the max
-    VmHWM (the kernel's own high-water mark, which catches peaks between samples); VmRSS only
-    when no HWM was readable. "start" is the first sample in time with a reading.
-    """
-    if samples is None or len(samples) == 0:
-        return dict.fromkeys(PRESSURE_KEYS)
-    s = samples.sort_values("t_ms", kind="stable") if "t_ms" in samples else samples
-
-    def col(name: str) -> pd.Series:
-        return pd.to_numeric(s[name], errors="coerce") if name in s else pd.Series(dtype=float)
-
-    def agg(name: str, how: str, scale: float) -> float | None:
-        c = col(name).dropna()
-        if c.empty:
-            return None
-        v = {"max": c.max(), "min": c.min(), "first": c.iloc[0]}[how]
-        return float(v) / scale
-
-    peak = agg("hwm_kb", "max", KB_PER_GB)
-    if peak is None:
-        peak = agg("rss_kb", "max", KB_PER_GB)
-    return {
-        "peak_rss_gib": peak,
-        "mem_floor_gib": agg("mem_avail_kb", "min", KB_PER_GB),
-        "cpu_temp_start_c": agg("cpu_temp_mC", "first", 1000),
-        "cpu_temp_max_c": agg("cpu_temp_mC", "max", 1000),
-        "batt_temp_max_c": agg("batt_temp_dC", "max", 10),
-    }
 
 
 # ---- token-level (vectorised) --------------------------------------------------------------
@@ -114,7 +55,12 @@ def _sorted_tps(codes: np.ndarray, n: np.ndarray, w: np.ndarray) -> tuple[np.nda
 
 
 def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
-    """Per run_id: n, mean, min, max, median, p5, p95, stall mean, read bytes, last hit pct."""
+    """Per run_id: n, mean, min, max, median, p5, p95, stall mean, read bytes, last hit pct.
+
+    Hand-vectorised on purpose: the same figures through pandas (`groupby().quantile(q,
+    interpolation=...)`, min/max/size/sum/mean/last) took 45 ms against this code's 18 ms for
+    1,000 runs x 256 tokens, which would put bench/analysis (goal <= 2x a bare groupby) at
+    about 2.3x. tests/test_analysis_oracle.py checks these quantiles against pandas'."""
     if q_method not in QUANTILE_METHODS:
         raise ValueError(f"quantile_method must be one of {QUANTILE_METHODS}")
     codes, uniques = pd.factorize(tokens["run_id"], sort=False)
@@ -184,158 +130,105 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
     return out
 
 
-# ---- scalar (from the summary) -------------------------------------------------------------
+# ---- scalar (from the records) -------------------------------------------------------------
 
-# Where a trailer key's value is printed on stdout, for runs whose trailer is missing (killed)
-# or older than the key (the 2026-07-12 trailers have no spec_* keys; the .log lines do).
-_FROM_LINES: dict[str, tuple[tuple[str, str], ...]] = {
-    "prefill": (("prefill_tps", "tok_per_s"), ("load_s", "load_s"), ("prefill_s", "s"),
-                ("_ttft_line", "ttft_s")),
-    "moe_cache": (("cache_hit_pct", "hit_pct"), ("cache_budget_MiB", "budget_mib"),
-                  ("cache_resident_MiB", "resident_mib"), ("cache_resizes", "resizes")),
-    "moe_stream": (("read_MiB", "read_mib"), ("compute_s/tok", "compute_s_per_token"),
-                   ("io_s/tok", "io_s_per_token")),
-    "moe_prefetch": (("spec_read_MiB", "spec_mib"), ("spec_experts", "experts"),
-                     ("spec_useful", "useful")),
-    "moe_spec_gate": (("spec_recall_pct", "recall_pct"), ("spec_auto_off", "auto_disabled")),
-}
-_FLAT_KEYS = [k for pairs in _FROM_LINES.values() for k, _ in pairs] + [
-    "io_s", "tok/s", "_stream_line", "_moe_stream", "_complete", "_trailer"]
+# The record fields the tables read, fetched from every record in one pass.
+_FIELDS = ("decode_tps", "prefill_tps", "ttft_s", "cache_hit_pct", "read_mib",
+           "compute_s_per_token", "io_s_per_token", "cache_budget_mib", "cache_resident_mib",
+           "cache_resizes", "spec_read_mib", "spec_experts", "spec_useful", "spec_recall_pct",
+           "spec_auto_off", "streaming", "complete")
+_get_fields = attrgetter(*_FIELDS)
 
 
-def _parts(summary: Mapping[str, Any] | None) -> tuple[dict, dict, dict, bool | None]:
-    """(trailer, lines, settings, complete) from a RunParser summary or a bare trailer dict."""
-    if not summary:
-        return {}, {}, {}, None
-    if "trailer" in summary or "lines" in summary or "settings" in summary:
-        tr = summary.get("trailer") or {}
-        complete = summary.get("complete")
-        return tr, summary.get("lines") or {}, summary.get("settings") or {}, (
-            complete if complete is not None else bool(tr))
-    return dict(summary), {}, {}, True
+def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None],
+             tok: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Vectorised over runs: the per-run columns that come from the records and pressure."""
+    table = np.array([_get_fields(r) for r in records], dtype=object).reshape(
+        len(records), len(_FIELDS))
+    field = {name: table[:, i] for i, name in enumerate(_FIELDS)}
 
-
-def _flat(summary: Mapping[str, Any] | None) -> dict[str, Any]:
-    """One flat record per run: trailer keys, filled from the stdout lines where missing."""
-    tr, lines, settings, complete = _parts(summary)
-    flat: dict[str, Any] = {}
-    for kind, sec in lines.items():
-        for key, field in _FROM_LINES.get(kind, ()):
-            flat[key] = sec.get(field)
-    flat.update(tr)      # the trailer has more digits than the stdout lines
-    flat["_stream_line"] = "moe_stream" in lines
-    flat["_moe_stream"] = settings.get("moe_stream")
-    flat["_complete"] = complete
-    flat["_trailer"] = bool(tr)
-    return flat
-
-
-def _scalars(flats: list[dict[str, Any]], pressures: list[Any], tok: pd.DataFrame) -> dict:
-    """Vectorised over runs: the per-run columns that come from summaries and sidecars."""
-    S = pd.DataFrame.from_records(flats, columns=_FLAT_KEYS)
-    P = pd.DataFrame.from_records([p or {} for p in pressures],
-                                  columns=[c for t in _PRESSURE_SRC for c in t[:2]])
-
-    def num(frame: pd.DataFrame, key: str) -> np.ndarray:
-        # a writable copy: pandas 3 (copy-on-write) hands out read-only views
-        return np.array(pd.to_numeric(frame[key], errors="coerce"), dtype=float)
+    def num(name: str) -> np.ndarray:
+        return field[name].astype(float)        # None -> NaN
 
     n = tok["n"].to_numpy(dtype=float)
     n = np.where(n == 0, np.nan, n)
-    obj = lambda key: S[key].to_numpy(dtype=object)   # noqa: E731
-    ttft = num(S, "load_s") + num(S, "prefill_s")
-    ttft = np.where(np.isnan(ttft), num(S, "_ttft_line"), ttft)
-    hit = num(S, "cache_hit_pct")
+    hit = num("cache_hit_pct")
     hit = np.where(np.isnan(hit), tok["_last_hit"].to_numpy(dtype=float), hit)
-    read = num(S, "read_MiB")
-    read = np.where(np.isnan(read), tok["_read_bytes"].to_numpy(dtype=float) / 1048576, read)
-    # streaming: the resolved setting, else a moe-stream line, else the trailer's reads, else
-    # the rows' read_bytes; plain mmap runs have no meaningful compute/I/O split (§1)
     rb = tok["_read_bytes"].to_numpy(dtype=float)
-    setting = num(S, "_moe_stream")
-    moved = (np.nan_to_num(num(S, "read_MiB")) > 0) | (np.nan_to_num(num(S, "io_s")) > 0)
-    streaming = np.full(len(S), None, dtype=object)
-    for known, value in ((~np.isnan(rb), rb > 0), (obj("_trailer").astype(bool), moved),
-                         (obj("_stream_line").astype(bool), True),
-                         (~np.isnan(setting), setting != 0)):      # lowest priority first
-        streaming[known] = value[known] if isinstance(value, np.ndarray) else value
+    read = num("read_mib")
+    read = np.where(np.isnan(read), rb / 1048576, read)
+    # streaming: what the record says, else whether the rows read anything; plain mmap runs
+    # have no meaningful compute/I/O split (§1)
+    streaming = field["streaming"].copy()
+    unknown = np.array([v is None for v in streaming], dtype=bool) & ~np.isnan(rb)
+    streaming[unknown] = rb[unknown] > 0
     is_stream = streaming == True  # noqa: E712  (object array with None)
-    experts, useful = num(S, "spec_experts"), num(S, "spec_useful")
-    recall = num(S, "spec_recall_pct")
+    experts, useful = num("spec_experts"), num("spec_useful")
+    recall = num("spec_recall_pct")
     recall[recall < 0] = np.nan                      # -1.0: no spec gate
-    auto_off = np.where(np.isnan(recall), None, np.nan_to_num(num(S, "spec_auto_off")) > 0)
-    spec_mib = num(S, "spec_read_MiB")
+    auto_off = np.where(np.isnan(recall), None, np.nan_to_num(num("spec_auto_off")) > 0)
+    spec_mib = num("spec_read_mib")
     with np.errstate(divide="ignore", invalid="ignore"):
         out = {
-            "prefill_tps": num(S, "prefill_tps"), "ttft_s": ttft,
+            "prefill_tps": num("prefill_tps"), "ttft_s": num("ttft_s"),
             "cache_hit_pct": np.where(hit < 0, np.nan, hit),
             "read_mib_per_token": read / n,
-            "compute_s_per_token": np.where(is_stream, num(S, "compute_s/tok"), np.nan),
-            "io_s_per_token": np.where(is_stream, num(S, "io_s/tok"), np.nan),
-            "streaming": streaming, "complete": obj("_complete"),
-            "_summary_tps": num(S, "tok/s"),
-            "cache_budget_mib": num(S, "cache_budget_MiB"),
-            "cache_resident_mib": num(S, "cache_resident_MiB"),
-            "cache_resizes": num(S, "cache_resizes"),
+            "compute_s_per_token": np.where(is_stream, num("compute_s_per_token"), np.nan),
+            "io_s_per_token": np.where(is_stream, num("io_s_per_token"), np.nan),
+            "streaming": streaming, "complete": field["complete"],
+            "_decode_tps": num("decode_tps"),
+            "cache_budget_mib": num("cache_budget_mib"),
+            "cache_resident_mib": num("cache_resident_mib"),
+            "cache_resizes": num("cache_resizes"),
             "spec_read_mib": spec_mib, "spec_read_mib_per_token": spec_mib / n,
             "spec_experts": experts, "spec_useful": useful,
             "spec_useful_pct": np.where(experts > 0, 100.0 * useful / experts, np.nan),
             "spec_recall_pct": recall, "spec_auto_off": auto_off.astype(object),
         }
-    for key, raw, scale in _PRESSURE_SRC:      # a raw sidecar value wins over a converted one
-        r = num(P, raw) / scale
-        out[key] = np.where(np.isnan(r), num(P, key), r)
+    P = pd.DataFrame.from_records([p or {} for p in pressures], columns=list(PRESSURE_FIELDS))
+    for key in PRESSURE_FIELDS:
+        out[key] = P[key].to_numpy(dtype=float, na_value=np.nan)
     return out
 
 
 # ---- public --------------------------------------------------------------------------------
 
-def runs_table(tokens: pd.DataFrame, summaries: Mapping[Any, Mapping[str, Any]] | None = None,
+def runs_table(tokens: pd.DataFrame,
+               records: Mapping[Any, RunRecord | Mapping[str, Any] | None] | None = None,
                pressure: Mapping[Any, Mapping[str, Any] | None] | None = None,
                quantile_method: str = "linear") -> pd.DataFrame:
-    """Per-run stats (columns STAT_COLUMNS) for every run_id in tokens or summaries.
+    """Per-run stats (columns STAT_COLUMNS) for every run_id in tokens or records.
 
     tokens: one row per token with run_id, wall_ms and optionally stall_ms, read_bytes,
-    cache_hit_pct. summaries: run_id -> RunParser.summary() dict (or a bare trailer dict).
-    pressure: run_id -> `.metrics` sidecar dict or pressure_from_samples() result.
+    cache_hit_pct. records: run_id -> RunRecord (a stored dict is read with load_record).
+    pressure: run_id -> the agent samples' pressure (query.pressure_by_run: PRESSURE_FIELDS);
+    a run without it takes its record's (an imported run's `.metrics` sidecar).
     quantile_method: "linear" (§6, numpy's default) or "lower" (no interpolation).
     """
-    summaries = summaries or {}
+    records = records or {}
     pressure = pressure or {}
     tok = _token_stats(tokens, quantile_method)
-    ids = list(tok.index) + [r for r in summaries if r not in tok.index]
+    ids = list(tok.index) + [r for r in records if r not in tok.index]
     tok = tok.reindex(ids)
     tok["n"] = tok["n"].fillna(0).astype(int)
-    # per-run Python work is one small dict merge per run; the arithmetic is column-wise
-    flats = [_flat(summaries.get(rid)) for rid in ids]
-    scal = pd.DataFrame(_scalars(flats, [pressure.get(rid) for rid in ids], tok),
-                        index=tok.index)
+    recs = [_as_record(records.get(rid)) for rid in ids]
+    pressures = [pressure.get(rid) or (rec.pressure.__dict__ if rec.pressure else None)
+                 for rid, rec in zip(ids, recs)]
+    scal = pd.DataFrame(_scalars(recs, pressures, tok), index=tok.index)
     out = pd.concat([tok.drop(columns=["_read_bytes", "_last_hit"]), scal], axis=1)
     # engines without per-token rows (llama-bench, llama-cli): the engine's own tok/s
-    out["mean"] = out["mean"].where(out["n"] > 0, scal["_summary_tps"])
+    out["mean"] = out["mean"].where(out["n"] > 0, scal["_decode_tps"])
     return out[list(STAT_COLUMNS)]
 
 
-def run_stats(tokens: pd.DataFrame, summary: Mapping[str, Any] | None,
-              pressure: Mapping[str, Any] | None = None,
-              quantile_method: str = "linear") -> dict[str, Any]:
-    """The stats of one run (same code path as runs_table); NaN becomes None."""
-    t = tokens.assign(run_id=0) if len(tokens) else pd.DataFrame(
-        {"run_id": pd.Series([], dtype=int), "wall_ms": pd.Series([], dtype=float)})
-    df = runs_table(t, {0: summary or {}}, {0: pressure}, quantile_method)
-    rec = df.iloc[0].to_dict()
-    return {k: _py(v) for k, v in rec.items()}
+def _as_record(value: RunRecord | Mapping[str, Any] | None) -> RunRecord:
+    return value if isinstance(value, RunRecord) else load_record(value)
 
 
-def _py(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        v = v.item()
-    return None if _missing(v) else v
-
-
-def spread(means: Iterable[float | None]) -> dict[str, Any]:
-    """Spread of repeated runs' means: mean of means, sample stdev (n-1), min, max, n."""
-    xs = [float(x) for x in means if not _missing(x)]
+def spread(values: Iterable[float | None]) -> dict[str, Any]:
+    """Spread of repeated measurements (runs' means, an engine's repetitions): their mean,
+    sample stdev (n-1, as llama-bench's stddev_ts), min, max and n; missing values skipped."""
+    xs = [float(x) for x in values if not is_missing(x)]
     if not xs:
         return {"mean": None, "stdev": None, "min": None, "max": None, "n": 0}
     return {"mean": statistics.fmean(xs), "stdev": statistics.stdev(xs) if len(xs) > 1 else None,
@@ -344,6 +237,6 @@ def spread(means: Iterable[float | None]) -> dict[str, Any]:
 
 def delta_pct(a: float | None, b: float | None) -> float | None:
     """Relative change from a (the reference) to b, in percent; None when undefined."""
-    if _missing(a) or _missing(b) or a == 0:
+    if is_missing(a) or is_missing(b) or a == 0:
         return None
     return (b - a) / a * 100.0

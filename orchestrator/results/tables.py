@@ -1,91 +1,63 @@
-"""Report tables from `analysis.runs_table` output, formatted like the BigMoeOnEdge summary.md.
+"""Report tables from `statistics.runs_table` output, laid out like the BigMoeOnEdge summary.md.
 
-Formatting uses Python's %-formatting, which rounds the binary value correctly and an exact half
-to even (76.5 -> "76%"), as the published tables do. A missing value prints "—".
-Rows are addressed by display label: `labels` maps run_id -> label (the caller's knowledge, e.g.
-which file a config came from) and `order` lists the labels to show; a label without a run gets
-a row of "—" (the published tables list configs that were not measured that day).
+Cells are formatted by the one formatter set (orchestrator.results.formatting); a missing value
+prints "—". Rows are addressed by display label: `labels` maps run_id -> label (the caller's
+knowledge, e.g. which file a config came from) and `order` lists the labels to show; a label
+without a run gets a row of "—" (the published tables list configs that were not measured that
+day).
 """
 from __future__ import annotations
 
 import json
-import math
-import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pandas as pd
 
-DASH = "—"
+from orchestrator.results import markdown as md
+from orchestrator.results.formatting import STATS, Formatter, bold, gib, number, records
+from orchestrator.results.values import DASH, is_missing
 
 
 @dataclass(frozen=True)
 class Col:
     header: str
     key: str                                    # analysis column (also the csv/json column)
-    fmt: Callable[[Any], str]
+    fmt: Formatter
     align: str = "---:"
 
 
-def _ok(v: Any) -> bool:
-    return v is not None and not (isinstance(v, float) and math.isnan(v))
+def stat(key: str, align: str = "---:", headline: bool = False) -> Col:
+    """A column of one statistic with its shared header and formatter."""
+    s = STATS[key]
+    return Col(s.header, key, bold(s.fmt) if headline else s.fmt, align)
 
 
-def _f(pattern: str) -> Callable[[Any], str]:
-    return lambda v: pattern % v
-
-
-def _yes_no(v: Any) -> str:
-    return "yes" if v else "no"
-
-
-def _positive(pattern: str) -> Callable[[Any], str]:
-    # spec counters of 0 mean "nothing speculated": the published table shows a dash
-    return lambda v: pattern % v if v else DASH
-
-
-THROUGHPUT = (
-    Col("decode mean", "mean", _f("**%.2f**")),
-    Col("min", "min", _f("%.2f")), Col("max", "max", _f("%.2f")),
-    Col("median", "median", _f("%.2f")), Col("p95", "p95", _f("%.2f")),
-    Col("prefill tok/s", "prefill_tps", _f("%.2f")), Col("TTFT (s)", "ttft_s", _f("%.1f")),
-    Col("cache hit", "cache_hit_pct", _f("%.0f%%")),
-    Col("flash read/token", "read_mib_per_token", _f("%.0f MiB")),
-    Col("stall ms/tok", "stall_ms_per_token", _f("%.1f")),
-)
-PRESSURE = (
-    Col("peak RSS", "peak_rss_gib", _f("%.2f GB")),
-    Col("free-RAM floor", "mem_floor_gib", _f("%.2f GB")),
-    Col("CPU start", "cpu_temp_start_c", _f("%.1f °C")),
-    Col("CPU max", "cpu_temp_max_c", _f("%.1f °C")),
-    Col("battery max", "batt_temp_max_c", _f("%.1f °C")),
-)
-ADAPTIVE = (
-    Col("cache budget", "cache_budget_mib", _f("%.0f MiB")),
-    Col("resizes", "cache_resizes", _f("%d")),
-    Col("resident", "cache_resident_mib", _f("%.0f MiB")),
-    Col("spec recall", "spec_recall_pct", _f("%.0f%%")),
-    Col("spec useful", "spec_useful_pct", _f("%.0f%%")),
-    Col("spec read/token", "spec_read_mib_per_token", _positive("%.0f MiB")),
-    Col("auto-off", "spec_auto_off", _yes_no, ":--:"),
-)
-# The per-variant comparison of the 2026-07-12-pr23 write-up. Its "decode tok/s" cell carries
-# the change from the table's first row, and its "useful" cell combines two counters: both are
-# built in `variants_table`. The published header says "stall ms/tok" but prints s/tok
-# (0.063 for a 63 ms stall); the unit is stated correctly here.
+THROUGHPUT = (stat("mean", headline=True), stat("min"), stat("max"), stat("median"),
+              stat("p95"), stat("prefill_tps"), stat("ttft_s"), stat("cache_hit_pct"),
+              stat("read_mib_per_token"), stat("stall_ms_per_token"))
+PRESSURE = (stat("peak_rss_gib"), stat("mem_floor_gib"), stat("cpu_temp_start_c"),
+            stat("cpu_temp_max_c"), stat("batt_temp_max_c"))
+ADAPTIVE = (stat("cache_budget_mib"), stat("cache_resizes"), stat("cache_resident_mib"),
+            stat("spec_recall_pct"), stat("spec_useful_pct"), stat("spec_read_mib_per_token"),
+            stat("spec_auto_off", ":--:"))
+# The per-variant comparison of the 2026-07-12-pr23 write-up, in that document's own layout
+# (units in the headers, whole degrees): its "decode tok/s" cell carries the change from the
+# table's first row, and its "useful" cell combines two counters; both are built in
+# `_variant_rows`. The published header says "stall ms/tok" but prints s/tok (0.063 for a
+# 63 ms stall); the unit is stated correctly here.
 VARIANTS = (
-    Col("decode tok/s", "mean", _f("**%.2f**")),
-    Col("median", "median", _f("%.2f")), Col("p95", "p95", _f("%.2f")),
-    Col("cache hit", "cache_hit_pct", _f("%.0f%%")),
-    Col("flash MiB/tok", "read_mib_per_token", _f("%.0f")),
-    Col("stall s/tok", "stall_s_per_token", _f("%.3f")),
-    Col("spec MiB", "spec_read_mib", _f("%.0f")),
-    Col("useful", "spec_useful", lambda v: v),
-    Col("recall", "spec_recall_pct", _f("%.0f%%")),
-    Col("TTFT s", "ttft_s", _f("%.1f")),
-    Col("peak RSS", "peak_rss_gib", _f("%.2f GB")),
-    Col("CPU max", "cpu_temp_max_c", _f("%.0f°C")),
+    Col("decode tok/s", "mean", number("**%.2f**")),
+    stat("median"), stat("p95"), stat("cache_hit_pct"),
+    Col("flash MiB/tok", "read_mib_per_token", number("%.0f")),
+    Col("stall s/tok", "stall_s_per_token", number("%.3f")),
+    Col("spec MiB", "spec_read_mib", number("%.0f")),
+    Col("useful", "spec_useful", lambda v: DASH if is_missing(v) else v),
+    Col("recall", "spec_recall_pct", number("%.0f%%")),
+    Col("TTFT s", "ttft_s", number("%.1f")),
+    Col("peak RSS", "peak_rss_gib", gib),
+    Col("CPU max", "cpu_temp_max_c", number("%.0f°C")),
 )
 TABLES: dict[str, tuple[Col, ...]] = {
     "throughput": THROUGHPUT, "pressure": PRESSURE, "adaptive": ADAPTIVE, "variants": VARIANTS}
@@ -99,6 +71,25 @@ CAPTIONS = {
 }
 
 
+T = TypeVar("T")
+
+
+def by_model_and_device(items: Iterable[T], row: Callable[[T], Any] = lambda x: x,
+                        ) -> list[tuple[tuple[str, str], list[T]]]:
+    """Items grouped by their run row's (model, device), in first-seen order: `orch table`
+    and the report show one set of tables per group. A run without a model counts as "-"."""
+    groups: dict[tuple[str, str], list[T]] = {}
+    for item in items:
+        r = row(item)
+        groups.setdefault((r.model or "-", r.device), []).append(item)
+    return list(groups.items())
+
+
+def group_title(model: str, device: str, engine: str | None) -> str:
+    """`model on device`; the engine stands in for a run without a model."""
+    return f"{model if model != '-' else engine or 'engine'} on {device}"
+
+
 def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,
           order: Sequence[str] | None) -> list[tuple[str, Mapping[str, Any] | None]]:
     recs = stats.to_dict("index")
@@ -108,28 +99,22 @@ def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,
     return [(label, by_label.get(label)) for label in order]
 
 
-def _cell(col: Col, rec: Mapping[str, Any] | None) -> str:
-    if rec is None:
-        return DASH
-    v = rec.get(col.key)
-    return col.fmt(v) if _ok(v) else DASH
-
-
 def _variant_rows(rows: list[tuple[str, Mapping[str, Any] | None]]) -> list[tuple[str, Any]]:
     """Derive the combined cells of VARIANTS (delta vs first measured row, a/b (p%))."""
-    base = next((r["mean"] for _, r in rows if r is not None and _ok(r.get("mean"))), None)
+    base = next((r["mean"] for _, r in rows if r is not None and not is_missing(r.get("mean"))),
+                None)
     out = []
     for i, (label, rec) in enumerate(rows):
         if rec is not None:
             rec = dict(rec)
             stall = rec.get("stall_ms_per_token")
-            rec["stall_s_per_token"] = stall / 1000 if _ok(stall) else None
+            rec["stall_s_per_token"] = None if is_missing(stall) else stall / 1000
             m = rec.get("mean")
-            if _ok(m) and base is not None and i > 0:
+            if not is_missing(m) and base is not None and i > 0:
                 rec["_delta"] = m - base      # unrounded, as the published "(+0.05)" shows
             u, e = rec.get("spec_useful"), rec.get("spec_experts")
             rec["spec_useful"] = (f"{u:.0f}/{e:.0f} ({100 * u / e:.0f}%)"
-                                  if _ok(u) and _ok(e) and e else None)
+                                  if not is_missing(u) and not is_missing(e) and e else None)
         out.append((label, rec))
     return out
 
@@ -143,28 +128,17 @@ def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = Non
         rows = _variant_rows(rows)
     data = []
     for label, rec in rows:
-        row = [label] + [_cell(c, rec) for c in spec]
+        row = [label] + [c.fmt(None if rec is None else rec.get(c.key)) for c in spec]
         if kind == "variants" and rec is not None and "_delta" in rec:
             row[1] += " (%+.2f)" % rec["_delta"]
         data.append(row)
     return pd.DataFrame(data, columns=["Config"] + [c.header for c in spec])
 
 
-_NEWLINES = re.compile(r"\s*[\r\n\x0b\x0c\x85\u2028\u2029]+\s*")
-
-
-def escape_cell(value: Any) -> str:
-    """A table cell that cannot end the cell or the row: `\\` -> `\\\\`, `|` -> `\\|`, line
-    breaks -> one space (a config name, flag or prompt may hold any of them)."""
-    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
-    return _NEWLINES.sub(" ", text)
-
-
 def to_markdown(table: pd.DataFrame, kind: str) -> str:
     aligns = ["---"] + [c.align for c in TABLES[kind]]
-    lines = ["| " + " | ".join(table.columns) + " |", "|" + "|".join(aligns) + "|"]
-    lines += ["| " + " | ".join(map(escape_cell, r)) + " |" for r in table.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
+    rows = [[md.escape_cell(c) for c in r] for r in table.itertuples(index=False)]
+    return md.render(md.Table(list(table.columns), aligns, rows)) + "\n"
 
 
 def markdown(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
@@ -191,10 +165,8 @@ def to_csv(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = No
 
 def to_json(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
             order: Sequence[str] | None = None) -> str:
-    recs = values(stats, kind, labels, order).to_dict("records")
-    clean = [{k: (None if not _ok(v) else (v.item() if hasattr(v, "item") else v))
-              for k, v in r.items()} for r in recs]
-    return json.dumps(clean, ensure_ascii=False, indent=1)
+    rows = records(values(stats, kind, labels, order).to_dict("records"))
+    return json.dumps(rows, ensure_ascii=False, indent=1)
 
 
 def summary_section(stats: pd.DataFrame, title: str, labels: Mapping[Any, str] | None = None,

@@ -1,5 +1,6 @@
 """Terminal views of the store (rich tables) for `orch run`, `orch runs`, `orch show`,
-`orch devices`. Numbers come from the analysis layer; this module only lays them out."""
+`orch devices`. Numbers come from the analysis layer and are written by the one formatter set
+(orchestrator.results.formatting), so a figure reads here as in `orch table` and the report."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,19 +10,8 @@ from rich.table import Table
 
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
-
-DAGGER = "†"
-
-
-def _fmt(value: Any, spec: str = ".2f", suffix: str = "") -> str:
-    if value is None:
-        return "—"
-    try:
-        if value != value:  # NaN
-            return "—"
-        return f"{value:{spec}}{suffix}"
-    except (TypeError, ValueError):
-        return str(value)
+from orchestrator.results.formatting import STATS
+from orchestrator.results.values import DAGGER, DASH, is_missing
 
 
 def stats_for_runs(store: Store, run_rows: list[Any]) -> dict[int, dict[str, Any]]:
@@ -34,26 +24,34 @@ def _status(row: Any) -> str:
     return row.status if row.status == "ok" else f"{DAGGER} {row.status}"
 
 
+def _cell(stats: dict[str, Any], key: str) -> str:
+    return STATS[key].fmt(stats.get(key))
+
+
+# the per-run columns of `orch run`'s closing table (headers and cells as in `orch table`)
+_SESSION_STATS = ("n", "mean", "median", "p5", "p95", "min", "max", "read_mib_per_token",
+                  "cache_hit_pct", "peak_rss_gib")
+
+
 def print_session_table(console: Console, store: Store, session_id: int) -> None:
+    from orchestrator.results.session_tables import failure_line
+
     rows = store.runs(session_id)
     stats = stats_for_runs(store, rows)
     table = Table(title=f"session {session_id}: {rows[0].matrix_name if rows else ''}",
                   title_justify="left")
-    for name in ("run", "device", "config", "rep", "status", "tokens", "mean tok/s", "median",
-                 "p5", "p95", "min", "max", "read MiB/tok", "cache hit", "peak RSS"):
-        table.add_column(name, justify="right" if name not in ("config", "status", "device") else "left")
+    for name in ("run", "device", "config", "rep", "status"):
+        table.add_column(name, justify="right" if name in ("run", "rep") else "left")
+    for key in _SESSION_STATS:
+        table.add_column(STATS[key].header, justify="right")
     for row in rows:
         s = stats.get(row.id, {})
         table.add_row(str(row.id), row.device, row.config, str(row.repeat_index + 1), _status(row),
-                      str(s.get("n", 0)), _fmt(s.get("mean")), _fmt(s.get("median")),
-                      _fmt(s.get("p5")), _fmt(s.get("p95")), _fmt(s.get("min")), _fmt(s.get("max")),
-                      _fmt(s.get("read_mib_per_token"), ".1f"), _fmt(s.get("cache_hit_pct"), ".0f", "%"),
-                      _fmt(s.get("peak_rss_gib"), ".2f", " GB"))
+                      *(_cell(s, key) for key in _SESSION_STATS))
     console.print(table)
-    bad = [r for r in rows if r.status != "ok"]
-    for row in bad:
-        console.print(f"{DAGGER} run {row.id} {row.config}: {row.status}"
-                      f"{' (' + row.cause + ')' if row.cause else ''}; left out of every conclusion")
+    for row in rows:
+        if row.status != "ok":
+            console.print(failure_line(row), markup=False, highlight=False)
     for row in rows:
         for warning in row.warnings or []:
             console.print(f"[yellow]warning[/] run {row.id} {row.config}: {warning}")
@@ -75,25 +73,18 @@ def print_runs(console: Console, store: Store, session_id: int | None, limit: in
         table.add_column(name)
     for row in rows:
         s = stats.get(row.id, {})
-        started = row.started_at.strftime("%Y-%m-%d %H:%M") if row.started_at else "—"
+        started = row.started_at.strftime("%Y-%m-%d %H:%M") if row.started_at else DASH
         table.add_row(str(row.id), str(row.session_id), started, row.device,
                       row.matrix_name or row.session_name or "", row.config, _status(row),
-                      str(s.get("n", 0)), _fmt(s.get("mean")))
+                      _cell(s, "n"), _cell(s, "mean"))
     console.print(table)
 
 
-_SHOW = [
-    ("mean tok/s (n / decode s)", "mean", ".3f", ""), ("median tok/s", "median", ".3f", ""),
-    ("p5 tok/s", "p5", ".3f", ""), ("p95 tok/s", "p95", ".3f", ""),
-    ("min tok/s", "min", ".3f", ""), ("max tok/s", "max", ".3f", ""),
-    ("prefill tok/s", "prefill_tps", ".2f", ""), ("TTFT", "ttft_s", ".1f", " s"),
-    ("cache hit", "cache_hit_pct", ".1f", "%"), ("read / token", "read_mib_per_token", ".1f", " MiB"),
-    ("stall / token", "stall_ms_per_token", ".1f", " ms"),
-    ("compute / token", "compute_s_per_token", ".3f", " s"), ("I/O / token", "io_s_per_token", ".3f", " s"),
-    ("peak RSS", "peak_rss_gib", ".2f", " GB"), ("free-RAM floor", "mem_floor_gib", ".2f", " GB"),
-    ("CPU temp start", "cpu_temp_start_c", ".1f", " °C"), ("CPU temp max", "cpu_temp_max_c", ".1f", " °C"),
-    ("battery max", "batt_temp_max_c", ".1f", " °C"),
-]
+# what `orch show` lists, one statistic a line (those the run measured)
+_SHOW = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "ttft_s", "cache_hit_pct",
+         "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token", "io_s_per_token",
+         "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c",
+         "batt_temp_max_c")
 
 
 def print_run(console: Console, store: Store, run_id: int) -> None:
@@ -109,9 +100,9 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     table = Table(show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for label, key, spec, suffix in _SHOW:
-        if stats.get(key) is not None:
-            table.add_row(label, _fmt(stats[key], spec, suffix))
+    for key in _SHOW:
+        if not is_missing(stats.get(key)):
+            table.add_row(STATS[key].name, _cell(stats, key))
     console.print(table)
     for warning in row.warnings or []:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -119,19 +110,18 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
 
 def print_devices(console: Console, inventory: Any, names: list[str], probe: bool,
                   db: str | None) -> None:
+    from orchestrator.plugins import device_kind
     from orchestrator.run.agent_client import AgentClient
     from orchestrator.transports import open_transport
     from orchestrator.transports.base import TransportError
 
     table = Table()
-    for name in ("device", "kind", "address", "workdir"):
+    for name in ("device", "kind", "address", "workdir", "description"):
         table.add_column(name)
     for name in names:
         entry = inventory.get(name)
-        address = {"ssh": lambda e: f"{e.user + '@' if e.user else ''}{e.host}:{e.port}",
-                   "adb": lambda e: f"{e.serial} via {e.adb_host}:{e.adb_port}"}.get(
-            entry.kind, lambda e: "this machine")(entry)
-        table.add_row(name, entry.kind, address, inventory.workdir(name))
+        table.add_row(name, entry.kind, device_kind(entry.kind).address(entry),
+                      inventory.workdir(name), entry.description or "")
     console.print(table)
     if not probe:
         return

@@ -1,5 +1,7 @@
 """Drive the device agent through any transport: install it, read facts, push and start jobs,
-follow their spool. Everything device-side goes through here (DESIGN §2)."""
+follow their spool (DESIGN §2). The thermal cooldown (cooldown.py) streams the agent's
+`cooldown` command with this client's agent path; the steps that need no agent use the
+transport directly: model files (model_push.py) and the model path check (pathcheck.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,7 +38,6 @@ class Job:
     interval_ms: int = 1000
     timeout_s: float = 0
     csv: str | None = None
-    cwd: str | None = None
 
 
 class AgentClient:
@@ -90,8 +91,6 @@ class AgentClient:
                 "timeout_s": int(job.timeout_s) if job.timeout_s else 0}
         if job.csv:
             meta["csv"] = job.csv
-        if job.cwd:
-            meta["cwd"] = job.cwd
         put("".join(f"{k}={v}\n" for k, v in meta.items()).encode(), f"{jobdir}/meta")
         return jobdir
 

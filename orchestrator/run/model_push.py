@@ -20,12 +20,6 @@ class ModelInfo:
     sha256: str | None = None
 
 
-def _remote_size(transport: Transport, path: str) -> int | None:
-    result = transport.run(["stat", "-c", "%s", path], timeout=30)
-    text = result.stdout.decode(errors="replace").strip()
-    return int(text) if result.rc == 0 and text.isdigit() else None
-
-
 def prepare_models(transport: Transport, loaded: LoadedMatrix,
                    progress: Progress) -> tuple[LoadedMatrix, dict[str, ModelInfo]]:
     """Push `{local: FILE}` models to `<workdir>/models/`; return the matrix with every model
@@ -57,7 +51,7 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
         else:
             path = transport.expand_home(spec)
             paths[name] = path
-            infos[name] = ModelInfo(path, _remote_size(transport, path))
+            infos[name] = ModelInfo(path, transport.remote_size(path))
     if not matrix.models:
         return loaded, infos
     resolved = matrix.model_copy(update={"models": paths})

@@ -1,10 +1,11 @@
 """Model path check, once per device before its cells run (matrix key `path_check`).
 
 Why: a streaming config (`--moe-stream`, `--io odirect`) exists to measure O_DIRECT reads from
-flash. On FUSE-backed paths (Android's /sdcard, sdcardfs, esdfs) O_DIRECT is accepted and
-silently served through the page cache, and on RAM file systems (ramfs, tmpfs) there is no
-storage to measure or O_DIRECT is refused outright: the numbers would look plausible and be
-wrong. So every model path is looked at on the device (exists, size, file system type from
+flash. On FUSE-backed paths (Android's /sdcard) the kernel hands O_DIRECT to the file system's
+daemon: most accept it and read the backing file through a page cache all the same (so do the
+stacked sdcardfs and esdfs), some refuse it with EINVAL. On RAM file systems (ramfs, tmpfs)
+there is no storage to measure, and ramfs refuses O_DIRECT. Either way the numbers would look
+plausible and be wrong, or the engine stops. So every model path is looked at on the device (exists, size, file system type from
 /proc/mounts by longest mount-point prefix of its real path, else `stat -f -c %T`, and a
 one-block `dd iflag=direct` read where `dd` has that flag) and `warn` (default) reports the
 problem in the progress output and in each affected run's warnings, `refuse` stops before any
@@ -22,7 +23,8 @@ from orchestrator.config.yamlfile import ConfigError
 from orchestrator.transports.base import Transport
 
 _STREAMING = re.compile(r"(?:^|\s)(?:--moe-stream|--io[\s=]+odirect)(?:\s|$)")
-# open(O_DIRECT) succeeds, reads are buffered anyway (FUSE without passthrough, sdcardfs)
+# O_DIRECT usually accepted, reads buffered below anyway (the FUSE daemon's backing file,
+# sdcardfs/esdfs's lower file system); some refuse it (EINVAL): the dd probe tells which
 _BUFFERED = ("fuse", "fuseblk", "sdcardfs", "esdfs")
 # in RAM: nothing of the storage is measured; ramfs (and older kernels' tmpfs) refuse O_DIRECT
 _IN_RAM = ("ramfs", "tmpfs", "rootfs")
@@ -85,7 +87,9 @@ class PathInfo:
         fs = self.fstype
         where = f"{fs} file system (mounted at {self.mount})" if self.mount else f"{fs} file system"
         if fs.startswith(_BUFFERED) or fs.startswith("fuse."):
-            return f"on a {where}: O_DIRECT silently falls back to buffered page-cache reads"
+            if self.odirect == "refused":
+                return f"on a {where} that refuses O_DIRECT (EINVAL)"
+            return f"on a {where}: O_DIRECT reads are served through a page cache"
         if fs in _IN_RAM:
             refuses = " and O_DIRECT is refused" if fs == "ramfs" or self.odirect == "refused" else ""
             return f"on a {where}, i.e. in RAM{refuses}: nothing is read from storage"

@@ -72,7 +72,7 @@ class DeviceProgress(Progress):
         self.total = self.count = 0
         self.wall = self.current = 0.0
         self.temp_c: float | None = None
-        self.free_gb: float | None = None
+        self.free_gib: float | None = None
         self.started = time.monotonic()
 
     # -- helpers -------------------------------------------------------------------------------
@@ -83,8 +83,8 @@ class DeviceProgress(Progress):
             parts.append(f"{self.current:6.2f} tok/s now, {mean:6.2f} mean")
         if self.temp_c is not None:
             parts.append(f"{self.temp_c:.1f}°C")
-        if self.free_gb is not None:
-            parts.append(f"{self.free_gb:.2f} GB free")
+        if self.free_gib is not None:
+            parts.append(f"{self.free_gib:.2f} GiB free")
         if extra:
             parts.append(extra)
         parts.append(f"cells {self.done}/{self.cells}")
@@ -131,7 +131,7 @@ class DeviceProgress(Progress):
         if "cpu_temp_mC" in values:
             self.temp_c = values["cpu_temp_mC"] / 1000.0
         if "mem_avail_kb" in values:
-            self.free_gb = values["mem_avail_kb"] / 1048576.0
+            self.free_gib = values["mem_avail_kb"] / 1048576.0
         self._update(status=self._status())
 
     def cooldown(self, seconds: float, left: float | None = None, temp_c: float | None = None) -> None:

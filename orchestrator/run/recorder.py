@@ -13,10 +13,10 @@ from sqlalchemy import update
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store, bulk_insert
-from orchestrator.engines.base import RunParser, TokenRow
+from orchestrator.engines.base import TOKEN_COLUMNS, RunParser, TokenRow
 from orchestrator.run.stream import Exit, ProtocolError, parse_line
 
-TOKEN_KEYS = ("run_id", "seq") + schema.TOKEN_FIELDS + ("extra",)
+TOKEN_KEYS = ("run_id", "seq") + TOKEN_COLUMNS + ("extra",)
 TokenCallback = Callable[[TokenRow, int], None]
 
 
@@ -36,7 +36,6 @@ class RunRecorder:
         self.sample_seq = 0
         self.output_seq = 0
         self.exit: Exit | None = None
-        self.hello: dict[str, str] = {}
         self.first_sample: dict[str, int] | None = None
         self.last_sample: dict[str, int] | None = None
         self.warnings: list[str] = []
@@ -64,7 +63,7 @@ class RunRecorder:
             tag, payload = event.tag, event.text
         if tag in ("C", "O", "E"):
             for row in self.parser.feed(tag, payload):
-                if not replay:
+                if not replay:   # in TOKEN_KEYS' order, spelled out: one per token
                     self._tokens.append((self.run_id, self.token_seq, row.step, row.wall_ms,
                                          row.io_ms, row.compute_ms, row.stall_ms, row.mgmt_ms,
                                          row.read_bytes, row.cache_hit_pct, row.majflt,
@@ -104,8 +103,6 @@ class RunRecorder:
             self.output_seq += 1
         elif tag == "X":
             self.exit = event.exit
-        elif tag == "H":
-            self.hello = event.fields
         # Checking the clock on every line costs more than the row itself; every 64 lines
         # keeps batches at most ~flush_seconds old at any realistic token rate.
         if not self.lines & 63 or tag != "C":

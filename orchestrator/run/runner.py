@@ -1,4 +1,6 @@
-"""Run a matrix's cells on one device: cooldown, job, stream, status (DESIGN §1)."""
+"""One cell on one device (DESIGN §1): its job directory, the engine's start through the agent,
+following the spool across link loss, and the run's final status. The session decides which
+cells run, in what order and after which cooldown."""
 from __future__ import annotations
 
 import threading
@@ -14,19 +16,20 @@ from orchestrator.engines import CellSpec, EngineAdapter
 from orchestrator.run.agent_client import AgentClient, Job, file_sha256
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
-from orchestrator.transports.base import LinkLost, Transport, TransportError
+from orchestrator.transports.base import (
+    AccessDenied,
+    LinkPolicy,
+    Outage,
+    Transport,
+    TransportError,
+)
 
 STATUS_OK = "ok"
 
 
-@dataclass
-class LinkPolicy:
-    """How long a run waits for a lost device before it is marked interrupted."""
-
-    grace_s: float = 120.0
-    first_backoff_s: float = 0.5
-    max_backoff_s: float = 8.0
-    max_attaches: int = 1000
+# Re-attaches in a row while the follower keeps ending without the X line but the agent
+# says the job runs (a guard against a follower that cannot stay attached, not a retry).
+MAX_ATTACHES = 1000
 
 
 @dataclass
@@ -168,49 +171,58 @@ class DeviceRunner:
         return self._finish(run_id, recorder, status, cause)
 
     def _stream_until_exit(self, recorder: RunRecorder, jobdir: str) -> None:
-        deadline: float | None = None
-        backoff = self.link.first_backoff_s
-        for _attempt in range(self.link.max_attaches):
+        """Follow the spool until the X line, through lost links: the link policy's retry
+        loop (LinkPolicy.retrying, tenacity) reconnects and re-attaches from the last stored
+        line. Effective bound: a run is given up once its device has been unreachable for
+        link.grace_s (`--link-grace`), counted from the first failed attempt of an outage
+        (noticing the loss takes the transport's dead-link time before that) until a line
+        arrives again, plus the connect attempt under way at the end (its connect timeout)."""
+        outage = Outage()
+        try:
+            for attempt in self.link.retrying(outage=outage, sleep=self.sleep):
+                with attempt:
+                    try:
+                        if outage.since is not None:  # a retry: start from a new connection
+                            self.transport.close()
+                            self.transport.connect()
+                        self._attach_until_exit(recorder, jobdir, outage)
+                    except TransportError as exc:
+                        recorder.flush()
+                        if outage.since is None:
+                            self.progress.note(f"link to {self.transport.name} lost ({exc}); "
+                                               f"reconnecting")
+                        raise
+        except AccessDenied as exc:
+            recorder.warnings.append(f"device refused to reconnect: {exc}")
+        except TransportError as exc:
+            recorder.warnings.append(f"device unreachable for {self.link.grace_s:g} s: {exc}")
+
+    def _attach_until_exit(self, recorder: RunRecorder, jobdir: str, outage: Outage) -> None:
+        for _ in range(MAX_ATTACHES):
             skip = recorder.lines if recorder.lines >= recorder.stored_lines else 0
-            try:
-                for line in self.client.attach(jobdir, skip):
-                    recorder.handle(line)
-                    if recorder.exit is not None:
-                        return
-                    if self.stop is not None and self.stop.is_set():
-                        raise KeyboardInterrupt
-                # The follower ended without X: ask the agent whether the run is still alive
-                # (adb's v1 shell reports a dropped device as a normal end of output).
-                state = self.client.status(jobdir)
-                if not state.startswith("running") and not state.startswith("done"):
+            for line in self.client.attach(jobdir, skip):
+                outage.end()  # the link works
+                recorder.handle(line)
+                if recorder.exit is not None:
                     return
-                deadline = None
-                backoff = self.link.first_backoff_s
-            except (LinkLost, TransportError) as exc:
-                recorder.flush()
-                if deadline is None:
-                    deadline = time.monotonic() + self.link.grace_s
-                    self.progress.note(f"link to {self.transport.name} lost ({exc}); reconnecting")
-                if time.monotonic() >= deadline:
-                    recorder.warnings.append(f"device unreachable for {self.link.grace_s:g} s: {exc}")
-                    return
-                self.sleep(backoff)
-                backoff = min(backoff * 2, self.link.max_backoff_s)
-                try:
-                    self.transport.close()
-                    self.transport.connect()
-                except TransportError:
-                    continue
+                if self.stop is not None and self.stop.is_set():
+                    raise KeyboardInterrupt
+            # The follower ended without X: ask the agent whether the run is still alive
+            # (adb's v1 shell reports a dropped device as a normal end of output).
+            state = self.client.status(jobdir)
+            if not state.startswith(("running", "done")):
+                return
+            outage.end()
 
     def _finish(self, run_id: int, recorder: RunRecorder, status: str,
                 cause: str | None) -> CellOutcome:
-        summary = recorder.parser.summary()
+        record = recorder.parser.record()
         warnings = recorder.warnings + recorder.parser.warnings()
         first = recorder.first_sample or {}
         temps = {k: v for k, v in first.items() if k.endswith("_mC") or k.endswith("_dC")}
         values: dict[str, Any] = dict(
-            status=status, cause=cause, ended_at=now(), summary=_jsonable(summary),
-            text=summary.get("text") if isinstance(summary, dict) else None,
+            status=status, cause=cause, ended_at=now(), summary=record.stored(),
+            text=record.text, engine_build=record.engine_build,
             warnings=warnings or None, mem_avail_start_kb=first.get("mem_avail_kb"))
         if temps and not (self.store.run_row(run_id).temp_start or {}):
             values["temp_start"] = temps  # no cooldown reading: the first sample's
@@ -219,16 +231,3 @@ class DeviceRunner:
         self.store.update_run(run_id, **values)
         self.progress.cell_done(status, recorder.token_seq)
         return CellOutcome(run_id, status, recorder.token_seq, cause)
-
-
-def _jsonable(value: Any) -> Any:
-    """Summaries go into a JSON column: keep plain types only."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, float) and value != value:  # NaN is not JSON
-        return None
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)

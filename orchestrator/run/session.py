@@ -21,13 +21,14 @@ from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store, now
 from orchestrator.engines import get_adapter
+from orchestrator.plugins import PluginError
 from orchestrator.run.cooldown import Reading, wait_for_condition
 from orchestrator.run.model_push import prepare_models
 from orchestrator.run.pathcheck import check_model_paths
 from orchestrator.run.progress import Board, Progress
-from orchestrator.run.runner import CellOutcome, DeviceRunner, LinkPolicy
+from orchestrator.run.runner import CellOutcome, DeviceRunner
 from orchestrator.transports import open_transport
-from orchestrator.transports.base import TransportError
+from orchestrator.transports.base import LinkPolicy, TransportError
 
 
 @dataclass
@@ -62,10 +63,12 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
     matrix = loaded.matrix
     try:
         adapter = get_adapter(matrix.engine, matrix.engine_options)
-    except KeyError as exc:
+    except (KeyError, PluginError) as exc:
         raise ConfigError(f"{loaded.path}: engine: {exc.args[0]}") from None
     entry = inventory.get(device)
+    link = link or LinkPolicy()
     transport = open_transport(inventory, device)
+    transport.link = link  # every reconnect of this session waits as long as --link-grace
     device_id = store.upsert_device(device, entry.kind)
 
     session_id = None
@@ -82,7 +85,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
 
     with transport:
         runner = DeviceRunner(store, transport, adapter, loaded, 0, device_id, progress,
-                              link=link or LinkPolicy(), stop=stop,
+                              link=link, stop=stop,
                               **({"sleep": sleep} if sleep else {}))
         facts = runner.client.facts()
         store.upsert_device(device, entry.kind, facts)

@@ -91,10 +91,6 @@ class LineSplitter:
         for raw in lines:
             yield raw.decode("utf-8", errors="replace")
 
-    @property
-    def pending(self) -> bytes:
-        return self._pending
-
 
 def facts_from_lines(lines: Iterable[str]) -> dict[str, str]:
     facts: dict[str, str] = {}

@@ -1,7 +1,11 @@
-"""Device transports (DESIGN §5): one class per device kind behind one interface."""
+"""Device transports (DESIGN §5): one class per device kind behind one interface. Device
+kinds are plugins: each is an `orch.transports` entry point (orch's own in pyproject.toml);
+see orchestrator/plugins.py and docs/plugins.md."""
 from __future__ import annotations
 
-from orchestrator.config.inventory import Inventory
+from typing import TYPE_CHECKING
+
+from orchestrator.plugins import device_kind
 from orchestrator.transports.base import (
     CommandResult,
     LinkLost,
@@ -9,27 +13,13 @@ from orchestrator.transports.base import (
     TransportError,
 )
 
+if TYPE_CHECKING:  # config.inventory imports transports.base: no import at run time
+    from orchestrator.config.inventory import Inventory
+
 __all__ = ["CommandResult", "LinkLost", "Transport", "TransportError", "open_transport"]
 
 
-def open_transport(inventory: Inventory, name: str) -> Transport:
+def open_transport(inventory: "Inventory", name: str) -> Transport:
     """Build (not yet connect) the transport for a named device of the inventory."""
     entry = inventory.get(name)
-    workdir = inventory.workdir(name)
-    if entry.kind == "local":
-        from orchestrator.transports.local import LocalTransport
-
-        return LocalTransport(name, workdir, shell=entry.shell, env=entry.env)
-    if entry.kind == "ssh":
-        from orchestrator.transports.ssh import SshTransport
-
-        return SshTransport(name, host=entry.host, port=entry.port, user=entry.user,
-                            key=entry.key, known_hosts=entry.known_hosts, workdir=workdir,
-                            jump=entry.jump, shell=entry.shell, env=entry.env)
-    if entry.kind == "adb":
-        from orchestrator.transports.adb import AdbTransport
-
-        return AdbTransport(name, serial=entry.serial, adb_host=entry.adb_host,
-                            adb_port=entry.adb_port, workdir=workdir, shell=entry.shell,
-                            env=entry.env)
-    raise TransportError(f"{name}: unknown device kind {entry.kind!r}")
+    return device_kind(entry.kind).from_entry(name, entry, inventory.workdir(name))

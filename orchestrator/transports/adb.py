@@ -11,7 +11,6 @@ answer (a hung device still shows `device`) is LinkLost. connect() of a host:por
 `adb connect` itself rather than wait for the server's ~10 s retry. Files: our own sync SEND
 (64 KiB DATA, sendall, progress; adbutils sends 4 KiB with send(), which may write short) to
 `<file>.orch-tmp`, then rename; big files go in resumable pieces (_put_pieces).
-push_if_changed: size (sync STAT), then sha256 cached in `<file>.orch-sha256` like ssh.py.
 """
 from __future__ import annotations
 
@@ -23,27 +22,28 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Iterator, Literal
 
 import adbutils
 from adbutils import AdbConnection, AdbError
 
 from orchestrator.transports.base import (
     CommandResult,
+    CommandTimedOut,
+    DeviceEntry,
     LinkLost,
-    Transport,
+    RemoteFileNotFound,
     TransportError,
     sha256_file,
 )
 from orchestrator.transports.base import PushProgress as Progress
+from orchestrator.transports.posix import PosixTransport
 
 SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
 PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)
 PIECE_MTIME = 946684800            # DONE's mtime for pieces: set only when one is complete
 _NET = (AdbError, OSError, EOFError, struct.error)
 
-# After a push we know the sha256: cache it against the new size and mtime.
-_CACHE = 'st=$(stat -c "%s %Y" -- "$1") && printf "%s %s\\n" "$st" "$2" > "$1.orch-sha256"'
 # Append pieces $1.0 .. $1.N-1 to $1.cat, deleting each once appended (peak space: the file
 # plus one piece); resumable: pieces already in $1.cat are skipped, a cut-off append is
 # truncated away. Then chmod, rename to $6, and drop stale pieces of earlier versions.
@@ -64,14 +64,6 @@ done
 chmod "$5" "$c" && mv -f -- "$c" "$6" && rm -f -- "$6".orch-part-*'''
 
 
-class RemoteFileNotFound(TransportError, FileNotFoundError):
-    """The device file does not exist."""
-
-
-class CommandTimedOut(TransportError):
-    """A command did not end within its timeout (it may still run on the device)."""
-
-
 class _Connection(AdbConnection):
     def _safe_connect(self) -> socket.socket:  # no `adb start-server` fallback
         return self._create_socket()
@@ -86,22 +78,35 @@ class _Client(adbutils.AdbClient):
         return conn
 
 
-class AdbTransport(Transport):
+class AdbEntry(DeviceEntry):
+    kind: Literal["adb"]
+    serial: str
+    adb_host: str = "127.0.0.1"
+    adb_port: int = 5037
+
+
+class AdbTransport(PosixTransport):
     kind = "adb"
+    entry_model = AdbEntry
+    default_workdir = "/data/local/tmp/orch"
 
     def __init__(self, name: str, serial: str, adb_host: str = "127.0.0.1",
                  adb_port: int = 5037, workdir: str = "/data/local/tmp/orch", shell: str = "sh",
                  env: dict[str, str] | None = None, *, timeout: float = 30.0,
                  dead_after: float = 30.0, poll: float = 1.0) -> None:
-        super().__init__(name, workdir, shell)
+        super().__init__(name, workdir, shell, env)
         self.serial, self.adb_host, self.adb_port = serial, adb_host, int(adb_port)
-        self.env, self.requested_workdir = dict(env or {}), workdir
+        self.requested_workdir = workdir
         self.timeout, self.dead_after, self.poll = timeout, dead_after, poll
         self._client = _Client(adb_host, self.adb_port)
         self._client.timeout = timeout
         self._dev: adbutils.AdbDevice | None = None
         self._v2, self._dirs = True, set[str]()
-        self.last_stderr, self.last_sha256_source = b"", ""  # of stream(), remote_sha256()
+        self.last_stderr = b""  # stderr tail of the last stream()
+
+    @classmethod
+    def address(cls, entry: DeviceEntry) -> str:
+        return f"{entry.serial} via {entry.adb_host}:{entry.adb_port}"
 
     def state(self) -> str | None:
         """The server's state for our serial (device, offline, unauthorized, ...) or None."""
@@ -166,14 +171,6 @@ class AdbTransport(Transport):
         self._dev = None
         return LinkLost(f"{self.name}: device {self.serial} is {state or 'gone'} ({what}){detail}")
 
-    def _command(self, argv: list[str], cd: bool = True) -> str:
-        # argv[0] always quoted: never a keyword, alias or assignment
-        words = ["'" + argv[0].replace("'", "'\"'\"'") + "'"] + [shlex.quote(a) for a in argv[1:]]
-        if self.env:
-            words = ["env", *(shlex.quote(f"{k}={v}") for k, v in self.env.items()), *words]
-        prefix = f"cd {shlex.quote(self.workdir)} && " if cd else ""
-        return prefix + " ".join(words)
-
     def _open(self, service: str, what: str) -> AdbConnection:
         try:
             conn = self._device().open_transport()
@@ -230,7 +227,8 @@ class AdbTransport(Transport):
             raise LinkLost(f"{self.name}: no answer from {self.serial} during {what}: {detail}")
 
     def run(self, argv: list[str], timeout: float = 60.0, cd: bool = True) -> CommandResult:
-        cmd, what = self._command(argv, cd), f"`{shlex.join(argv)[:80]}`"
+        cmd = self.command_line(argv, self.workdir if cd else None)
+        what = f"`{shlex.join(argv)[:80]}`"
         if not self._v2:  # pre-Android-7: adbutils appends `echo X4EXIT:$?`; stderr is merged
             try:
                 raw = self._device().shell2(cmd, timeout=timeout, encoding=None)
@@ -250,7 +248,8 @@ class AdbTransport(Transport):
     def stream(self, argv: list[str]) -> Iterator[bytes]:
         """Yield stdout chunks as they arrive; the generator returns the exit status."""
         what, self.last_stderr = f"stream `{shlex.join(argv)[:80]}`", b""
-        conn = self._open(("shell,v2:" if self._v2 else "shell:") + self._command(argv), what)
+        service = ("shell,v2:" if self._v2 else "shell:") + self.command_line(argv, self.workdir)
+        conn = self._open(service, what)
         try:
             for kind, data in self._packets(conn, what, None, True, self._v2):
                 if kind == 1:
@@ -264,12 +263,6 @@ class AdbTransport(Transport):
 
     def _path(self, remote: str) -> str:
         return remote if remote.startswith("/") else posixpath.join(self.workdir, remote)
-
-    def _sh(self, script: str, *args: str, timeout: float | None = None) -> None:
-        result = self.run([self.shell, "-c", script, "sh", *args], timeout or self.timeout)
-        if result.rc != 0:
-            raise TransportError(f"{self.name}: `{script[:30]}...` {args[0]} failed (rc "
-                                 f"{result.rc}): {result.stderr.decode(errors='replace')[:300]}")
 
     def _stat(self, remote: str) -> tuple[int, int] | None:  # sync STAT; None: no such path
         try:
@@ -309,13 +302,15 @@ class AdbTransport(Transport):
              digest: str | None = None) -> None:
         size = local.stat().st_size
         # parents exist, and a stale sha256 cache is gone before new bytes arrive
-        self._sh('mkdir -p -- "${1%/*}/" && rm -f -- "$1.orch-sha256"', remote)
+        self.sh_checked('mkdir -p -- "${1%/*}/" && rm -f -- "$1.orch-sha256"', remote,
+                        timeout=self.timeout)
         if size > PIECE:
             key = (digest or f"{size}-{local.stat().st_mtime_ns}")[:16]
             return self._put_pieces(local, size, remote, mode, progress, key)
         with open(local, "rb") as handle:
             self._send(handle, size, remote + ".orch-tmp", 0o600, progress)
-        self._sh('chmod "$2" "$1.orch-tmp" && mv -f -- "$1.orch-tmp" "$1"', remote, f"{mode:o}")
+        self.sh_checked('chmod "$2" "$1.orch-tmp" && mv -f -- "$1.orch-tmp" "$1"', remote,
+                        f"{mode:o}", timeout=self.timeout)
 
     def _put_pieces(self, local: Path, size: int, remote: str, mode: int,
                     progress: Progress | None, key: str) -> None:
@@ -345,8 +340,8 @@ class AdbTransport(Transport):
                 if (got := self._stat(name)) is None or got[0] != length:
                     raise TransportError(f"{self.name}: piece {name} has {got and got[0]} bytes "
                                          f"on the device, expected {length}")
-        self._sh(_ASSEMBLE, prefix, str(count), str(PIECE), str(size), f"{mode:o}", remote,
-                 timeout=max(self.timeout, size / (20 << 20)))  # on-device copy at >= 20 MB/s
+        self.sh_checked(_ASSEMBLE, prefix, str(count), str(PIECE), str(size), f"{mode:o}",
+                        remote, timeout=max(self.timeout, size / (20 << 20)))  # >= 20 MB/s
 
     def put(self, local: Path, remote: str, mode: int = 0o644,
             progress: Progress | None = None) -> None:
@@ -356,7 +351,7 @@ class AdbTransport(Transport):
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
         remote = self._path(remote)  # small files (job, caches): one SEND, straight to the name
         if (parent := posixpath.dirname(remote)) not in self._dirs:
-            self._sh('mkdir -p -- "$1/"', parent)
+            self.sh_checked('mkdir -p -- "$1/"', parent, timeout=self.timeout)
             self._dirs.add(parent)
         self._send(io.BytesIO(data), len(data), remote, mode)
 
@@ -369,17 +364,10 @@ class AdbTransport(Transport):
                 raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file") from None
             raise self._error(f"reading {remote}", exc) from None
 
-    def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
-                        progress: Progress | None = None) -> bool:
-        """Push unless the device has the same file: size first (cheap), then sha256."""
-        local, remote = Path(local), self._path(remote)
-        digest = sha256_file(local)
-        if (st := self._stat(remote)) and st[0] == local.stat().st_size and \
-                self.remote_sha256(remote) == digest:
-            return False
+    def _put_file(self, local: Path, remote: str, mode: int, progress: Progress | None) -> str:
+        digest = sha256_file(local)  # first: it names the pieces of a resumable push
         self._put(local, remote, mode, progress, digest)
-        self._sh(_CACHE, remote, digest)  # we know what we wrote
-        return True
+        return digest
 
     def describe(self) -> str:
         return f"adb:{self.name} ({self.serial} via {self.adb_host}:{self.adb_port})"

@@ -2,42 +2,48 @@
 
 A transport moves files to a device, runs short commands there, and streams long-running
 output back. It knows nothing of engines, matrices or the store: the runner drives it.
+
+A device kind is one Transport subclass, registered as an `orch.transports` entry point
+(orchestrator/plugins.py, docs/plugins.md). Besides the commands and files it brings what the
+rest of orch asks of a kind: its inventory entry model (`entry_model`), its default workdir,
+its constructor from an entry (`from_entry`), and its address text for `orch devices`.
+Commands on the device are assumed to run under a POSIX shell only in posix.py (PosixShell).
 """
 from __future__ import annotations
 
 import abc
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, ClassVar, Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+from tenacity import RetryCallState, Retrying, retry_if_exception
 
 # progress(bytes_done, total) during a file push
 PushProgress = Callable[[int, int], None]
-
-
-# sha256 of $1, cached in `$1.orch-sha256` ("size mtime sha256") while `stat` still matches,
-# so an unchanged 20 GB model is not re-hashed every run. A file modified less than 2 s ago is
-# hashed but not cached (same-second rewrites keep %Y). POSIX sh + toybox only.
-SHA256_CACHED = r'''f=$1 c=$1.orch-sha256
-st=$(stat -c '%s %Y' -- "$f" 2>/dev/null) || exit 3
-if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" ]; then
-  echo "$h cached"; exit 0; fi
-h=$(sha256sum < "$f") || exit 4
-h=${h%% *}
-if [ "$(stat -c '%s %Y' -- "$f")" = "$st" ] && [ $(( $(date +%s) - ${st#* } )) -ge 2 ]; then
-  { printf '%s %s\n' "$st" "$h" > "$c.$$" && mv -f -- "$c.$$" "$c"; } 2>/dev/null ||
-    rm -f -- "$c.$$"
-fi
-echo "$h computed"'''
 
 
 class TransportError(Exception):
     """The device could not be reached or a transport operation failed."""
 
 
+class AccessDenied(TransportError):
+    """The device refused us (host key, credentials): waiting and retrying will not help."""
+
+
 class LinkLost(TransportError):
     """The connection dropped in the middle of a stream; the device may still be running."""
+
+
+class CommandTimedOut(TransportError):
+    """A command did not end within its timeout (it may still run on the device)."""
+
+
+class RemoteFileNotFound(TransportError, FileNotFoundError):
+    """The device file does not exist (both a TransportError and a FileNotFoundError)."""
 
 
 @dataclass
@@ -64,15 +70,111 @@ def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
     return _SHA_CACHE[key]
 
 
+def _worth_retrying(exc: BaseException) -> bool:
+    return isinstance(exc, TransportError) and not isinstance(exc, AccessDenied)
+
+
+@dataclass
+class Outage:
+    """One loss of the link, for a retry loop that outlives it (the runner's): when it began
+    (time.monotonic(); None while the link works) and at which attempt."""
+
+    since: float | None = None
+    first_attempt: int = 1
+
+    def begin(self, attempt: int) -> None:
+        if self.since is None:
+            self.since, self.first_attempt = time.monotonic(), attempt
+
+    def end(self) -> None:
+        self.since = None
+
+
+@dataclass(frozen=True)
+class LinkPolicy:
+    """How long orch keeps trying to reach a device that dropped off (`orch run --link-grace`),
+    and how it backs off meanwhile. The one retry policy of orch: a transport's reconnect()
+    and the runner's re-attach loop both retry through `retrying()`."""
+
+    grace_s: float = 120.0
+    first_backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+
+    def retrying(self, bound_s: float | None = None, outage: Outage | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> Retrying:
+        """tenacity: retry TransportErrors (not AccessDenied) with exponential backoff
+        (first_backoff_s doubling up to max_backoff_s) until `bound_s` (default grace_s) has
+        passed since the outage began (default: since the first attempt). Waits are cut at
+        the bound, so the last attempt starts at the bound at the latest: the whole takes at
+        most bound_s plus that attempt's own time (a connect timeout). Then the last error is
+        raised. With an `outage` the clock and the backoff restart whenever the caller ends
+        it (the link worked again) and begins it anew."""
+        bound = self.grace_s if bound_s is None else bound_s
+
+        def clock(state: RetryCallState) -> tuple[float, int]:
+            if outage is None:
+                return state.start_time, 1
+            outage.begin(state.attempt_number)  # an attempt failed: the outage is on
+            return outage.since, outage.first_attempt
+
+        def elapsed(state: RetryCallState) -> float:
+            return time.monotonic() - clock(state)[0]
+
+        def wait(state: RetryCallState) -> float:
+            tries = state.attempt_number - clock(state)[1]
+            backoff = min(self.first_backoff_s * 2 ** min(tries, 30), self.max_backoff_s)
+            return max(0.0, min(backoff, bound - elapsed(state)))
+
+        return Retrying(stop=lambda state: elapsed(state) >= bound, wait=wait,
+                        retry=retry_if_exception(_worth_retrying), sleep=sleep, reraise=True)
+
+
+class DeviceEntry(BaseModel):
+    """What every device kind's inventory entry has; a kind's model adds `kind: Literal[...]`
+    and its address fields (`extra="forbid"` keeps typos from passing silently)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: str
+    workdir: str | None = None
+    description: str | None = None
+    # The shell that runs the agent (`sh` on every device; tests also use mksh, dash, bash).
+    shell: str = "sh"
+    # Environment for agent commands, e.g. a restricted PATH or ORCH_THERMAL_DIR.
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 class Transport(abc.ABC):
     """A connection to one device. Paths on the device are POSIX strings."""
 
-    kind: str = "?"
+    kind: ClassVar[str] = "?"
+    entry_model: ClassVar[type[DeviceEntry]] = DeviceEntry
+    # `{name}` is the device's name in the inventory
+    default_workdir: ClassVar[str] = "~/.cache/orch/devices/{name}"
 
     def __init__(self, name: str, workdir: str, shell: str = "sh") -> None:
         self.name = name
         self.workdir = workdir
         self.shell = shell
+        self.link = LinkPolicy()   # the session sets the run's policy (--link-grace)
+        self.last_sha256_source = ""  # "cached" or "computed" (last remote_sha256)
+
+    # -- the device kind: inventory entry, construction, address ---------------------------
+    @classmethod
+    def from_entry(cls, name: str, entry: DeviceEntry, workdir: str) -> "Transport":
+        """Build (not connect) from an inventory entry: by default its fields other than
+        kind/workdir/description are the constructor's keyword arguments."""
+        fields = entry.model_dump(exclude={"kind", "workdir", "description"})
+        return cls(name, workdir=workdir, **fields)
+
+    @classmethod
+    def address(cls, entry: DeviceEntry) -> str:
+        """Where the device is, for `orch devices` (e.g. user@host:port)."""
+        return ""
+
+    @classmethod
+    def host_key_address(cls, entry: DeviceEntry) -> tuple[str, int, str] | None:
+        """(host, port, known_hosts file) for `orch devices trust`; None: no host keys."""
+        return None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def connect(self) -> None:
@@ -80,6 +182,21 @@ class Transport(abc.ABC):
 
     def close(self) -> None:
         """Release the connection; never kills anything running detached on the device."""
+
+    def reconnect(self, within: float | None = None) -> None:
+        """close() and connect() again, with the link policy's backoff, for at most `within`
+        s (default: link.grace_s) plus one connect attempt. AccessDenied is not retried."""
+        bound = self.link.grace_s if within is None else within
+        try:
+            for attempt in self.link.retrying(bound):
+                with attempt:
+                    self.close()
+                    self.connect()
+        except AccessDenied:
+            raise
+        except TransportError as exc:
+            raise TransportError(f"{self.name}: no connection within {bound:g} s: {exc}") \
+                from exc
 
     def __enter__(self) -> "Transport":
         self.connect()
@@ -112,29 +229,39 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def get_bytes(self, remote: str) -> bytes:
-        """Read a whole (small) file from the device."""
+        """Read a whole (small) file from the device (RemoteFileNotFound when absent)."""
+
+    @abc.abstractmethod
+    def remote_size(self, remote: str) -> int | None:
+        """Size of a device file (symlinks followed), None when it does not exist."""
+
+    @abc.abstractmethod
+    def remote_sha256(self, remote: str) -> str | None:
+        """sha256 of a device file, None when it does not exist; sets last_sha256_source."""
+
+    def remember_sha256(self, remote: str, digest: str) -> None:
+        """Tell the device's sha256 cache what a file just pushed hashes to (optional)."""
 
     def _path(self, remote: str) -> str:
         """A device path as commands see it (transports resolve relative ones)."""
         return remote
 
-    def remote_sha256(self, remote: str) -> str | None:
-        """sha256 of a device file (None when it does not exist); `<file>.orch-sha256`
-        spares re-hashing an unchanged one."""
-        result = self.run([self.shell, "-c", SHA256_CACHED, "sh", self._path(remote)],
-                          timeout=3600)
-        fields = result.stdout.decode(errors="replace").split()
-        if result.rc != 0 or len(fields) < 2:
-            return None
-        self.last_sha256_source = fields[1]   # "cached" or "computed"
-        return fields[0]
+    def _put_file(self, local: Path, remote: str, mode: int,
+                  progress: PushProgress | None) -> str:
+        """put(), returning the sha256 of what was sent; a kind that hashes while sending
+        overrides it to spare a second read of the file."""
+        self.put(local, remote, mode, progress)
+        return sha256_file(local)
 
     def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
                         progress: PushProgress | None = None) -> bool:
-        """Push unless the device already has a file with the same sha256. True if pushed."""
-        if self.remote_sha256(remote) == sha256_file(local):
+        """Push unless the device has the same file: size first (cheap), then sha256. The
+        device's sha256 cache learns what was pushed. True if pushed."""
+        local, remote = Path(local), self._path(remote)
+        if self.remote_size(remote) == local.stat().st_size and \
+                self.remote_sha256(remote) == sha256_file(local):
             return False
-        self.put(local, remote, mode, progress)
+        self.remember_sha256(remote, self._put_file(local, remote, mode, progress))
         return True
 
     def expand_home(self, path: str) -> str:
@@ -148,3 +275,4 @@ class Transport(abc.ABC):
 
     def describe(self) -> str:
         return f"{self.kind}:{self.name}"
+

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import paramiko
 
-from orchestrator.transports.base import TransportError
+from orchestrator.transports.base import AccessDenied, TransportError
 
 _NET = (paramiko.SSHException, OSError, EOFError)
 
 
-class HostKeyError(TransportError):
+class HostKeyError(AccessDenied):
     """The device's host key is unknown or has changed."""
 
 

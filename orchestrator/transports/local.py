@@ -5,23 +5,31 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Literal
 
 from orchestrator.transports.base import (
     CommandResult,
+    CommandTimedOut,
+    DeviceEntry,
     PushProgress,
-    Transport,
+    RemoteFileNotFound,
     TransportError,
 )
+from orchestrator.transports.posix import PosixTransport
 
 
-class LocalTransport(Transport):
+class LocalEntry(DeviceEntry):
+    kind: Literal["local"]
+
+
+class LocalTransport(PosixTransport):
     kind = "local"
+    entry_model = LocalEntry
+    default_workdir = "~/.cache/orch/devices/{name}"
 
-    def __init__(self, name: str, workdir: str, shell: str = "sh",
-                 env: dict[str, str] | None = None) -> None:
-        super().__init__(name, workdir, shell)
-        self.env = dict(env or {})
+    @classmethod
+    def address(cls, entry: DeviceEntry) -> str:
+        return "this machine"
 
     def expand_home(self, path: str) -> str:
         return os.path.expanduser(path)
@@ -40,7 +48,8 @@ class LocalTransport(Transport):
         except FileNotFoundError as exc:
             raise TransportError(f"{self.name}: cannot run {argv[0]!r}: {exc.strerror}") from None
         except subprocess.TimeoutExpired:
-            raise TransportError(f"{self.name}: {argv[0]} did not finish within {timeout:g} s") from None
+            raise CommandTimedOut(f"{self.name}: {argv[0]} did not finish within {timeout:g} s") \
+                from None
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
     def stream(self, argv: list[str]) -> Iterator[bytes]:
@@ -81,8 +90,16 @@ class LocalTransport(Transport):
         target.write_bytes(data)
         os.chmod(target, mode)
 
+    def remote_size(self, remote: str) -> int | None:
+        try:
+            return os.stat(remote).st_size
+        except FileNotFoundError:
+            return None
+
     def get_bytes(self, remote: str) -> bytes:
         try:
             return Path(remote).read_bytes()
+        except FileNotFoundError:
+            raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file") from None
         except OSError as exc:
             raise TransportError(f"{self.name}: cannot read {remote}: {exc.strerror}") from None

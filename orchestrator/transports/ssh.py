@@ -10,7 +10,9 @@
 - Relative remote paths are relative to the workdir. Files (ssh_files.py) go over SFTP or,
   when large, the local scp (temp file + rename), or `cat` over exec without an sftp subsystem.
 - EOF without exit status, or no answer to a keepalive probe within `dead_after` s, raises
-  LinkLost; the next call reconnects by itself (reconnect(): backoff up to `reconnect_s`).
+  LinkLost; the next call reconnects by itself (Transport.reconnect(): the link policy's
+  backoff, for at most its grace). Wrong host keys and credentials are AccessDenied: never
+  retried.
 """
 from __future__ import annotations
 
@@ -22,15 +24,17 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Literal
 
 import paramiko
 from fabric import Config, Connection
 
 from orchestrator.transports.base import (
+    AccessDenied,
     CommandResult,
+    CommandTimedOut,
+    DeviceEntry,
     LinkLost,
-    Transport,
     TransportError,
 )
 from orchestrator.transports.hostkeys import (
@@ -39,7 +43,8 @@ from orchestrator.transports.hostkeys import (
     _Unknown,
     fingerprint,
 )
-from orchestrator.transports.ssh_files import RemoteFileNotFound, SshFiles  # noqa: F401  (RemoteFileNotFound: public)
+from orchestrator.transports.posix import PosixTransport
+from orchestrator.transports.ssh_files import SshFiles
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
@@ -50,25 +55,31 @@ _RESOLVE = ('d=$1; case $d in "~") d=$HOME;; "~/"*) d=$HOME/${d#"~/"};; /*) ;; *
             'esac; mkdir -p -- "$d" && cd -- "$d" && printf "%s\\n%s\\n" "$HOME" "$(pwd)"')
 
 
-class CommandTimedOut(TransportError):
-    """A command did not end within its timeout (it may still run on the device)."""
+class SshEntry(DeviceEntry):
+    kind: Literal["ssh"]
+    host: str
+    port: int = 22
+    user: str | None = None
+    key: str | None = None
+    known_hosts: str | None = None
+    jump: str | None = None
 
 
-class SshTransport(SshFiles, Transport):
+class SshTransport(SshFiles, PosixTransport):
     kind = "ssh"
+    entry_model = SshEntry
+    default_workdir = "~/.cache/orch"
 
     def __init__(self, name: str, host: str, port: int = 22, user: str | None = None,
                  key: str | None = None, known_hosts: str | None = None,
                  workdir: str = "~/.cache/orch", jump: str | None = None,
                  connect_timeout: float = 10, shell: str = "sh", *, keepalive: float = 5.0,
-                 dead_after: float = 15.0, reconnect_s: float = 30.0,
-                 env: dict[str, str] | None = None) -> None:
-        super().__init__(name, workdir, shell)
-        self.env = dict(env or {})
+                 dead_after: float = 15.0, env: dict[str, str] | None = None) -> None:
+        super().__init__(name, workdir, shell, env)
         self.host, self.port, self.user, self.jump = host, int(port), user, jump
         self.key = str(Path(key).expanduser()) if key else None
         self.known_hosts, self.connect_timeout = known_hosts, connect_timeout
-        self.keepalive, self.dead_after, self.reconnect_s = keepalive, dead_after, reconnect_s
+        self.keepalive, self.dead_after = keepalive, dead_after
         self.requested_workdir, self.home = workdir, "~"
         self._conn: Connection | None = None
         self._resolved = False  # connect() finished once: workdir is absolute
@@ -76,8 +87,15 @@ class SshTransport(SshFiles, Transport):
         self._sftp_ok = True
         self._dirs: set[str] = set()
         self.last_stderr = b""  # stderr tail of the last stream()
-        self.last_sha256_source = ""  # "cached" or "computed" (last remote_sha256)
         self.last_put_method = ""     # "scp" or "sftp" (last put of a file)
+
+    @classmethod
+    def address(cls, entry: DeviceEntry) -> str:
+        return f"{entry.user + '@' if entry.user else ''}{entry.host}:{entry.port}"
+
+    @classmethod
+    def host_key_address(cls, entry: DeviceEntry) -> tuple[str, int, str]:
+        return entry.host, entry.port, entry.known_hosts or "~/.ssh/known_hosts"
 
     # -- connection --------------------------------------------------------------------------
     def _host_key_files(self) -> list[Path]:
@@ -143,28 +161,10 @@ class SshTransport(SshFiles, Transport):
             return HostKeyError(f"{self.name}: the host key of {where} is not known (offered "
                                 f"{exc.key.get_name()} {fingerprint(exc.key)}); check it, "
                                 f"then {hint}")
-        what = "authentication failed" if isinstance(exc, paramiko.AuthenticationException) \
-            else "cannot connect"
-        return TransportError(f"{self.name}: {what} ({self.user or 'default user'}@{where}): "
-                              f"{exc or type(exc).__name__}")
-
-    def reconnect(self, deadline_s: float = 30.0) -> None:
-        """connect() with exponential backoff (0.5 s .. 8 s) until `deadline_s` has passed."""
-        end, delay = time.monotonic() + deadline_s, 0.5
-        while True:
-            try:
-                return self.connect()
-            except HostKeyError:
-                raise
-            except TransportError as exc:
-                if isinstance(exc.__cause__, paramiko.AuthenticationException):
-                    raise
-                remaining = end - time.monotonic()
-                if remaining <= 0:
-                    raise TransportError(f"{self.name}: no connection within {deadline_s:g} s: "
-                                         f"{exc}") from exc
-                time.sleep(min(delay, remaining))
-                delay = min(delay * 2, 8.0)
+        who = f"({self.user or 'default user'}@{where}): {exc or type(exc).__name__}"
+        if isinstance(exc, paramiko.AuthenticationException):
+            return AccessDenied(f"{self.name}: authentication failed {who}")
+        return TransportError(f"{self.name}: cannot connect {who}")
 
     def _drop(self) -> None:
         conn, self._conn, self._sftp, self._dirs = self._conn, None, None, set()
@@ -185,7 +185,7 @@ class SshTransport(SshFiles, Transport):
         if conn is not None and conn.transport is not None and conn.transport.is_active():
             return conn
         if self._resolved:  # was connected and the link went away
-            self.reconnect(self.reconnect_s)
+            self.reconnect()
         else:
             self.connect()
         return self._conn
@@ -209,13 +209,9 @@ class SshTransport(SshFiles, Transport):
                 if attempt == 2 or conn is not None:
                     raise lost from exc
         marker = f"orch-{uuid.uuid4().hex}"
-        # argv[0] always quoted: never a keyword, alias or assignment
-        words = ["'" + argv[0].replace("'", "'\"'\"'") + "'"] + [shlex.quote(a) for a in argv[1:]]
-        cd = f"cd {shlex.quote(self.workdir)} && " if conn is None else ""
-        if self.env:  # the inventory's env (e.g. ORCH_THERMAL_DIR), for every command
-            words = ["env"] + [shlex.quote(f"{k}={v}") for k, v in self.env.items()] + words
+        line = self.command_line(argv, cwd=self.workdir if conn is None else None)
         try:
-            chan.exec_command(f"printf %s {marker}; printf %s {marker} >&2; {cd}{' '.join(words)}")
+            chan.exec_command(f"printf %s {marker}; printf %s {marker} >&2; {line}")
         except _NET as exc:
             raise self._lost("exec", exc) from exc
         return chan, marker.encode()

@@ -1,5 +1,5 @@
-"""The file half of the SSH transport: SFTP, scp for large files, `cat` without SFTP, and the
-sha256-skip push. A mixin of SshTransport (it uses its connection and command runner).
+"""The file half of the SSH transport: SFTP, scp for large files, `cat` without SFTP. A mixin
+of SshTransport (it uses its connection and command runner).
 
 - Uploads go to `<file>.orch-part`, then chmod and rename: a cut-off push never leaves a file
   of the right name with the wrong bytes.
@@ -22,7 +22,7 @@ from typing import Callable
 
 import paramiko
 
-from orchestrator.transports.base import TransportError, sha256_file
+from orchestrator.transports.base import RemoteFileNotFound, TransportError, sha256_file
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
@@ -34,10 +34,6 @@ SCP_MIN_BYTES = 64 << 20   # smaller files: one SFTP put on the open connection 
 _CAT_PUT = ('d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 1; rm -f -- "$1.orch-sha256"; '
             'cat > "$1.orch-part" && chmod "$2" "$1.orch-part" && mv -f -- "$1.orch-part" "$1"')
 _CAT_GET = '[ -e "$1" ] || exit 66; cat < "$1"'
-
-
-class RemoteFileNotFound(TransportError, FileNotFoundError):
-    """The device file does not exist (both a TransportError and a FileNotFoundError)."""
 
 
 class _HashingReader:
@@ -117,7 +113,7 @@ class SshFiles:
         except _NET as exc:
             raise self._file_error(f"writing {remote}", exc) from exc
 
-    def _put(self, local: Path, remote: str, mode: int, progress: Progress | None) -> str:
+    def _put_file(self, local: Path, remote: str, mode: int, progress: Progress | None) -> str:
         """Upload; return the sha256 of what was sent. A stale sha256 cache goes first.
         Large files go through OpenSSH's scp when it is there: paramiko's SFTP costs Python
         per 32 KiB packet and reached 0.5-1x scp's rate on loopback (bench/push)."""
@@ -197,7 +193,7 @@ class SshFiles:
     def put(self, local: Path, remote: str, mode: int = 0o644,
             progress: Progress | None = None) -> None:
         """Copy a file (parents created); `progress(bytes_done, total)` is called along."""
-        self._put(Path(local), remote, mode, progress)
+        self._put_file(Path(local), remote, mode, progress)
 
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
         self._upload(io.BytesIO(data), len(data), remote, mode, None)
@@ -218,29 +214,14 @@ class SshFiles:
             raise self._file_error(f"reading {remote}", exc) from exc
         return buffer.getvalue()
 
-    def _stat(self, remote: str) -> tuple[int, int] | None:
-        """(size, mtime) of a device file, or None."""
+    def remote_size(self, remote: str) -> int | None:
+        """Size of a device file (SFTP stat follows symlinks), or None."""
+        remote = self._path(remote)
         if (sftp := self._sftp_client()) is None:
-            result = self._run(["stat", "-c", "%s %Y", remote], 60)
-            return tuple(map(int, result.stdout.split())) if result.rc == 0 else None
+            return super().remote_size(remote)
         try:
-            st = sftp.stat(remote)
-        except FileNotFoundError:
+            return sftp.stat(remote).st_size
+        except (FileNotFoundError, PermissionError):
             return None
         except _NET as exc:
             raise self._file_error(f"stat {remote}", exc) from exc
-        return st.st_size, int(st.st_mtime)
-
-    # -- sha256 with a cache next to the file ------------------------------------------------
-    def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
-                        progress: Progress | None = None) -> bool:
-        """Push unless the device has the same file: size first (cheap), then sha256."""
-        local, remote = Path(local), self._path(remote)
-        stat = self._stat(remote)
-        if stat is not None and stat[0] == local.stat().st_size and \
-                self.remote_sha256(remote) == sha256_file(local):
-            return False
-        digest = self._put(local, remote, mode, progress)
-        if (stat := self._stat(remote)) is not None:  # we know what we wrote: cache its sha256
-            self.put_bytes(f"{stat[0]} {stat[1]} {digest}\n".encode(), remote + CACHE_SUFFIX)
-        return True

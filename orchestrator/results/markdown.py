@@ -1,0 +1,87 @@
+"""Markdown text from data: cell escaping and the one table renderer (`orch table`, the report
+and `orch compare` lay their tables out with `render`).
+
+Names, flags, causes and prompts are data and may hold any character: every escape here keeps
+a table row one row with as many cells as its header, and keeps data from opening markup.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.results.values import DASH
+
+_NEWLINES = re.compile(r"\s*[\r\n\x0b\x0c\x85\u2028\u2029]+\s*")
+
+
+@dataclass
+class Table:
+    """A header, alignments and rows of markdown-ready (already escaped) cells."""
+
+    headers: list[str]
+    aligns: list[str]                      # markdown alignment rows: "---", "---:", ":--:"
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # markdown lines printed under the table
+
+    def drop_empty(self, keep: Iterable[int] = (0,)) -> Table:
+        """Leave out the columns that are empty (—) in every row: a column of dashes says
+        nothing, and engines differ in what they report (mmap runs have no cache hit, ...)."""
+        keep = set(keep)
+        cols = [i for i in range(len(self.headers))
+                if i in keep or any(r[i] not in (DASH, "") for r in self.rows)]
+        return Table([self.headers[i] for i in cols], [self.aligns[i] for i in cols],
+                     [[r[i] for i in cols] for r in self.rows], list(self.notes))
+
+    def column(self, header: str) -> list[str]:
+        i = self.headers.index(header)
+        return [r[i] for r in self.rows]
+
+    def __bool__(self) -> bool:
+        return bool(self.rows)
+
+
+def render(table: Table) -> str:
+    """The table as GFM markdown lines (no trailing newline); nothing for a table without
+    columns."""
+    if not table.headers:
+        return ""
+    lines = ["| " + " | ".join(table.headers) + " |", "|" + "|".join(table.aligns) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in table.rows]
+    return "\n".join(lines)
+
+
+def escape_cell(value: Any) -> str:
+    """A table cell that cannot end the cell or the row: `\\` -> `\\\\`, `|` -> `\\|`, line
+    breaks -> one space. Markup in the value (a bold figure) is kept."""
+    text = str(value).replace("\\", "\\\\").replace("|", "\\|")
+    return _NEWLINES.sub(" ", text)
+
+
+def md_escape(value: Any) -> str:
+    """Inline text that cannot break a table row, open an HTML tag or a code span: the cell
+    escape plus `<`, `*` and backticks."""
+    text = escape_cell("" if value is None else value)
+    return text.replace("<", "&lt;").replace("*", "\\*").replace("`", "\\`")
+
+
+def md_code(value: Any) -> str:
+    """An inline code span for a flag string or a hash. Backslash escapes do not work inside a
+    code span, so the fence grows past the longest backtick run instead; `|` keeps its table
+    escape (GFM removes it before the span is parsed)."""
+    if value is None or value == "":
+        return DASH
+    text = _NEWLINES.sub(" ", str(value)).replace("|", "\\|")
+    ticks = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (ticks + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_fence(text: str, info: str = "") -> str:
+    """A fenced block whose fence is longer than any backtick run inside (a prompt may hold
+    ``` itself)."""
+    ticks = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
+    fence = "`" * (ticks + 1)
+    return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}"
