@@ -280,3 +280,28 @@ def test_merge_keys_still_work(tmp_path):
     inventory = load_inventory(str(devices))
     assert inventory.workdir("box2") == "/tmp/orch-box2"
     assert inventory.workdir("box3") == "/tmp/orch-box"
+
+
+def test_baseline_per_model_labels_and_defaults(tmp_path):
+    two_models = GOOD.replace("engine: moe-probe", "engine: bmoe\nbinary: /x\nmodels: {q: /q, g: /g}")
+    m = load_matrix(write(tmp_path, two_models + "baseline: {g: b}\nlabels: {a: pread reads}\n")).matrix
+    assert (m.baseline_for("g"), m.baseline_for("q")) == ("b", "a")   # default: the first config
+    assert (m.label("a"), m.label("b")) == ("pread reads", "b")
+    bad = write(tmp_path, two_models + "baseline:\n  x: a\n  q: c\nlabels: {z: Z}\n")
+    assert [e.replace(f"{tmp_path}/", "") for e in errors(bad)] == [
+        "m.yaml:11: baseline.x: 'x' is not one of the models (g, q)",
+        "m.yaml:12: baseline.q: 'c' is not one of the configs (a, b)",
+        "m.yaml:13: labels.z: 'z' is not one of the configs (a, b)"]
+
+
+def test_repeat_count_or_adaptive_policy(tmp_path):
+    fixed = load_matrix(write(tmp_path, GOOD + "repeat: 3\n")).matrix.repeat
+    assert (fixed.min, fixed.max, fixed.adaptive) == (3, 3, False)
+    adaptive = load_matrix(write(tmp_path, GOOD + "repeat: {min: 3, max: 10, until: 2%}\n"))
+    policy = adaptive.matrix.repeat
+    assert (policy.min, policy.max, policy.until, policy.adaptive) == (3, 10, 2.0, True)
+    assert len(plan_cells(adaptive.matrix)) == 2 * 3       # min rounds are planned up front
+    assert errors(write(tmp_path, GOOD + "repeat: {min: 3, max: 10}\n")) == [
+        f"{tmp_path}/m.yaml:8: repeat: give `until: X%` (the interval to reach) for adaptive repeats"]
+    assert errors(write(tmp_path, GOOD + "repeat: {min: 5, max: 2, until: 1%}\n")) == [
+        f"{tmp_path}/m.yaml:8: repeat: max must be at least min"]

@@ -147,6 +147,50 @@ class ModelFile(BaseModel):
     local: str
 
 
+class RepeatPolicy(BaseModel):
+    """How many times each config runs: `repeat: 3` (exactly 3), or adaptive,
+    `repeat: {min: 3, max: 10, until: 2%}`: after `min` interleaved rounds, more rounds run
+    until every config's 95% interval half-width is within `until` percent of its mean, or
+    `max` rounds have run (Phoronix's dynamic run count, judged by intervals)."""
+
+    model_config = ConfigDict(extra="forbid")
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+    until: float | None = None          # target half-width of the 95% interval, % of the mean
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_count(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"min": value, "max": value}
+        return value
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _percent(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().removesuffix("%").strip()
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError("expected a percentage such as `2%`") from None
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "RepeatPolicy":
+        if self.max < self.min:
+            raise ValueError("max must be at least min")
+        if self.until is not None and not 0 < self.until < 100:
+            raise ValueError("until must be a percentage between 0 and 100")
+        if self.until is None and self.max != self.min:
+            raise ValueError("give `until: X%` (the interval to reach) for adaptive repeats")
+        return self
+
+    @property
+    def adaptive(self) -> bool:
+        return self.max > self.min
+
+
 class Matrix(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -161,13 +205,16 @@ class Matrix(BaseModel):
     configs: dict[str, str] = Field(default_factory=dict)
     grid: dict[str, Annotated[list[str | int | float | bool], Field(min_length=1)]] = \
         Field(default_factory=dict)
-    repeat: int = Field(default=1, ge=1)
+    repeat: RepeatPolicy = Field(default_factory=lambda: RepeatPolicy(min=1, max=1))
     order: Literal["as-written", "interleaved", "shuffled"] = "as-written"
     seed: int | None = None
     cooldown: Cooldown = Field(default_factory=Cooldown)
     timeout: float = 600.0
     env: dict[str, str] = Field(default_factory=dict)
-    baseline: str | None = None
+    # the config the others are compared with: one name for every model, or model -> config;
+    # default: the first config
+    baseline: str | dict[str, str] | None = None
+    labels: dict[str, str] = Field(default_factory=dict)   # config -> label shown in reports
     # A/B pairs that run back to back in every repeat, so each comparison sees the same
     # device state: [[baseline, candidate], ...]
     pairs: list[Annotated[list[str], Field(min_length=2)]] = Field(default_factory=list)
@@ -227,6 +274,22 @@ class Matrix(BaseModel):
             raise errors_at(self, problems)
         return self
 
+    def config_names(self) -> list[str]:
+        return [name for name, _ in expand_configs(self)]
+
+    def baseline_for(self, model: str) -> str:
+        """The config `model`'s A/B deltas are taken against (never another model's runs)."""
+        if isinstance(self.baseline, dict):
+            if model in self.baseline:
+                return self.baseline[model]
+        elif self.baseline is not None:
+            return self.baseline
+        return self.config_names()[0]
+
+    def label(self, config: str) -> str:
+        """A config's human-readable label (`labels:`), else its name."""
+        return self.labels.get(config, config)
+
 
 def _one_of(names: list[str]) -> str:
     shown = ", ".join(names[:8]) + (f", ... {len(names) - 8} more" if len(names) > 8 else "")
@@ -236,8 +299,19 @@ def _one_of(names: list[str]) -> str:
 def _baseline_and_pairs(matrix: Matrix, names: list[str]) -> Problems:
     known = set(names)
     problems: Problems = []
-    if matrix.baseline is not None and matrix.baseline not in known:
+    if isinstance(matrix.baseline, dict):
+        models = set(matrix.models) or {"-"}
+        for model, config in matrix.baseline.items():
+            if model not in models:
+                problems.append((("baseline", model), f"{model!r} is not one of the models "
+                                                      f"({', '.join(sorted(models))})"))
+            elif config not in known:
+                problems.append((("baseline", model), f"{config!r} {_one_of(names)}"))
+    elif matrix.baseline is not None and matrix.baseline not in known:
         problems.append((("baseline",), f"{matrix.baseline!r} {_one_of(names)}"))
+    for config in matrix.labels:
+        if config not in known:
+            problems.append((("labels", config), f"{config!r} {_one_of(names)}"))
     pair_of: dict[str, int] = {}
     for i, pair in enumerate(matrix.pairs):
         for j, name in enumerate(pair):

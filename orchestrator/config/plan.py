@@ -55,9 +55,9 @@ def plan_cells(matrix: Matrix, seed: int | None = None) -> list[Cell]:
     for model, path in models:
         # A unit is one config, or an A/B pair that always runs back to back.
         if matrix.order == "interleaved":
-            block = [(u, r) for r in range(matrix.repeat) for u in units]
+            block = [(u, r) for r in range(matrix.repeat.min) for u in units]
         else:
-            block = [(u, r) for u in units for r in range(matrix.repeat)]
+            block = [(u, r) for u in units for r in range(matrix.repeat.min)]
         if matrix.order == "shuffled":
             rng.shuffle(block)
         for unit, rep in block:
