@@ -1,0 +1,182 @@
+"""The values a matrix is made of, each a small pydantic type with its own rules: durations
+(`45s`, `2m`), the cooldown between cells, where the engine binary is, a model file to push,
+and the repeat policy. `matrix.py` puts them together and checks the rules across keys."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from orchestrator.config.yamlfile import Problems, errors_at
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """`45`, `45s`, `2m`, `500ms` -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 45s")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise ValueError(f"expected a duration such as 45s, got {value!r}")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds < 0:
+        raise ValueError("a duration cannot be negative")
+    return seconds
+
+
+_UNTIL = re.compile(r"^\s*(?:(baseline)\s*\+\s*)?(\d+(?:\.\d+)?)\s*C\s*$", re.I)
+
+
+class Cooldown(BaseModel):
+    """How the device settles before each cell: a fixed wait between cells (`cooldown: 45s`)
+    or a thermal condition checked on the device before every cell:
+    `{until: baseline+2C | 40C, sensor: cpu | battery | <zone type pattern>, min: 10s, max: 300s}`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    seconds: float = 0.0
+    until: str | None = None
+    sensor: str = "cpu"
+    min: float = 0.0
+    max: float = 300.0
+    interval: float = 1.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_scalar(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return value
+        return {"seconds": parse_duration(value)}
+
+    @field_validator("min", "max", "interval", mode="before")
+    @classmethod
+    def _durations(cls, value: Any) -> float:
+        return parse_duration(value)
+
+    @field_validator("until")
+    @classmethod
+    def _until(cls, value: str | None) -> str | None:
+        if value is not None and not _UNTIL.match(str(value)):
+            raise ValueError("expected `baseline+2C` or an absolute `40C`")
+        return value
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        if value <= 0:
+            raise ValueError("the sensor needs an interval above 0 between readings")
+        return value
+
+    @model_validator(mode="after")
+    def _condition_or_timer(self) -> "Cooldown":
+        given = self.model_fields_set
+        problems: Problems = []
+        if self.until is None:
+            # Without `until` these would be silently ignored: the timer is `seconds` alone.
+            problems += [((key,), "only with `until` (a thermal condition)")
+                         for key in ("sensor", "min", "max", "interval") if key in given]
+        else:
+            if "seconds" in given:
+                problems.append((("seconds",), ("give `seconds` (a fixed wait) or `until` "
+                                                "(a thermal condition), not both")))
+            if self.max < self.min:
+                problems.append((("max",), f"must be at least min ({self.min:g} s)"))
+        if problems:
+            raise errors_at(self, problems)
+        return self
+
+    @property
+    def is_condition(self) -> bool:
+        return self.until is not None
+
+    def threshold_mC(self, baseline: dict[str, float] | None) -> int:
+        """The condition's absolute limit in milli-°C; `baseline+X` needs the device's idle
+        baseline for the sensor (orch calibrate)."""
+        match = _UNTIL.match(str(self.until))
+        assert match is not None
+        delta = float(match.group(2)) * 1000
+        if not match.group(1):
+            return int(delta)
+        if not baseline or self.sensor not in baseline:
+            raise ValueError(f"cooldown.until is relative to the idle baseline of sensor "
+                             f"{self.sensor!r}, which this device has none of")
+        return int(baseline[self.sensor] + delta)
+
+
+class BinarySpec(BaseModel):
+    """Where the engine is: a path already on the device, or a local file orch pushes."""
+
+    model_config = ConfigDict(extra="forbid")
+    device: str | None = None
+    local: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_scalar(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"device": value}
+        return value
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "BinarySpec":
+        if (self.device is None) == (self.local is None):
+            raise ValueError("give either a device path or `local: FILE` to push")
+        return self
+
+
+class ModelFile(BaseModel):
+    """A model file on the controller that orch pushes to the device (skipped when the device
+    already has the same bytes)."""
+
+    model_config = ConfigDict(extra="forbid")
+    local: str
+
+
+class RepeatPolicy(BaseModel):
+    """How many times each config runs: `repeat: 3` (exactly 3), or adaptive,
+    `repeat: {min: 3, max: 10, until: 2%}`: after `min` interleaved rounds, more rounds run
+    until every config's 95% interval half-width is within `until` percent of its mean, or
+    `max` rounds have run (Phoronix's dynamic run count, judged by intervals)."""
+
+    model_config = ConfigDict(extra="forbid")
+    min: int = Field(ge=1)
+    max: int = Field(ge=1)
+    until: float | None = None          # target half-width of the 95% interval, % of the mean
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_count(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"min": value, "max": value}
+        return value
+
+    @field_validator("until", mode="before")
+    @classmethod
+    def _percent(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().removesuffix("%").strip()
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError("expected a percentage such as `2%`") from None
+        return value
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "RepeatPolicy":
+        if self.max < self.min:
+            raise ValueError("max must be at least min")
+        if self.until is not None and not 0 < self.until < 100:
+            raise ValueError("until must be a percentage between 0 and 100")
+        if self.until is None and self.max != self.min:
+            raise ValueError("give `until: X%` (the interval to reach) for adaptive repeats")
+        return self
+
+    @property
+    def adaptive(self) -> bool:
+        return self.max > self.min
