@@ -5,7 +5,7 @@
 # dash and bash. Hence: no awk/dd/tr/expr/bc (toybox lacks them), no python, no arrays, and
 # no `printf` in hot paths (it is not a builtin in mksh). The sampling loop forks nothing
 # but one `sleep` per interval: a fork per value costs ~10x more CPU on the measured device.
-AGENT_VERSION=1.1.0
+AGENT_VERSION=1.2.1
 
 # Paths are overridable for tests and unusual devices.
 MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
@@ -13,6 +13,7 @@ THERMAL_DIR=${ORCH_THERMAL_DIR:-/sys/class/thermal}
 BATTERY_DIR=${ORCH_BATTERY_DIR:-/sys/class/power_supply/battery}
 CPUINFO=${ORCH_CPUINFO:-/proc/cpuinfo}
 CPU_DIR=${ORCH_CPU_DIR:-/sys/devices/system/cpu}
+LOADAVG=${ORCH_LOADAVG:-/proc/loadavg}
 # A TAB without forking (printf is no builtin in mksh): the middle of the startup IFS,
 # which every shell sets to <space><tab><newline> whatever the environment says.
 TAB=${IFS#?}
@@ -85,9 +86,31 @@ list_zones() {
   DUMPSYS_EVERY=${ORCH_DUMPSYS_EVERY:-10} DS_N=0
 }
 
+# list_freqs: FREQ_CPUS = "N N ..." for every core with a readable cpufreq/scaling_cur_freq,
+# listed once per supervisor (numbers only, so a path with blanks cannot split the list).
+list_freqs() {
+  FREQ_CPUS=
+  for d in "$CPU_DIR"/cpu[0-9]*; do
+    n=${d##*/cpu}
+    case $n in ''|*[!0-9]*) continue ;; esac
+    [ -r "$d/cpufreq/scaling_cur_freq" ] && FREQ_CPUS="$FREQ_CPUS $n"
+  done
+}
+
+# centi X.YZ: C = the decimal X.YZ times 100, as an integer (S values are integers).
+centi() {
+  case $1 in
+    *.*) ci=${1%%.*}; cf=${1#*.}00; cf=${cf%"${cf#??}"}; cf=${cf#0} ;;
+    *) ci=$1; cf=0 ;;
+  esac
+  case $ci$cf in ''|*[!0-9]*) C=; return ;; esac
+  ci=${ci#0}   # no octal: "0.52" -> 52
+  C=$((${ci:-0} * 100 + cf))
+}
+
 # stat_fields FIELDS-AFTER-COMM: split /proc/PID/stat (after "(comm) ") with the shell's
 # own field splitting. 10 = majflt, 12/13 = utime/stime, 20 = starttime.
-stat_fields() { MAJ=${10}; TICKS=$((${12} + ${13})); START=${20}; }
+stat_fields() { MAJ=${10}; TICKS=$((${12} + ${13})); THREADS=${18}; START=${20}; }
 
 # sample: print one S line using builtins only. Sets GONE=1 once the engine has ended
 # (status file vanished, zombie, or the pid now belongs to another process).
@@ -110,7 +133,7 @@ sample() {
   case $stat in
     *') '*)
       stat_fields ${stat##*) }
-      line="$line${TAB}majflt=$MAJ${TAB}cpu_ticks=$TICKS"
+      line="$line${TAB}majflt=$MAJ${TAB}cpu_ticks=$TICKS${TAB}threads=$THREADS"
       [ -z "$START0" ] && START0=$START
       [ "$START" = "$START0" ] || GONE=1 ;;
   esac
@@ -126,6 +149,24 @@ sample() {
     if [ "${z#*:}" = c ] && { [ -z "$cmax" ] || [ "$t" -gt "$cmax" ]; }; then cmax=$t; fi
   done
   [ -n "$cmax" ] && line="$line${TAB}cpu_temp_mC=$cmax"
+  # 1-minute load average x 100: more runnable threads than cores means the engine shared
+  # the CPU with someone else.
+  l1= rest=
+  read -r l1 rest 2>/dev/null <"$LOADAVG"
+  centi "$l1"
+  [ -n "$C" ] && line="$line${TAB}load1_x100=$C"
+  # The current frequency of the fastest core (max over cores): the core the engine's
+  # compute runs on sets the pace, idle cores clock down and mean nothing, and throttling caps
+  # whole clusters, so the max drops when the fastest cluster is held back. One key per
+  # sample, where per-core values would be eight on a phone.
+  fmax=
+  for n in $FREQ_CPUS; do
+    fq=
+    read -r fq 2>/dev/null <"$CPU_DIR/cpu$n/cpufreq/scaling_cur_freq"
+    case $fq in ''|*[!0-9]*) continue ;; esac
+    if [ -z "$fmax" ] || [ "$fq" -gt "$fmax" ]; then fmax=$fq; fi
+  done
+  [ -n "$fmax" ] && line="$line${TAB}cpu_khz=$fmax"
   if [ -n "$BATT" ]; then
     t=
     read -r t 2>/dev/null <"$BATT"
@@ -253,6 +294,7 @@ supervise() {
   [ $# -gt 0 ] || say "W${TAB}args/000 missing"
 
   list_zones
+  list_freqs
   : >"$JOBDIR/stdout"
   : >"$JOBDIR/stderr"
   # The engine: env exported only in this subshell (an env line cannot change the agent's
@@ -462,10 +504,27 @@ facts() {
     read -r ty 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/type"
     F "thermal.zone$n.type" "$ty"
   done
+  fmax= govs=
   for d in "$CPU_DIR"/cpu[0-9]*; do
+    n=${d##*/cpu}
+    case $n in ''|*[!0-9]*) continue ;; esac
     v=
-    read -r v 2>/dev/null <"$d/cpufreq/cpuinfo_max_freq" && F "cpu.${d##*/cpu}.max_khz" "$v"
+    if read -r v 2>/dev/null <"$d/cpufreq/cpuinfo_max_freq"; then
+      F "cpu.$n.max_khz" "$v"
+      case $v in ''|*[!0-9]*) ;; *) if [ -z "$fmax" ] || [ "$v" -gt "$fmax" ]; then fmax=$v; fi ;; esac
+    fi
+    v=
+    read -r v 2>/dev/null <"$d/cpufreq/cpuinfo_min_freq" && F "cpu.$n.min_khz" "$v"
+    v=
+    read -r v 2>/dev/null <"$d/cpufreq/scaling_max_freq" && F "cpu.$n.scaling_max_khz" "$v"
+    v=
+    if read -r v 2>/dev/null <"$d/cpufreq/scaling_governor"; then
+      F "cpu.$n.governor" "$v"
+      case " $govs " in *" $v "*) ;; *) govs="${govs:+$govs }$v" ;; esac
+    fi
   done
+  F cpu.max_khz "$fmax"
+  F cpu.governor "$govs"
   if [ -n "$GETPROP" ]; then
     for p in ro.product.model ro.product.manufacturer ro.build.fingerprint \
         ro.build.version.release ro.build.version.sdk ro.soc.model ro.board.platform \
@@ -529,6 +588,7 @@ case $cmd in
     # _bench_samples N PID: N samples of PID back to back, no sleep (bench/agent_overhead).
     EPID=$3 START0= GONE=
     list_zones
+    list_freqs
     now_ms; UP0=$NOW
     i=0
     while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;

@@ -46,9 +46,11 @@ session = Table(
     Column("source_dir", Text),                            # import: the directory read
     Column("orch_version", String(50)),
     Column("git_rev", String(60)),
+    Column("python_version", String(50)),                  # the controller's Python
     Column("controller_host", String(200)),
     Column("command", Text),                               # the orch command line
     Column("seed", Integer),                               # shuffled order's seed
+    Column("repeat_stop", Text),                           # why adaptive repeats stopped
     Column("started_at", DateTime(timezone=True)),
     Column("ended_at", DateTime(timezone=True)),
 )

@@ -240,6 +240,56 @@ def test_thermal_and_battery(shell, jobs, fake_sys):
     assert res.x[:2] == ["0", "0"]
 
 
+def _fake_cpufreq(root: Path, cur: list[int], governor: str = "schedutil") -> Path:
+    """cpuN/cpufreq like a phone's: every core's limits, its governor and current frequency."""
+    for n, khz in enumerate(cur):
+        freq = root / f"cpu{n}" / "cpufreq"
+        freq.mkdir(parents=True)
+        for name, value in (("cpuinfo_max_freq", 3187200), ("cpuinfo_min_freq", 300000),
+                            ("scaling_max_freq", 2841600), ("scaling_governor", governor),
+                            ("scaling_cur_freq", khz)):
+            (freq / name).write_text(f"{value}\n")
+    return root
+
+
+def test_load_and_frequency_samples(shell, jobs, tmp_path):
+    """The S lines carry the 1-minute load average (x100) and the fastest core's frequency."""
+    cpudir = _fake_cpufreq(tmp_path / "cpu", [576000, 1804800, 2841600])
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("4.07 3.50 2.01 5/467 12345\n")
+    res = run_job(shell, jobs(), ["sleep", "0.4"],
+                  extra_env={"ORCH_CPU_DIR": str(cpudir), "ORCH_LOADAVG": str(loadavg)})
+    check_well_formed(res)
+    samples = [kv(s[1:]) for s in res.tagged("S")]
+    assert len(samples) >= 2
+    for s in samples:
+        assert s["load1_x100"] == "407", s
+        assert s["cpu_khz"] == "2841600", s        # the max over cores
+    # the engine's thread count, so the controller can tell its load from someone else's
+    assert {s["threads"] for s in samples if "threads" in s} == {"1"}, samples
+    # the real /proc/loadavg: a plausible value; no cpufreq directory, no cpu_khz
+    loadavg.write_text("0.05 0.50 2.01 1/467 12345\n")
+    res = run_job(shell, jobs(), ["sleep", "0.2"], extra_env={"ORCH_LOADAVG": str(loadavg)})
+    assert {kv(s[1:])["load1_x100"] for s in res.tagged("S")} == {"5"}
+    res = run_job(shell, jobs(), ["sleep", "0.2"],
+                  extra_env={"ORCH_CPU_DIR": str(tmp_path / "nothing")})
+    real = [kv(s[1:]) for s in res.tagged("S")]
+    cores = os.cpu_count() or 1
+    assert all(0 <= int(s["load1_x100"]) < 100 * 50 * cores for s in real), real
+    assert not any("cpu_khz" in s for s in real)
+
+
+def test_facts_frequency_and_governor(shell, tmp_path):
+    cpudir = _fake_cpufreq(tmp_path / "cpu", [576000, 1804800])
+    res = shell.run("facts", extra_env={"ORCH_CPU_DIR": str(cpudir)})
+    assert res.returncode == 0, res.stderr
+    facts = {line[1]: line[2] for line in parse_lines(res.stdout)}
+    assert facts["cores"] == "2"
+    assert facts["cpu.max_khz"] == "3187200" and facts["cpu.governor"] == "schedutil"
+    assert facts["cpu.1.min_khz"] == "300000" and facts["cpu.1.scaling_max_khz"] == "2841600"
+    assert facts["cpu.0.governor"] == "schedutil"
+
+
 HOSTILE = [
     "it's \"quoted\"", "$(touch PWNED1)", "`touch PWNED2`", "a; touch PWNED3", "a && b || c",
     "line1\nline2", "trailing newline\n", "\n\n", "tab\there\t", "€ 日本", "-n", "-e", "--", "",

@@ -122,10 +122,47 @@ def md_cells(text: str) -> dict[tuple[str, str, str], str]:
     return out
 
 
+# Columns orch adds to the published tables (after checking every published cell unchanged).
+NEW_COLUMNS = {"p5", "decode: compute + I/O (s/tok)"}
+
+
 def mismatches(got: str, want: str) -> list[tuple]:
+    """Published cells that orch prints differently; orch's table must hold every published
+    cell and, beyond them, only the NEW_COLUMNS."""
     g, w = md_cells(got), md_cells(want)
-    assert g.keys() == w.keys()
+    assert w.keys() <= g.keys()
+    assert {k[2] for k in g.keys() - w.keys()} == NEW_COLUMNS
     return [(k, g[k], w[k]) for k in w if g[k] != w[k]]
+
+
+_STREAM_LINE = re.compile(r"\(compute ([\d.]+) \+ .*flash I/O ([\d.]+) s/token")
+
+
+def raw_new_cells(csv: Path, method: str = "linear") -> dict[str, str]:
+    """The NEW_COLUMNS' cells of one run, computed here from the raw files and nothing of
+    orch's: p5 of 1000/wall_ms over the CSV's rows (numpy, `method`), and the compute + I/O
+    split as the `.log`'s moe-stream line prints it."""
+    rows = pd.read_csv(csv, comment="#")
+    wall = rows.wall_ms.to_numpy()
+    p5 = np.percentile(1000 / wall[wall > 0], 5, method=method)
+    stream = _STREAM_LINE.search(csv.with_suffix(".log").read_text(encoding="utf-8-sig"))
+    return {"p5": "%.2f" % p5, "decode: compute + I/O (s/tok)": " + ".join(stream.groups())}
+
+
+def check_new_columns(got: str, rows: dict[tuple[str, str], Path], method: str = "linear") -> int:
+    """Every NEW_COLUMNS cell of `got`: the raw files' figure for a measured row ({(section,
+    label): csv}), "—" for the others. Returns how many measured cells were compared."""
+    compared = 0
+    for (title, label, header), cell in md_cells(got).items():
+        if header not in NEW_COLUMNS:
+            continue
+        csv = rows.get((title, label))
+        if csv is None:
+            assert cell == "—", (title, label, header)
+        else:
+            assert cell == raw_new_cells(csv, method)[header], (title, label, header)
+            compared += 1
+    return compared
 
 
 # ---- the oracle tests ----------------------------------------------------------------------
@@ -140,6 +177,11 @@ def build_jul13() -> str:
     return "\n" + "\n".join(parts)
 
 
+def jul13_rows() -> dict[tuple[str, str], Path]:
+    return {(title, label): FIX / "2026-07-13" / f"{prefix}_{sfx}.csv"
+            for title, prefix in JUL13_SECTIONS for sfx, label in JUL13_SUFFIX_LABEL.items()}
+
+
 def test_jul13_summary_md_reproduced_exactly() -> None:
     want = published("2026-07-13")
     got = build_jul13()
@@ -148,7 +190,10 @@ def test_jul13_summary_md_reproduced_exactly() -> None:
     # every measured cell was compared: 2 models x 4 runs x 22 columns, less the 26 adaptive
     # cells that are "—" because the run had no spec gate
     assert len(numbers) == 2 * 4 * (10 + 5 + 7) - 26
-    assert got == want                                    # and the file byte for byte
+    # the sections in the published order and titles
+    assert re.findall("^### .*", got, re.MULTILINE) == re.findall("^### .*", want, re.MULTILINE)
+    # p5 and compute + I/O, which the phone study prints and this summary.md did not
+    assert check_new_columns(got, jul13_rows()) == 2 * 4 * len(NEW_COLUMNS)
 
 
 def build_pr23(method: str) -> str:
@@ -170,13 +215,20 @@ def pr23_expected() -> str:
     return text.replace("stall ms/tok", "stall s/tok")
 
 
+def pr23_rows() -> dict[tuple[str, str], Path]:
+    return {(title, label): FIX / "2026-07-12-pr23" / f"{stem}.csv"
+            for title, rows in PR23_SECTIONS for stem, label in rows}
+
+
 def test_pr23_summary_md_reproduced_exactly() -> None:
     # This older table's p95 was taken without interpolation (the lower neighbour at
     # i = 0.95*(n-1)), unlike §6 and the 2026-07-13 table; see the next test.
     want, got = pr23_expected(), build_pr23("lower")
     assert mismatches(got, want) == []
     assert len([c for c in md_cells(want).values() if c != "—"]) == 108
-    assert got == want
+    assert re.findall("^### .*", got, re.MULTILINE) == re.findall("^### .*", want, re.MULTILINE)
+    assert check_new_columns(got, pr23_rows(), "lower") == 10 * len(NEW_COLUMNS)
+    assert check_new_columns(build_pr23("linear"), pr23_rows()) == 10 * len(NEW_COLUMNS)
 
 
 def test_pr23_p95_is_not_the_section6_method() -> None:
@@ -222,7 +274,9 @@ def test_mmap_run_has_no_decode_split() -> None:
     s = run_stats(tokens[tokens.run_id == "gptoss_mmap_k2"].drop(columns="run_id"),
                   records["gptoss_mmap_k2"])
     assert s["streaming"] is False and s["compute_s_per_token"] is None and s["io_s_per_token"] is None
-    assert s["cache_hit_pct"] is None and s["read_mib_per_token"] == 0
+    # a plain mmap run measures neither flash reads nor a stall (its CSV writes 0): not 0
+    assert s["cache_hit_pct"] is None and s["read_mib_per_token"] is None
+    assert s["stall_ms_per_token"] is None
     assert f"{s['mean']:.3f}" == "0.089" and s["ttft_s"] == pytest.approx(80.294)
     assert s["peak_rss_gib"] is None
 
@@ -353,3 +407,72 @@ def test_row_order_and_unequal_lengths_do_not_matter() -> None:
     tps = np.sort(1000 / big[big.run_id == "long"].wall_ms.to_numpy())
     assert t.loc["long", "p95"] == pytest.approx(np.percentile(tps, 95), rel=1e-12)
     assert np.allclose(t.loc[ordered.index, "p95"], ordered.p95, rtol=1e-12)
+
+
+# ---- beyond §6: latency percentiles, warm-up and steady state ------------------------------
+
+def mser5(wall: np.ndarray) -> tuple[int, float] | None:
+    """MSER-5 written out for one run (White 1997): batch means of 5, the d over the first half
+    of the batches that minimises Σ(b - mean)² / m² of the m batches left; (first steady token,
+    tok/s from there), None under 20 tokens or when the minimum is the half's last batch (the
+    run had not settled)."""
+    k = len(wall) // 5
+    if len(wall) < 20:
+        return None
+    b = [float(np.mean(wall[5 * i:5 * i + 5])) for i in range(k)]
+    scores = []
+    for d in range(k // 2):
+        rest = np.array(b[d:])
+        scores.append((float(((rest - rest.mean()) ** 2).sum()) / len(rest) ** 2, d))
+    d = min(scores)[1]
+    if d == k // 2 - 1:
+        return None
+    return 5 * d + 1, (len(wall) - 5 * d) / (wall[5 * d:].sum() / 1000)
+
+
+def test_latency_and_steady_state_match_their_definitions() -> None:
+    frames = [load_folder(FIX / f) for f in ("2026-07-13", "2026-07-17", "2026-07-14")]
+    tokens = pd.concat([t for t, _ in frames], ignore_index=True)
+    table = analysis.runs_table(tokens, {k: v for _, r in frames for k, v in r.items()})
+    for rid, grp in tokens.groupby("run_id", sort=False):
+        w = grp.wall_ms.to_numpy()
+        row = table.loc[rid]
+        for key, q in (("latency_p50_ms", 50), ("latency_p90_ms", 90), ("latency_p99_ms", 99)):
+            assert row[key] == pytest.approx(np.percentile(w[w > 0], q), rel=1e-12)
+        want = mser5(w)
+        if want is None:
+            assert math.isnan(row.steady_from_token) and math.isnan(row.steady_mean)
+        else:
+            assert row.steady_from_token == want[0]
+            assert row.steady_mean == pytest.approx(want[1], rel=1e-12)
+    # two 2026-07-17 runs slow down through their first half (the statistic still falls at
+    # its end): no steady state is claimed for them
+    assert math.isnan(table.loc["qwen_k6"].steady_from_token)
+    # 2026-07-13's adaptive cache grows for a while: its steady state starts late and runs faster
+    auto = table.loc["qwen_auto_ov"]
+    assert auto.steady_from_token > 50 and auto.steady_mean > auto["mean"] * 1.2
+    # majflt/token: the trailer's where it has one, else the rows' mean (2026-07-17 has both)
+    k6 = tokens[tokens.run_id == "gemma_k6"]
+    assert table.loc["gemma_k6"].majflt_per_token == pytest.approx(k6.majflt.mean(), abs=0.01)
+    assert math.isnan(table.loc["qwen_base_ov"].majflt_per_token)      # not in those files
+
+
+def test_steady_state_on_ragged_interleaved_runs() -> None:
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 120, 60)
+    parts = []
+    for i, n in enumerate(lengths):
+        warm = np.linspace(900, 200, n) * (np.arange(n) < rng.integers(0, n + 1))
+        parts.append(pd.DataFrame({"run_id": f"r{i}", "step": np.arange(1, n + 1),
+                                   "wall_ms": 200 + warm + rng.gamma(2.0, 10.0, n)}))
+    tokens = pd.concat(parts, ignore_index=True)
+    shuffled = tokens.sample(frac=1, random_state=1).sort_values("step", kind="stable")
+    table = analysis.runs_table(shuffled)
+    for rid, grp in tokens.groupby("run_id"):
+        want = mser5(grp.wall_ms.to_numpy())
+        row = table.loc[rid]
+        if want is None:                       # under 20 tokens: no steady state
+            assert math.isnan(row.steady_from_token) and math.isnan(row.steady_mean)
+        else:
+            assert row.steady_from_token == want[0]
+            assert row.steady_mean == pytest.approx(want[1], rel=1e-12)

@@ -109,7 +109,9 @@ def test_condition_never_met_hits_max_and_warns(bench):
     store = Store.open("orch.db")
     (run,) = store.runs()
     assert run.cooldown_met is False and run.cooldown_s >= 0.5
-    assert any("cooldown reached its max" in w for w in session_warnings(store, run.session_id))
+    (caveat,) = [w for w in session_warnings(store, run.session_id) if w.kind == "cooldown_max"]
+    assert "cooldown reached its max" in caveat.message and caveat.run_ids == (run.id,)
+    assert "`max`" in caveat.advice
 
 
 def test_relative_cooldown_needs_calibration(bench):
@@ -217,5 +219,10 @@ def test_drift_warning_only_when_tok_s_tracks_order(bench, drifting):
     assert code == 0, out
     store = Store.open("orch.db")
     warnings = session_warnings(store, store.runs()[0].session_id)
-    assert any("falls with run order" in w for w in warnings) is drifting
+    drift = [w for w in warnings if "falls with run order" in w.message]
+    assert bool(drift) is drifting
+    if drifting:   # the matrix interleaved already: advice is a cooldown or repeats
+        assert "already interleaved" in drift[0].advice
+        assert "order: interleaved" not in drift[0].advice
+        assert set(drift[0].configs) == {"A", "B"}
     assert ("falls with run order" in out) is drifting

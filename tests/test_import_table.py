@@ -12,10 +12,12 @@ from test_analysis_oracle import (
     FIX,
     JUL13_SECTIONS,
     JUL13_SUFFIX_LABEL,
+    NEW_COLUMNS,
     PR23_SECTIONS,
     md_cells,
     pr23_expected,
     published,
+    raw_new_cells,
 )
 
 from orchestrator.cli import main
@@ -46,6 +48,10 @@ def test_jul13_table_reproduces_summary_md(db):
         assert got[(f"{prefix}_{suffix}", header)] == cell, (section, label, header)
         compared += 1
     assert compared == 2 * 4 * (10 + 5 + 7) - 26
+    # p5 and compute + I/O, against the raw CSV and .log
+    for csv in sorted((FIX / "2026-07-13").glob("*.csv")):
+        for header, cell in raw_new_cells(csv).items():
+            assert got[(csv.stem, header)] == cell, (csv.stem, header)
 
 
 def test_pr23_table_reproduces_summary_md(db):
@@ -65,6 +71,10 @@ def test_pr23_table_reproduces_summary_md(db):
         assert mine == cell, (section, label, header)
         compared += cell != "—"
     assert compared >= 100
+    for csv in sorted((FIX / "2026-07-12-pr23").glob("*.csv")):
+        for header, cell in raw_new_cells(csv, "lower").items():
+            assert got[(csv.stem, header)] == cell, (csv.stem, header)
+    assert {h for _, h in got} >= NEW_COLUMNS
 
 
 def test_import_twice_changes_nothing(db):

@@ -40,9 +40,18 @@ def replay(case: dict) -> tuple[pd.DataFrame, RunRecord]:
     return tokens, parser.record()
 
 
+NOT_MEASURED_ON_MMAP = ("read_mib_per_token", "stall_ms_per_token")
+
+
 def assert_same_stats(got: dict, want: dict) -> None:
-    assert got.keys() == want.keys()
+    # every statistic of the v0 snapshot, unchanged; columns added since may come on top
+    assert set(want) <= set(got), set(want) - set(got)
     for key, value in want.items():
+        if key in NOT_MEASURED_ON_MMAP and got.get("streaming") is False and value == 0.0:
+            # v0 printed 0 for what a plain mmap run does not measure (bmoe-formats §1: the
+            # engine cannot count page-cache reads); since issue 13 it is "not measured"
+            assert got[key] is None, key
+            continue
         if isinstance(value, float):
             assert got[key] == pytest.approx(value, rel=1e-12), key
         else:
@@ -139,7 +148,7 @@ def test_runner_stores_record_and_engine_build(tmp_path):
                 pass
 
         runner = DeviceRunner.__new__(DeviceRunner)
-        runner.store, runner.progress = store, Progress()
+        runner.store, runner.progress, runner.facts = store, Progress(), {}
         runner._finish(run_id, recorder, "ok", None)
         row = store.run_row(run_id)
         assert row.engine_build == "3cb7ffb1a (10453)"

@@ -1,6 +1,7 @@
 """`orch report` and `orch compare`: published numbers, real runs, failures, escaping, bench."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -24,7 +25,9 @@ from test_analysis_oracle import (
 from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.report.cells import expand_ids
+from orchestrator.results.ab import delta_cell
 from orchestrator.results.query import runs_stats
+from orchestrator.results.uncertainty import compare
 
 REPO = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -70,6 +73,11 @@ def by_label(table: dict) -> dict[str, dict[str, str]]:
     return {r[0]: dict(zip(table["headers"], r)) for r in table["rows"]}
 
 
+def all_rows(tables: list[dict]) -> dict[str, dict[str, str]]:
+    """The rows of several tables (one per model group) by label."""
+    return {label: row for table in tables for label, row in by_label(table).items()}
+
+
 def table_ids(tables: list[dict]) -> set[int]:
     """Run ids in every `runs` column outside Provenance."""
     ids: set[int] = set()
@@ -93,8 +101,8 @@ def test_jul13_report_has_the_published_numbers_and_provenance(db, tmp_path):
     orch("report", "--db", db, "-o", str(out))
     text = out.read_text(encoding="utf-8")
     tables = md_tables(text)
-    thr = by_label(find(tables, "decode mean")[0])
-    prs = by_label(find(tables, "free-RAM floor")[0])
+    thr = all_rows(find(tables, "decode mean"))
+    prs = all_rows(find(tables, "free-RAM floor"))
     want = md_cells(published("2026-07-13"))        # memory in GiB, as orch writes it
     compared = 0
     for (section, label, header), cell in want.items():
@@ -127,7 +135,9 @@ def test_jul13_report_has_the_published_numbers_and_provenance(db, tmp_path):
     runs_table = by_label(find(tables, "flags", "Provenance")[0])
     assert set(map(int, runs_table)) == {r.id for r in runs} == table_ids(tables)
     png = sorted((tmp_path / "docs" / "bench_files").glob("*.png"))
-    assert [p.name.split("-", 2)[-1] for p in png] == ["distribution.png", "trajectory.png"]
+    # one distribution and one trajectory figure per model group (gemma, qwen)
+    assert sorted(p.name.rsplit("-", 1)[-1] for p in png) == \
+        ["distribution.png"] * 2 + ["trajectory.png"] * 2
     for p in png:
         assert p.read_bytes().startswith(PNG) and f"bench_files/{p.name}" in text
 
@@ -197,16 +207,18 @@ def test_report_of_a_real_run_has_every_section(workspace):
     stats = runs_stats(store, runs)
     tables = md_tables(text)
     thr = by_label(find(tables, "decode mean", "moe-probe on local")[0])
-    ab = by_label(find(tables, "Δ mean")[0])
+    ab = by_label(find(tables, "Δ mean [95% CI]")[0])
     base, base_xs = mean_of_means(stats, runs, "pread")
     other, other_xs = mean_of_means(stats, runs, "mmap")
     assert thr["pread"]["decode mean"] == "**%.2f**" % base
     assert thr["mmap"]["spread of means"] == "±%.2f, %.2f–%.2f (n=2)" % (
         statistics.stdev(other_xs), min(other_xs), max(other_xs))
-    assert ab["pread"]["Δ mean"] == "baseline"
-    assert ab["mmap"]["Δ mean"] == ("%+.1f%%" % ((other - base) / base * 100)).replace("-", "−")
-    noisy = abs(other - base) < max(max(base_xs) - min(base_xs), max(other_xs) - min(other_xs))
-    assert (ab["mmap"].get("note") == "⚠ Δ within the spread") == noisy   # no note: no column
+    assert ab["pread"]["Δ mean [95% CI]"] == "baseline"
+    # as-written order: Welch; the document's only comparison, so Holm leaves p as it is
+    c = compare(base_xs, other_xs)
+    assert c.method == "welch" and ab["mmap"]["Δ mean [95% CI]"] == delta_cell(c)
+    assert ab["mmap"]["verdict"] == (("faster" if c.ratio > 1 else "slower") if c.p_value < 0.05
+                                     else "no significant difference (n=2/2)")
     # device facts and engine build
     facts = store.device_by_name("local").facts
     dev = by_label(find(tables, "cores", "Provenance")[0])["local"]
@@ -268,18 +280,20 @@ def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
     assert "stuck" not in thr                       # no aggregate row for a config with no ok run
     assert expand_ids(thr["fast"]["runs"]) == [r.id for r in runs if r.config == "fast"
                                                and r.id != cut.id]
-    for t in find(tables, "Δ mean") + find(tables, "spread of means"):
+    for t in find(tables, "Δ mean [95% CI]") + find(tables, "spread of means"):
         for label, row in by_label(t).items():
             if "†" not in label:
                 assert not bad & set(expand_ids(row["runs"])), (label, row)
-    ab = by_label(find(tables, "Δ mean")[0])
-    assert ab["stuck"]["decode mean"] == "—" and "no run ended ok" in ab["stuck"]["note"]
+    ab = by_label(find(tables, "Δ mean [95% CI]")[0])
+    assert ab["stuck"]["decode mean [95% CI]"] == "—"
+    assert "no run ended ok" in ab["stuck"]["verdict"]
     stats = runs_stats(store, store.runs())
     runs = store.runs()
     base, _ = mean_of_means(stats, runs, "base")
     fast, xs = mean_of_means(stats, runs, "fast")
-    assert len(xs) == 1 and ab["fast"]["decode mean"] == "**%.2f**" % fast
-    assert ab["base"]["spread of means"][-5:] == "(n=2)" and ab["fast"]["spread of means"] == "—"
+    assert len(xs) == 1 and ab["fast"]["decode mean [95% CI]"] == "**%.2f**" % fast
+    assert ab["base"]["decode mean [95% CI]"].startswith("**%.2f** [" % base)   # 2 runs
+    assert ab["fast"]["verdict"] == "not tested (n=2/1)"
     left = text.split("## Left out", 1)[1].split("## Provenance", 1)[0]
     for r in stuck:
         assert f"† run {r.id} on local: timeout — exceeded the cell timeout" in left
@@ -300,15 +314,13 @@ def test_compare_two_devices_prints_ratios_from_the_store(workspace):
     stats = runs_stats(store, runs)
     table = by_label(md_tables(Path("cmp.md").read_text(encoding="utf-8"))[0])
     for config in ("pread", "mmap"):
-        a, _ = mean_of_means(stats, runs, config, "local")
-        b, _ = mean_of_means(stats, runs, config, "other")
-        want = "%.2f×" % (b / a)
-        assert table[config]["other/local mean"] == want
-        assert table[config]["local mean tok/s"] == "%.2f" % a
-        med = [statistics.fmean(stats.loc[r.id, "median"] for r in runs
-                                if r.config == config and r.device == d)
-               for d in ("local", "other")]
-        assert table[config]["other/local p50"] == "%.2f×" % (med[1] / med[0])
+        a, xs = mean_of_means(stats, runs, config, "local")
+        b, ys = mean_of_means(stats, runs, config, "other")
+        # the ratio of geometric means (Welch on the logs: tests/test_compare.py)
+        logs = [statistics.fmean(map(math.log, v)) for v in (xs, ys)]
+        want = "%.2f×" % math.exp(logs[1] - logs[0])
+        assert table[config]["other/local ratio"] == want
+        assert table[config]["local tok/s [95% CI]"].startswith("%.2f [" % a)
         line = next(l for l in result.output.splitlines() if f" {config} " in l)
         assert want in line and "%.2f" % a in line
     text = orch("report", "--matrix", "probe-ab", "-d", "local", "-d", "other", "--no-plots")
@@ -334,7 +346,7 @@ def test_pipes_newlines_and_tags_cannot_break_tables(db, tmp_path):
                      cause="exit | code\n7")
     text = orch("report", "--db", db, "--no-plots", "--baseline", "a|b")
     tables = md_tables(text)       # asserts equal cell counts in every row of every table
-    thr = by_label(find(tables, "decode mean")[0])
+    thr = all_rows(find(tables, "decode mean"))
     assert r"a\|b" in thr and thr[r"a\|b"]["decode mean"] == "**5.02**"
     evil = next(label for label in thr if "evil" in label)
     assert "\n" not in evil and "<script>" not in text and "&lt;script>" in evil

@@ -8,7 +8,10 @@ import click
 
 from orchestrator.cli.options import console, db_option, friendly
 
-TABLE_KINDS = ("throughput", "pressure", "adaptive", "variants")
+# "model" (facts), results/tables.py TABLES, "ab" (results/ab.py); a literal here, since
+# importing them would load pandas at every CLI start
+TABLE_KINDS = ("model", "throughput", "latency", "pressure", "adaptive", "variants", "ab")
+DEFAULT_TABLES = ("model", "throughput", "latency", "pressure", "adaptive")
 
 
 @click.command("import")
@@ -43,31 +46,37 @@ def import_cmd(directory: str, engine: str, device: str, name: str | None, db: s
 @click.option("--matrix", "-m", help="The latest session of this matrix name.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]), default="md",
               show_default=True)
-@click.option("--tables", "-t", default="throughput,pressure,adaptive", show_default=True,
-              help=f"Which tables, comma-separated: {', '.join(TABLE_KINDS)}.")
+@click.option("--tables", "-t",
+              help=f"Which tables, comma-separated: {', '.join(TABLE_KINDS)} (default: "
+                   f"{','.join(DEFAULT_TABLES)}, and ab when configs ran more than once).")
 @click.option("--quantile", type=click.Choice(["linear", "lower"]), default="linear",
               show_default=True,
               help="p5/p95 method: linear interpolation (bmoe-formats §6) or the lower "
                    "neighbour (what some older published tables used).")
 @db_option
 @friendly
-def table(session: str | None, matrix: str | None, fmt: str, tables: str, quantile: str,
+def table(session: str | None, matrix: str | None, fmt: str, tables: str | None, quantile: str,
           db: str | None) -> None:
     """Print the per-run tables of a session (default: the newest), with the columns of the
-    published summary tables: throughput, device pressure, adaptive cache / speculation.
+    published summary tables: throughput, device pressure, adaptive cache / speculation, and
+    A/B rows (each model against its own baseline, with 95% intervals and Holm-corrected
+    p-values).
 
     SESSION is a session id or name. Runs that did not end ok carry a dagger (†) and are
     listed with their cause under the table."""
     from orchestrator.db.store import Store
+    from orchestrator.results.ab import shown_by_default
     from orchestrator.results.query import resolve_session
     from orchestrator.results.session_tables import session_tables
 
-    kinds = [k.strip() for k in tables.split(",") if k.strip()]
+    kinds = [k.strip() for k in (tables or "").split(",") if k.strip()]
     bad = [k for k in kinds if k not in TABLE_KINDS]
     if bad:
         raise click.BadParameter(f"unknown table(s) {', '.join(bad)}", param_hint="--tables")
     store = Store.open(db)
     sid = resolve_session(store, session, matrix)
+    if tables is None:
+        kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(store.runs(sid)) else [])
     sys.stdout.write(session_tables(store, sid, kinds, fmt, quantile))
 
 

@@ -28,22 +28,38 @@ from orchestrator.cli.options import console, db_option, friendly
 @click.option("--no-plots", is_flag=True, help="Skip the figures.")
 @click.option("--quantile", type=click.Choice(["linear", "lower"]), default="linear",
               show_default=True, help="p5/p95 method (see `orch table --help`).")
+@click.option("--compare", "with_comparison", is_flag=True,
+              help="Add a comparison section (as `orch compare`) of the sides: SESSION and "
+                   "every --session, then every --device (its newest session of --matrix); "
+                   "the first is the reference. The document covers all their runs.")
+@click.option("--session", "-s", "sessions", multiple=True,
+              help="With --compare: a session (id or name) to compare; repeatable.")
 @db_option
 @friendly
 def report(session: str | None, matrix: str | None, devices: tuple[str, ...], out: str | None,
            fmt: str, template: str | None, baseline: str | None, no_plots: bool,
-           quantile: str, db: str | None) -> None:
+           quantile: str, with_comparison: bool, sessions: tuple[str, ...],
+           db: str | None) -> None:
     """Render a benchmark document of a session (id or name; default: the newest) or of the
     latest session of --matrix on each device: what was measured, per model and device the
     throughput, device pressure and A/B tables, figures, the runs left out (†) and the
-    provenance of every number."""
+    provenance of every number. With --compare, of two or more sides and their comparison."""
+    from orchestrator.config.yamlfile import ConfigError
     from orchestrator.db.store import Store
     from orchestrator.report import render_report, select_runs
 
     store = Store.open(db)
-    rows = select_runs(store, session, matrix, devices)
-    text = render_report(store, rows, out=Path(out) if out else None, fmt=fmt, template=template,
-                  baseline=baseline, plots=not no_plots, quantile=quantile)
+    options = {"out": Path(out) if out else None, "fmt": fmt, "template": template,
+               "baseline": baseline, "plots": not no_plots, "quantile": quantile}
+    if with_comparison:
+        from orchestrator.report.compare import report as compared
+
+        text = compared(store, ([session] if session else []) + list(sessions), devices,
+                        matrix, **options)
+    elif sessions:
+        raise ConfigError("--session is for --compare (a report of one session: SESSION)")
+    else:
+        text = render_report(store, select_runs(store, session, matrix, devices), **options)
     if out:
         console.print(f"wrote {out}", highlight=False)
     else:
@@ -51,25 +67,34 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
 
 
 @click.command()
-@click.argument("session", required=False)
-@click.option("--device", "-d", "devices", multiple=True, required=True,
-              help="A device to compare (give two or more; the first is the reference A).")
-@click.option("--matrix", "-m", help="Matrix name (default: the newest one these devices ran).")
-@click.option("--out", "-o", type=click.Path(dir_okay=False), help="Also write markdown here.")
+@click.option("--session", "-s", "sessions", multiple=True,
+              help="A session (id or name) to compare; repeatable. Sessions come first: the "
+                   "first side given is the reference.")
+@click.option("--device", "-d", "devices", multiple=True,
+              help="A device to compare (repeatable): its newest session of --matrix, or its "
+                   "newest session.")
+@click.option("--matrix", "-m", help="For --device: the newest session of this matrix.")
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]),
+              help="Print markdown, csv or json instead of the terminal table.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False),
+              help="Write the comparison here (markdown unless --format says otherwise).")
 @click.option("--template", "-t", type=click.Path(exists=True),
-              help="A template file or directory replacing compare.md.j2.")
+              help="A template file or directory replacing compare.md.j2 / compare_table.md.j2.")
 @db_option
 @friendly
-def compare(session: str | None, devices: tuple[str, ...], matrix: str | None, out: str | None,
-            template: str | None, db: str | None) -> None:
-    """The same matrix on two or more devices side by side: per config each device's mean
-    tok/s, p50, p95, read/token and peak RSS, and the ratios to the first device (B/A). Uses
-    the latest session of the matrix per device, or SESSION's runs across devices."""
+def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | None,
+            fmt: str | None, out: str | None, template: str | None, db: str | None) -> None:
+    """Compare two or more sides (devices or sessions, two sessions of one device included)
+    config by config: each side's mean tok/s with its 95% interval, and each side's ratio to
+    the first (the reference) with its 95% interval, Welch p-value, Holm-corrected p-value
+    and verdict, plus a geometric-mean summary. Configs are matched by model and config;
+    those on one side only are listed."""
     from orchestrator.db.store import Store
     from orchestrator.report.compare import compare as run_compare
 
-    store = Store.open(db)
-    run_compare(store, list(devices), session=session, matrix=matrix,
-                out=Path(out) if out else None, console=console, template=template)
+    text = run_compare(Store.open(db), sessions, devices, matrix, fmt=fmt,
+                       out=Path(out) if out else None, console=console, template=template)
     if out:
         console.print(f"wrote {out}", highlight=False)
+    elif text is not None:
+        sys.stdout.write(text)

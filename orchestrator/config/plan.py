@@ -43,24 +43,31 @@ def _units(configs: list[tuple[str, str]], pairs: list[list[str]]) -> list[list[
     return units
 
 
-def plan_cells(matrix: Matrix, seed: int | None = None) -> list[Cell]:
-    """All cells in run order. Models are the outer loop; within a model:
-    as-written: A A A B B B; interleaved: A B A B A B; shuffled: a seeded permutation
-    (`seed` overrides the matrix's, so a run can record the seed it drew)."""
+def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = None,
+               first_order: int = 0) -> list[Cell]:
+    """All cells of `rounds` (default: the first `repeat.min`) in run order. Models are the
+    outer loop; within a model: as-written: A A A B B B; interleaved: A B A B A B; shuffled:
+    a seeded permutation (`seed` overrides the matrix's, so a run can record the seed it
+    drew). Adaptive repeats plan each further round on its own (`rounds=range(k, k + 1)`,
+    `first_order` = where the run order stands), which is one pass over the configs whatever
+    the order: an added round is always interleaved."""
+    rounds = range(matrix.repeat.min) if rounds is None else rounds
     configs = expand_configs(matrix)
     units = _units(configs, matrix.pairs)
     models: list[tuple[str, str | None]] = list(matrix.models.items()) or [("-", None)]
-    rng = random.Random(matrix.seed if seed is None else seed)
+    base = matrix.seed if seed is None else seed
+    # the first rounds keep the permutation a seed always gave; a later round gets its own
+    rng = random.Random(base if rounds.start == 0 else f"{base}/{rounds.start}")
     cells: list[Cell] = []
     for model, path in models:
         # A unit is one config, or an A/B pair that always runs back to back.
         if matrix.order == "interleaved":
-            block = [(u, r) for r in range(matrix.repeat.min) for u in units]
+            block = [(u, r) for r in rounds for u in units]
         else:
-            block = [(u, r) for u in units for r in range(matrix.repeat.min)]
+            block = [(u, r) for u in units for r in rounds]
         if matrix.order == "shuffled":
             rng.shuffle(block)
         for unit, rep in block:
             for name, flags in unit:
                 cells.append(Cell(model=model, model_path=path, config=name, flags=flags, repeat=rep))
-    return [Cell(**{**c.__dict__, "order": i}) for i, c in enumerate(cells)]
+    return [Cell(**{**c.__dict__, "order": first_order + i}) for i, c in enumerate(cells)]

@@ -1,5 +1,5 @@
-"""The report's combined cells: run-id lists, the spread of repeated runs, the compute + I/O
-split and the temperature range.
+"""The report's combined cells: run-id lists, the spread of repeated runs and the interval of
+their mean, the compute + I/O split and the temperature range.
 
 Single figures are formatted by the one formatter set (orchestrator.results.formatting) that
 the terminal, `orch table` and `orch compare` use too, so a figure reads the same in every
@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.results.ab import interval_text
 from orchestrator.results.formatting import STATS, Formatter
 from orchestrator.results.values import DASH, is_missing
 
@@ -67,3 +68,8 @@ def spread_cell(spread: Mapping[str, Any] | None) -> str:
     unit = " repetitions" if spread.get("unit") == "repetitions" else ""
     return "±%.2f, %.2f–%.2f (n=%d%s)" % (spread["stdev"], spread["min"], spread["max"],
                                             spread["n"], unit)
+
+
+def ci_cell(values: Mapping[str, Any]) -> str:
+    """The 95% interval of a config's mean over its runs' means: "12.10–12.52"."""
+    return interval_text(values.get("mean_ci_low"), values.get("mean_ci_high"))

@@ -1,121 +1,227 @@
-"""`orch compare`: one matrix on several devices side by side, with each device's ratio to the
-first (B/A). Repeats combine as in the report (mean of the ok runs' means); runs that did not
-end ok are left out and named under the table.
+"""`orch compare` and the report's comparison section: the sides' mean tok/s per config with
+95% intervals, and each side's ratio to the reference (the first side) with its interval,
+p-value, Holm-corrected p-value and verdict (the numbers: results/comparison.py). Rendered as
+a rich table on the terminal, markdown (compare.md.j2 / compare_table.md.j2), csv or json.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from jinja2 import TemplateError
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
-from orchestrator.report import context, render
+from orchestrator.report import render
 from orchestrator.report.cells import id_list
-from orchestrator.results.formatting import STATS, ratio
+from orchestrator.results import ab
+from orchestrator.results.comparison import ConfigRow, SideComparison, build, records
+from orchestrator.results.formatting import ratio, when
 from orchestrator.results.markdown import Table, md_escape
-from orchestrator.results.values import DASH, is_missing
+from orchestrator.results.query import Side, select_sides
+from orchestrator.results.session_tables import failure_line
+from orchestrator.results.uncertainty import ALPHA, CONFIDENCE, Comparison, Interval
+from orchestrator.results.values import DASH
 
-# (header, stats key, header of its ratio column or None). Cells are formatted by the shared
-# formatter of each statistic, so a figure reads the same here as in the report.
-METRICS: tuple[tuple[str, str, str | None], ...] = (
-    ("mean tok/s", "mean", "mean"),
-    ("p50 tok/s", "median", "p50"),
-    ("p95 tok/s", "p95", None),
-    ("read/token", "read_mib_per_token", None),
-    ("peak RSS", "peak_rss_gib", "peak RSS"),
-)
+# ---- cells (the A/B tables' cell formats, results/ab.py, so both read alike) -------------
 
-
-def comparison(data: context.ReportData, devices: Sequence[str]) -> dict[str, Any]:
-    """Rows keyed (model, config) in first-seen order, each device's ConfigAgg (or None)."""
-    keyed: dict[tuple[str, str], dict[str, context.ConfigAgg]] = {}
-    for g in data.groups:
-        for agg in g.configs:
-            keyed.setdefault((g.model, agg.config), {})[g.device] = agg
-    headers = ["Model", "Config"]
-    for d in devices:
-        headers += [f"{d} {h}" for h, _, _ in METRICS] + [f"{d} runs"]
-    base = devices[0]
-    for d in devices[1:]:
-        headers += [f"{d}/{base} {r}" for _, _, r in METRICS if r]
-    rows = []
-    for (model, config), per_device in keyed.items():
-        row = [model, config]
-        for d in devices:
-            agg = per_device.get(d)
-            v = agg.values if agg is not None and agg.runs else {}
-            row += [STATS[k].fmt(v.get(k)) for _, k, _ in METRICS]
-            row.append(id_list(agg.ids) if agg is not None and agg.runs else DASH)
-        a = per_device.get(base)
-        for d in devices[1:]:
-            b = per_device.get(d)
-            for _, key, with_ratio in METRICS:
-                if not with_ratio:
-                    continue
-                x = a.values.get(key) if a is not None and a.runs else None
-                y = b.values.get(key) if b is not None and b.runs else None
-                row.append(ratio(y / x) if not is_missing(x) and not is_missing(y) and x else DASH)
-        rows.append(row)
-    drop_model = all(r[0] == "-" for r in rows)
-    if drop_model:
-        headers, rows = headers[1:], [r[1:] for r in rows]
-    return {"headers": headers, "rows": rows, "devices": list(devices),
-            "left_out": [context.left_out_line(r) for r in data.failed]}
+def mean_cell(interval: Interval | None) -> str:
+    """A side's mean tok/s with its 95% interval, "12.31 [12.10–12.52]"; the bare mean for
+    one run."""
+    if interval is None or interval.mean is None:
+        return DASH
+    return ab.mean_cell(interval, headline=False)
 
 
-def markdown_table(comp: dict[str, Any]) -> Table:
-    text_cols = 1 if comp["headers"][0] == "Config" else 2
-    table = Table(list(map(md_escape, comp["headers"])),
-                        ["---"] * text_cols + ["---:"] * (len(comp["headers"]) - text_cols))
-    for row in comp["rows"]:
-        table.rows.append([md_escape(c) for c in row])
+def interval_cell(c: Comparison | None) -> str:
+    return DASH if c is None else ab.interval_text(c.low, c.high, ratio)
+
+
+def verdict_cell(c: Comparison | None) -> str:
+    """From the Holm-corrected test; a dash where nothing was tested (a single run)."""
+    if c is None or c.p_adjusted is None:
+        return DASH
+    if c.significant and c.ratio is not None and c.ratio != 1.0:
+        return "faster" if c.ratio > 1.0 else "slower"
+    return "no significant difference"
+
+
+# ---- the table ---------------------------------------------------------------------------
+
+def columns(comp: SideComparison) -> list[tuple[str, str]]:
+    """(group, name) of every column: the group is a side or a pair of sides."""
+    cols = [("", "Model"), ("", "Config")]
+    for side in comp.sides:
+        cols += [(side.label, "tok/s [95% CI]"), (side.label, "runs")]
+    ref = comp.reference.label
+    for other in comp.others:
+        pair = f"{other.label}/{ref}"
+        cols += [(pair, "ratio"), (pair, "95% CI"), (pair, "p"), (pair, "p (Holm)"),
+                 (pair, "verdict")]
+    return cols
+
+
+def _row_cells(row: ConfigRow) -> list[str]:
+    cells = [row.model, row.config]
+    for interval, ids in zip(row.means, row.run_ids):
+        cells += [mean_cell(interval), id_list(ids) if ids else DASH]
+    for c in row.vs_reference:
+        cells += [ratio(c.ratio if c is not None else None), interval_cell(c),
+                  ab.p_cell(c.p_value if c is not None else None),
+                  ab.p_cell(c.p_adjusted if c is not None else None), verdict_cell(c)]
+    return cells
+
+
+def _summary_cells(comp: SideComparison) -> list[str]:
+    counts = set(comp.summary_configs)
+    label = (f"geometric mean ({counts.pop()} configs)" if len(counts) == 1
+             else "geometric mean")
+    cells = ["", label] + [DASH, DASH] * len(comp.sides)
+    for value in comp.summary:
+        cells += [ratio(value), DASH, DASH, DASH, DASH]
+    return cells
+
+
+def cell_rows(comp: SideComparison) -> tuple[list[tuple[str, str]], list[list[str]]]:
+    """(columns, rows) as plain text: the matched configs, then the geometric-mean summary.
+    The Model column goes when no run names a model."""
+    cols = columns(comp)
+    rows = [_row_cells(r) for r in comp.matched]
+    if comp.matched:
+        rows.append(_summary_cells(comp))
+    if all(r.model == "-" for r in comp.rows):
+        cols, rows = cols[1:], [r[1:] for r in rows]
+    return cols, rows
+
+
+def only_lines(comp: SideComparison) -> list[str]:
+    """Plain lines: the configs each side has alone (no ratio for them)."""
+    lines = []
+    for side_index, side in enumerate(comp.sides):
+        names = [r.config if r.model == "-" else f"{r.model} {r.config}"
+                 for r in comp.only if r.present == [side_index]]
+        if names:
+            lines.append(f"Only on {side.label}: {', '.join(names)}")
+    return lines
+
+
+def left_out_lines(comp: SideComparison) -> list[str]:
+    """Plain lines: the runs that did not end ok, in no figure."""
+    return [f"{side.label}: {failure_line(row)}" for side, row in comp.left_out]
+
+
+def markdown_table(comp: SideComparison) -> Table:
+    cols, rows = cell_rows(comp)
+    text_cols = sum(1 for g, _ in cols if not g)
+    table = Table([md_escape(f"{g} {n}".strip()) for g, n in cols],
+                  ["---"] * text_cols + ["---:"] * (len(cols) - text_cols))
+    table.rows = [[md_escape(c) for c in r] for r in rows]
     return table
 
 
-def print_rich(console: Console, comp: dict[str, Any], title: str) -> None:
+def print_rich(console: Console, comp: SideComparison, title: str) -> None:
+    cols, rows = cell_rows(comp)
     table = RichTable(title=title, title_justify="left")
-    for i, h in enumerate(comp["headers"]):
-        # a device's group is its name on the first header line
-        table.add_column(Text(h.replace(" ", "\n", 1)), justify="left" if i < 2 else "right")
-    for row in comp["rows"]:
+    for group, name in cols:
+        table.add_column(Text(f"{group}\n{name}" if group else name),
+                         justify="right" if group else "left")
+    for row in rows:
         table.add_row(*(Text(c) for c in row))     # Text: no rich markup from config names
     console.print(table)
-    for line in comp["left_out"]:
+    for line in only_lines(comp) + left_out_lines(comp):
         console.print(Text(line))
 
 
-def compare(store: Store, devices: Sequence[str], session: str | None = None,
-            matrix: str | None = None, out: Path | None = None,
-            console: Console | None = None, template: str | Path | None = None) -> str:
-    if len(devices) < 2:
-        raise ConfigError("compare needs at least two --device")
-    rows = context.select_runs(store, session, matrix, devices)
-    data = context.build(store, rows, keep_frames=False)
-    present = {r.row.device for r in data.runs}
-    missing = [d for d in devices if d not in present]
-    if missing:
-        raise ConfigError(f"no runs on {', '.join(missing)}")
-    comp = comparison(data, devices)
-    title = f"{data.title}: " + " vs ".join(devices)
-    if console is not None:
-        print_rich(console, comp, title)
+def sides_lines(sides: Sequence[Side]) -> list[str]:
+    """Plain text: what each side is (session, device, matrix, when, runs)."""
+    out = []
+    for side in sides:
+        s = side.session
+        what = s.matrix_name or s.name or DASH
+        # an imported session's start is the import, not the measurement
+        start = (f"imported {when(s.started_at)} UTC" if s.kind == "import"
+                 else f"started {when(s.started_at)} UTC")
+        session = "" if side.label == f"session {s.id}" else f"session {s.id}, "
+        out.append(f"{side.label}: {session}{what} on {side.device}, {start}, "
+                   f"{len(side.rows)} run(s)")
+    return out
+
+
+def section(comp: SideComparison, in_report: bool = False) -> dict[str, Any]:
+    """The context of compare_table.md.j2: the body of `orch compare`'s markdown, and the
+    report's comparison section (in_report: says when the report's tables pool two sides)."""
+    tests = sum(1 for r in comp.rows for c in r.vs_reference
+                if c is not None and c.p_value is not None)
+    return {"sides": [md_escape(x) for x in sides_lines(comp.sides)],
+            "reference": md_escape(comp.reference.label), "table": markdown_table(comp),
+            "confidence": round(CONFIDENCE * 100), "alpha": ALPHA, "tests": tests,
+            "only": [md_escape(x) for x in only_lines(comp)],
+            "shared": [md_escape(x) for x in shared_lines(comp)] if in_report else []}
+
+
+def shared_lines(comp: SideComparison) -> list[str]:
+    """Sides on one device: a report's per-device tables pool their runs, this table not."""
+    by_device: dict[str, list[str]] = {}
+    for side in comp.sides:
+        by_device.setdefault(side.device, []).append(side.label)
+    return [f"{' and '.join(labels)} ran on {device}: the report's tables of {device} pool "
+            f"their runs; this comparison keeps them apart"
+            for device, labels in by_device.items() if len(labels) > 1]
+
+
+# ---- entry points ------------------------------------------------------------------------
+
+def from_store(store: Store, sessions: Sequence[str], devices: Sequence[str],
+               matrix: str | None) -> SideComparison:
+    """The sides (results/query.py: select_sides) and their comparison."""
+    return build(store, select_sides(store, sessions, devices, matrix))
+
+
+def text(comp: SideComparison, fmt: str, template: str | Path | None = None) -> str:
+    """The comparison as markdown (compare.md.j2), csv or json."""
+    if fmt == "json":
+        return json.dumps(records(comp), ensure_ascii=False, indent=1) + "\n"
+    if fmt == "csv":
+        return pd.DataFrame(records(comp)).to_csv(index=False)
     env, user_main = render.environment(template)
-    sessions = {d: sorted({r.row.session_id for r in data.runs if r.row.device == d})
-                for d in devices}
     try:
-        text = env.get_template(user_main or "compare.md.j2").render(
-            title=md_escape(title), table=markdown_table(comp), devices=devices,
-            sessions=sessions, left_out=[md_escape(x) for x in comp["left_out"]],
-            header=render.header(data), base=devices[0], data=data, comparison=comp)
+        return env.get_template(user_main or "compare.md.j2").render(
+            title=md_escape(title(comp)), comparison=section(comp),
+            left_out=[md_escape(x) for x in left_out_lines(comp)])
     except TemplateError as exc:
         raise render.template_error(exc) from None
-    if out is not None:
+
+
+def title(comp: SideComparison) -> str:
+    return " vs ".join(side.label for side in comp.sides)
+
+
+def compare(store: Store, sessions: Sequence[str] = (), devices: Sequence[str] = (),
+            matrix: str | None = None, fmt: str | None = None, out: Path | None = None,
+            console: Console | None = None, template: str | Path | None = None) -> str | None:
+    """`orch compare`: with no format, the rich table on `console` (and markdown to `out`);
+    with one, that text, written to `out` or returned for stdout."""
+    comp = from_store(store, sessions, devices, matrix)
+    if fmt is None and console is not None:
+        print_rich(console, comp, f"mean tok/s: {title(comp)}")
+    result = text(comp, fmt or "md", template) if fmt is not None or out is not None else None
+    if out is not None and result is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text, encoding="utf-8")
-    return text
+        out.write_text(result, encoding="utf-8")
+        return None
+    return result
+
+
+def report(store: Store, sessions: Sequence[str], devices: Sequence[str], matrix: str | None,
+           **options: Any) -> str:
+    """`orch report --compare`: the report of every side's runs with the comparison as a
+    section (options: render_report's)."""
+    comp = from_store(store, sessions, devices, matrix)
+    rows = [r for side in comp.sides for r in side.rows]
+    return render.render_report(store, rows, comparison=section(comp, in_report=True),
+                                **options)

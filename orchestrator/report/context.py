@@ -16,13 +16,16 @@ import pandas as pd
 import yaml
 from sqlalchemy import func, select
 
+from orchestrator.config.matrix import Matrix
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
+from orchestrator.results.ab import ABGroup, ab_groups, stored_matrix
 from orchestrator.results.query import labelled, resolve_session, runs_stats
 from orchestrator.results.statistics import STAT_COLUMNS, spread
 from orchestrator.results.tables import by_model_and_device, group_title
+from orchestrator.results.uncertainty import mean_interval
 from orchestrator.results.values import is_missing, plain
 
 # How a config's repeats combine into one row. Throughput columns average the runs' values
@@ -56,6 +59,7 @@ class ConfigAgg:
     values: dict[str, Any]
     spread: dict[str, Any]
     bad: list[RunView] = field(default_factory=list)
+    label: str = ""               # the matrix's `labels:` entry for the config, else its name
 
     @property
     def ids(self) -> list[int]:
@@ -70,6 +74,7 @@ class Group:
     slug: str
     runs: list[RunView]
     configs: list[ConfigAgg]
+    ab: ABGroup | None = None      # its A/B rows against its model's baseline (results/ab.py)
 
     @property
     def failed(self) -> list[RunView]:
@@ -86,7 +91,6 @@ class ReportData:
     runs: list[RunView]
     groups: list[Group]
     matrices: dict[int, dict[str, Any]]   # session id -> parsed matrix YAML ({} for imports)
-    baseline: str | None
     imported_files: dict[int, Any]  # session id -> {stem: imported_file row}
     tokens: pd.DataFrame | None = None     # kept for the plots (None when not read)
     samples: pd.DataFrame | None = None
@@ -94,6 +98,16 @@ class ReportData:
     @property
     def failed(self) -> list[RunView]:
         return [r for r in self.runs if not r.ok]
+
+    @property
+    def baseline(self) -> str | None:
+        """The baselines (their labels) as one line for the header: one name when every model
+        shares it."""
+        chosen = {g.model: g.ab.rows[0].label for g in self.groups    # rows[0]: the baseline
+                  if g.ab is not None and g.ab.rows}
+        if len(set(chosen.values())) <= 1:
+            return next(iter(chosen.values()), None)
+        return "; ".join(f"{model}: {label}" for model, label in chosen.items())
 
     @property
     def title(self) -> str:
@@ -134,7 +148,9 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
         return rows
     run, dev, ses = schema.run, schema.device, schema.session
     if matrix is None:
-        newest = store.fetch(select(ses.c.matrix_name).join(run).join(dev)
+        newest = store.fetch(select(ses.c.matrix_name).select_from(run)
+                             .join(ses, run.c.session_id == ses.c.id)
+                             .join(dev, run.c.device_id == dev.c.id)
                              .where(dev.c.name.in_(list(devices)))
                              .order_by(ses.c.id.desc()).limit(1))
         if not newest:
@@ -178,6 +194,9 @@ def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
             else:
                 values[key] = xs[0]
         values["n"] = sum(int(r.stats.get("n") or 0) for r in runs)
+        # the mean's 95% interval over the runs' means (none for a single run)
+        ci = mean_interval([r.stats.get("mean") for r in runs])
+        values["mean_ci_low"], values["mean_ci_high"] = ci.low, ci.high
     if len(runs) == 1:
         # An engine that repeats internally (llama-bench -r N) reports its own per-repetition
         # spread: with a single orch run, that is the spread there is.
@@ -192,7 +211,15 @@ def _slug(*parts: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:60] or "group"
 
 
-def _groups(runs: list[RunView]) -> list[Group]:
+def _label(row: Any, matrices: dict[int, Matrix | None]) -> str:
+    """A run's config as the reader sees it: its `labels:` entry, else its name."""
+    matrix = matrices.get(row.session_id)
+    return matrix.label(row.config) if matrix is not None else row.config
+
+
+def _groups(runs: list[RunView], ab: list[ABGroup],
+            matrices: dict[int, Matrix | None]) -> list[Group]:
+    by_key = {(g.model, g.device): g for g in ab}
     groups = []
     for i, ((model, device), members) in enumerate(by_model_and_device(runs, lambda r: r.row), 1):
         configs: dict[str, list[RunView]] = {}
@@ -202,9 +229,11 @@ def _groups(runs: list[RunView]) -> list[Group]:
         for name, rs in configs.items():
             good = [r for r in rs if r.ok]
             values, spread = aggregate(good)
-            aggs.append(ConfigAgg(name, good, values, spread, [r for r in rs if not r.ok]))
+            aggs.append(ConfigAgg(name, good, values, spread, [r for r in rs if not r.ok],
+                                  _label(rs[0].row, matrices)))
         title = group_title(model, device, members[0].row.engine)
-        groups.append(Group(model, device, title, f"{i}-{_slug(model, device)}", members, aggs))
+        groups.append(Group(model, device, title, f"{i}-{_slug(model, device)}", members, aggs,
+                            by_key.get((model, device))))
     return groups
 
 
@@ -230,11 +259,13 @@ def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
     stats = runs_stats(cache, rows, quantile_method=quantile)      # type: ignore[arg-type]
     records = {rid: {k: plain(v) for k, v in rec.items()}
                for rid, rec in stats.to_dict("index").items()}
-    labels = labelled(rows)
-    runs = [RunView(r, labels[r.id], records.get(r.id, {})) for r in rows]
     sids = list(dict.fromkeys(r.session_id for r in rows))
     sessions = store.fetch(select(schema.session).where(schema.session.c.id.in_(sids))
                            .order_by(schema.session.c.id))
+    parsed = {s.id: stored_matrix(s.matrix_text) for s in sessions}
+    labels = labelled(rows)      # "config #2 †": the config part as its label
+    runs = [RunView(r, _label(r, parsed) + labels[r.id][len(r.config):], records.get(r.id, {}))
+            for r in rows]
     names = list(dict.fromkeys(r.device for r in rows))
     devices = {d.name: d for d in store.fetch(select(schema.device)
                                              .where(schema.device.c.name.in_(names)))}
@@ -243,11 +274,11 @@ def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
                          .where(schema.imported_file.c.session_id.in_(sids))):
         files.setdefault(f.session_id, {})[f.path] = f
     matrices = {s.id: _matrix_yaml(s.matrix_text) for s in sessions}
-    if baseline is None:
-        declared = {m.get("baseline") for m in matrices.values() if m.get("baseline")}
-        baseline = next(iter(declared)) if len(declared) == 1 else None
-    return ReportData(sessions=sessions, devices=devices, runs=runs, groups=_groups(runs),
-                      matrices=matrices, baseline=baseline, imported_files=files,
+    # each (model, device) group against its own model's baseline; Holm across all of them
+    ab = ab_groups(rows, records, parsed, baseline)
+    return ReportData(sessions=sessions, devices=devices, runs=runs,
+                      groups=_groups(runs, ab, parsed),
+                      matrices=matrices, imported_files=files,
                       tokens=cache.frames.get("token") if keep_frames else None,
                       samples=cache.frames.get("sample") if keep_frames else None)
 

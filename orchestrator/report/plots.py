@@ -1,12 +1,23 @@
-"""The report's figures (matplotlib, Agg): PNG files in `<name>_files/` next to the document.
+"""The report's figures (matplotlib, Agg), per (model, device) group.
 
-Per (model, device) group: the per-token tok/s over the run for each config (warm-up
-trajectory), the tok/s distribution per config, and CPU temperature / free RAM over time for
-each run. A figure is drawn only where there is data for it; runs that did not end ok are left
-out of the throughput figures (they are in no aggregate) but drawn dashed in the resource one.
+- trajectory: the per-token decode rate over the run, one line per config: the first tokens
+  unsmoothed (warm-up), then a rolling rate; one panel per config (shared y) past 6 configs.
+- distribution: the per-token rate per config (box p25-p75, whiskers p5-p95, median) with the
+  tables' headline mean marked, which a skewed distribution can put far from the median.
+- device: process RSS, free RAM and, only where a sensor was read, temperatures over each run
+  from the agent's samples; for runs without samples (imports), RSS and free RAM per token
+  from the engine's per-token memory columns.
+
+Every figure has its legend outside the axes, wraps long labels instead of cutting them, and
+gives each config its own colour + line style, the same in all figures of the group. A PNG is
+written to `<doc>_files/` for markdown, or embedded as a data: URI for a self-contained HTML page.
 """
 from __future__ import annotations
 
+import base64
+import io
+import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,15 +26,27 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from orchestrator.record import KIB_PER_GIB
+from orchestrator.report import plot_data
 from orchestrator.report.context import Group, ReportData
+
+WARM_TOKENS = 32        # tokens drawn one by one: warm-up lasts a few to a few dozen tokens
+WINDOW = 16             # tokens per point of the rolling rate after them
+PANEL_LIMIT = 6         # more configs than this: one panel per config
+LINESTYLES = ("-", "--", ":", "-.")
 
 
 @dataclass
 class Plot:
+    kind: str           # trajectory | distribution | device
     caption: str
-    path: Path          # the PNG written
-    link: str           # relative to the document, URL-quoted
+    link: str           # relative to the document (URL-quoted), or a data: URI
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Style:
+    color: tuple[float, ...]
+    linestyle: str
 
 
 def _pyplot() -> Any:
@@ -35,150 +58,294 @@ def _pyplot() -> Any:
     return plt
 
 
-def _label(text: str, width: int = 28) -> str:
-    # mathtext would read "$...$" in a config name as a formula (and may fail to parse it)
+def styles(n: int) -> list[Style]:
+    """n styles, no colour used twice: tab10 up to 10, else n hues of a continuous map, with
+    the line style cycling so that neighbouring (similar) hues still look different."""
+    from matplotlib import colormaps
+
+    if n <= 10:
+        colors = list(colormaps["tab10"].colors)[:n]
+    else:
+        colors = [tuple(c) for c in colormaps["turbo"](np.linspace(0.05, 0.95, n))]
+    return [Style(tuple(colors[i]), LINESTYLES[i % len(LINESTYLES)] if n > 10 else "-")
+            for i in range(n)]
+
+
+def wrap(text: str, width: int) -> str:
+    """Wrapped, never cut; "$" escaped (mathtext would read "$...$" in a name as a formula)."""
     text = " ".join(str(text).split()).replace("$", r"\$")
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)) or text
 
 
-def _tps(tokens: pd.DataFrame) -> pd.DataFrame:
-    wall = pd.to_numeric(tokens["wall_ms"], errors="coerce")
-    # speculative groups put the cost on one row and 0 on the others: no rate for those rows
-    out = tokens.loc[wall > 0, ["run_id", "seq"]].copy()
-    out["tps"] = 1000.0 / wall[wall > 0]
+def _png(fig: Any, plt: Any) -> bytes:
+    buf = io.BytesIO()
+    # "tight" grows the canvas to what is drawn: legends outside the axes and long labels
+    fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _legend_outside(ax: Any, handles: Sequence[Any] | None = None, **kw: Any) -> None:
+    if handles is not None:
+        kw["handles"] = handles
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
+              fontsize="small", frameon=False, **kw)
+
+
+def _labels(data: ReportData) -> dict[str, str]:
+    """config -> the matrix's human-readable label (`labels:`), where one was given."""
+    out: dict[str, str] = {}
+    for m in data.matrices.values():
+        if isinstance(m.get("labels"), dict):
+            out.update({str(k): str(v) for k, v in m["labels"].items()})
     return out
 
 
-def _save(fig: Any, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=96)
-    _pyplot().close(fig)
+# ---- per-token rate over the run ---------------------------------------------------------
+
+def _clip(ax_values: list[np.ndarray]) -> float | None:
+    """A top for the y axis when a few single tokens (1000 / a tiny wall time) would set the
+    scale and flatten every line; None when nothing stands out."""
+    vals = np.concatenate([v[np.isfinite(v)] for v in ax_values]) if ax_values else np.empty(0)
+    if vals.size < 20:
+        return None
+    p99 = float(np.percentile(vals, 99))
+    return p99 * 1.15 if vals.max() > 1.6 * p99 else None
 
 
-def _throughput(group: Group, tps: pd.DataFrame, out: Path, plt: Any) -> list[Path]:
-    config_of = {r.id: agg.config for agg in group.configs for r in agg.runs}
-    rows = tps[tps["run_id"].isin(config_of.keys())]
-    if rows.empty:
-        return []
-    rows = rows.assign(config=rows["run_id"].map(config_of))
-    present = set(rows["config"].unique())
-    order = [a.config for a in group.configs if a.config in present]
-    written = []
-    # warm-up trajectory: per config the mean over its repeats at each token (thin), and a
-    # rolling mean over 16 tokens (thick) once runs are long enough for one to mean anything:
-    # single tokens swing 2-3x, which hides the warm-up the figure is for
-    fig, ax = plt.subplots(figsize=(8, 4))
-    per_step = rows.groupby(["config", "seq"], sort=False)["tps"].mean()
+def _trajectory(group: Group, rates: pd.DataFrame, names: dict[str, str],
+                style_of: dict[str, Style], plt: Any) -> tuple[Any, str] | None:
+    order = [a.config for a in group.configs if a.config in set(rates["config"])]
+    if not order:
+        return None
+    lines = {c: plot_data.trajectory(rates[rates["config"] == c], WARM_TOKENS, WINDOW)
+             for c in order}
+    small = len(order) > PANEL_LIMIT
+    if small:
+        ncols = 3 if len(order) <= 9 else 4
+        nrows = -(-len(order) // ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.3 * nrows + 0.6),
+                                 sharex=True, sharey=True, squeeze=False)
+        for ax in axes.flat[len(order):]:
+            ax.set_visible(False)
+        panel_of = dict(zip(order, axes.flat))
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        panel_of = {c: ax for c in order}
     for config in order:
-        s = per_step.loc[config].sort_index()
-        x = s.index.to_numpy() + 1
-        if len(s) >= 64:
-            line, = ax.plot(x, s.to_numpy(), lw=0.6, alpha=0.35)
-            ax.plot(x, s.rolling(16, min_periods=4).mean().to_numpy(), lw=1.8,
-                    color=line.get_color(), label=_label(config))
-        else:
-            ax.plot(x, s.to_numpy(), lw=1.2, marker=".", ms=3, label=_label(config))
-    ax.set_xlabel("token")
-    ax.set_ylabel("tok/s (1000 / wall_ms)")
-    ax.set_title(_label(f"Per-token decode rate: {group.title}", 80))
-    ax.grid(alpha=0.3)
-    # a fixed corner: "best" searches every line's points, seconds for 1,000 runs
-    ax.legend(fontsize="small", ncol=2 if len(order) > 6 else 1, loc="lower right")
-    path = out / f"{group.slug}-trajectory.png"
-    _save(fig, path)
-    written.append(path)
-    # distribution of the per-token rate, all ok repeats of a config pooled
-    fig, ax = plt.subplots(figsize=(min(12, max(6, 0.6 * len(order) + 2)), 4))
-    data = [rows.loc[rows["config"] == c, "tps"].to_numpy() for c in order]
-    # whiskers at p5/p95, the table's columns; single fast tokens (1000/wall of a tiny wall)
-    # would otherwise set the scale and flatten every box
-    ax.boxplot(data, whis=(5, 95), showfliers=False)
-    ax.set_xticks(np.arange(1, len(order) + 1), [_label(c, 18) for c in order],
-                  rotation=30 if len(order) > 4 else 0, ha="right" if len(order) > 4 else "center")
-    ax.set_ylabel("tok/s per token")
-    ax.set_title(_label(f"Per-token rate distribution: {group.title}", 80))
-    ax.grid(alpha=0.3, axis="y")
-    path = out / f"{group.slug}-distribution.png"
-    _save(fig, path)
-    written.append(path)
-    return written
-
-
-def _resources(group: Group, samples: pd.DataFrame, out: Path, plt: Any) -> list[Path]:
-    ids = {r.id: r for r in group.runs}
-    s = samples[samples["run_id"].isin(ids.keys())]
-    if s.empty or "t_ms" not in s:
-        return []
-    panels = [(col, label, scale) for col, label, scale in (
-        ("cpu_temp_mC", "CPU temperature (°C)", 1000.0),
-        ("mem_avail_kb", "free RAM (GiB)", float(KIB_PER_GIB)))
-        if col in s and pd.to_numeric(s[col], errors="coerce").notna().any()]
-    if not panels:
-        return []
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.6 * len(panels) + 0.6), sharex=True,
-                             squeeze=False)
-    from matplotlib.collections import LineCollection
-
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    config_color = {a.config: colors[i % len(colors)] for i, a in enumerate(group.configs)}
-    s = s.sort_values(["run_id", "t_ms"], kind="stable")
-    t = pd.to_numeric(s["t_ms"], errors="coerce").to_numpy() / 1000.0
-    run_ids = s["run_id"].to_numpy()
-    bounds = np.flatnonzero(np.diff(run_ids)) + 1          # rows of each run: one segment
-    starts, ends = np.r_[0, bounds], np.r_[bounds, len(run_ids)]
-    named: set[str] = set()
-    for ax, (col, _, scale) in zip(axes[:, 0], panels):
-        y = pd.to_numeric(s[col], errors="coerce").to_numpy() / scale
-        # one LineCollection per panel, not one plot() per run: 1,000 runs draw in a blink
-        segs, cols, styles, point_cols = [], [], [], []
-        for a, b in zip(starts, ends):
-            run = ids[run_ids[a]]
-            keep = ~np.isnan(y[a:b])
-            segs.append(np.column_stack([t[a:b][keep], y[a:b][keep]]))
-            cols.append(config_color.get(run.row.config, "k"))
-            styles.append("solid" if run.ok else "dashed")
-            point_cols += [cols[-1]] * int(keep.sum())
-        ax.add_collection(LineCollection(segs, colors=cols, linestyles=styles, linewidths=1))
-        pts = np.concatenate(segs) if segs else np.empty((0, 2))
-        ax.scatter(pts[:, 0], pts[:, 1], s=4, c=point_cols)
-        ax.autoscale_view()
-    present = {ids[r].row.config for r in run_ids[starts]}
-    for a in group.configs:        # legend entries: one per config that has samples
-        if a.config in present:
-            axes[0, 0].plot([], [], color=config_color[a.config], label=_label(a.config))
-            named.add(a.config)
-    for ax, (_, ylabel, _) in zip(axes[:, 0], panels):
-        ax.set_ylabel(ylabel)
+        x, y, head = lines[config]
+        ax = panel_of[config]
+        st = style_of[config]
+        ax.plot(x, y, color=st.color, linestyle=st.linestyle, lw=1.3, marker="o", ms=2.6,
+                markevery=slice(0, head), label=wrap(names.get(config, config), 30), gid=config)
+        if small:
+            ax.set_title(wrap(names.get(config, config), 34), fontsize="small")
+    top = _clip([lines[c][1] for c in order])
+    rolled = any(head < len(x) for x, _, head in lines.values())
+    for ax in dict.fromkeys(panel_of.values()):
+        ax.set_ylim(bottom=0, top=top)
         ax.grid(alpha=0.3)
-    axes[0, 0].set_title(_label(f"CPU temperature and free RAM over each run: {group.title}", 80))
-    axes[0, 0].legend(fontsize="small", loc="upper right", ncol=2 if len(named) > 6 else 1)
-    axes[-1, 0].set_xlabel("seconds since the run started (dashed: † runs)")
-    path = out / f"{group.slug}-device.png"
-    _save(fig, path)
-    return [path]
+        if rolled:
+            # where single tokens end and the rolling rate begins
+            ax.axvline(WARM_TOKENS + 0.5, color="0.55", lw=0.8, ls=(0, (1, 2)), gid="warm-up")
+        if top is not None:
+            over = sum(int((lines[c][1] > top).sum()) for c in order if panel_of[c] is ax)
+            if over:
+                ax.text(0.01, 0.98, f"{over} point(s) above the scale", transform=ax.transAxes,
+                        va="top", fontsize="x-small", color="0.35")
+    what = f"first {WARM_TOKENS} tokens one by one, then a {WINDOW}-token rolling rate"
+    if small:
+        for ax in axes[-1]:
+            ax.set_xlabel("token")
+        for ax in axes[:, 0]:
+            ax.set_ylabel("tok/s")
+        fig.suptitle(wrap(f"Per-token decode rate: {group.title}", 90)
+                     + (f"\n(markers: {what})" if rolled else ""), fontsize="medium")
+    else:
+        ax.set_xlabel("token")
+        ax.set_ylabel("tok/s (1000 / wall_ms)")
+        ax.set_title(wrap(f"Per-token decode rate: {group.title}", 70), fontsize="medium")
+        _legend_outside(ax)
+    repeats = any(len(a.runs) > 1 for a in group.configs)
+    caption = ("Per-token decode rate over the run, tok/s (the tables' unit)"
+               + (" over the ok repeats of each config at each token" if repeats else "")
+               + (f": markers = each of the first {WARM_TOKENS} tokens (the warm-up, "
+                  f"unsmoothed), after the dotted line, the rate over the trailing "
+                  f"{WINDOW} tokens (tokens / Σ decode time, the tables' mean over a window)"
+                  if rolled else ": every token, unsmoothed")
+               + ("; one panel per config, shared y axis" if small else ""))
+    return fig, caption
 
 
-CAPTIONS = {"trajectory": "Per-token tok/s over the run (warm-up trajectory; mean of the "
-                          "repeats; thick: 16-token rolling mean)",
-            "distribution": "Per-token tok/s distribution per config (ok runs pooled; box = "
-                            "quartiles, whiskers = p5–p95)",
-            "device": "CPU temperature and free RAM over each run (from the agent's samples)"}
+# ---- distribution ------------------------------------------------------------------------
+
+def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str],
+                  plt: Any) -> tuple[Any, str] | None:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    rows = [(a, plot_data.per_token_tps(tokens, a.ids)) for a in group.configs if a.runs]
+    rows = [(a, v) for a, v in rows if v.size]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(rows) + 1.4))
+    pos = np.arange(1, len(rows) + 1)
+    # whiskers at p5/p95, the tables' columns; single fast tokens would otherwise set the scale
+    ax.boxplot([v for _, v in rows], positions=pos, orientation="horizontal", whis=(5, 95),
+               showfliers=False, widths=0.6, medianprops={"color": "C1", "lw": 1.8})
+    means = [a.values.get("mean") for a, _ in rows]
+    shown = [(m, p) for m, p in zip(means, pos) if isinstance(m, (int, float))]
+    if shown:
+        ax.plot([m for m, _ in shown], [p for _, p in shown], ls="none", marker="D", ms=6,
+                color="C3", zorder=3, gid="mean")
+    ax.set_yticks(pos, [wrap(names.get(a.config, a.config), 26) for a, _ in rows],
+                  fontsize="small")
+    ax.invert_yaxis()               # the tables' order, top to bottom
+    ax.set_xlim(left=0)
+    ax.set_xlabel("tok/s of single tokens (1000 / wall_ms)")
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_title(wrap(f"Per-token rate per config: {group.title}", 70), fontsize="medium")
+    _legend_outside(ax, [
+        Patch(facecolor="none", edgecolor="k", label="p25–p75 of the tokens"),
+        Line2D([], [], color="k", lw=1, label="whiskers: p5–p95"),
+        Line2D([], [], color="C1", lw=1.8, label="median"),
+        Line2D([], [], color="C3", ls="none", marker="D",
+               label=wrap("mean = tokens / Σ decode time (the tables' bold figure)", 30))])
+    caption = ("Per-token rate per config, tok/s, ok runs pooled: box = p25–p75, whiskers = "
+               "p5–p95, orange line = median, red diamond = the tables' mean (tokens / Σ "
+               "decode time: slow tokens weigh more, so it can sit far from the median)")
+    return fig, caption
 
 
-def draw(data: ReportData, doc: Path) -> dict[str, list[Plot]]:
-    """Write the figures for `doc` (the report file); group slug -> its plots."""
+# ---- device: memory and temperature ------------------------------------------------------
+
+PANEL_NAMES = {"rss": "process RSS", "avail": "free RAM",
+               "cpu_temp": "CPU temperature", "batt_temp": "battery temperature"}
+
+
+def _scaled(key: str, values: list[np.ndarray]) -> tuple[str, float]:
+    """(unit, divisor) of a panel: memory in GiB from 1 GiB up, else MiB; temperatures °C."""
+    if key in ("cpu_temp", "batt_temp"):
+        return "°C", 1.0
+    top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=0.0)
+    return ("GiB", 1024.0) if top >= 1024.0 else ("MiB", 1.0)
+
+
+def _device(group: Group, series: list[plot_data.Series], by_token: bool,
+            names: dict[str, str], style_of: dict[str, Style], plt: Any) -> tuple[Any, str]:
+    from matplotlib.collections import LineCollection
+    from matplotlib.lines import Line2D
+
+    runs = {r.id: r for r in group.runs}
+    keys = [k for k in PANEL_NAMES if any(k in s.values and np.isfinite(s.values[k]).any()
+                                          for s in series)]
+    fig, axes = plt.subplots(len(keys), 1, figsize=(8, 2.3 * len(keys) + 0.7), sharex=True,
+                             squeeze=False)
+    members = {a.config: [s for s in series
+                          if runs[s.run_id].ok and runs[s.run_id].row.config == a.config]
+               for a in group.configs}
+    members = {c: m for c, m in members.items() if m}
+    present = list(members)
+    failed = [s for s in series if not runs[s.run_id].ok]
+    if failed:
+        members["†"] = failed
+    for ax, key in zip(axes[:, 0], keys):
+        unit, div = _scaled(key, [s.values[key] for s in series if key in s.values])
+        for config, mine in members.items():
+            segs = [np.column_stack([s.x, s.values[key] / div])[np.isfinite(s.values[key])]
+                    for s in mine if key in s.values]
+            segs = [p for p in segs if len(p)]
+            if not segs:
+                continue
+            # one collection per config (its repeats), not one plot() per run: 1,000 runs
+            # draw in a blink, and a config is one style however often it ran
+            st = Style((0.45, 0.45, 0.45, 1.0), ":") if config == "†" else style_of[config]
+            ax.add_collection(LineCollection(segs, colors=[st.color], linestyles=st.linestyle,
+                                             linewidths=1.2, gid=config))
+            pts = np.concatenate(segs)
+            if len(pts) <= 40 * len(segs):      # points only where they can be told apart
+                ax.plot(pts[:, 0], pts[:, 1], ls="none", marker="x" if config == "†" else ".",
+                        ms=3, color=st.color, gid=f"{config} samples")
+        ax.autoscale_view()
+        ax.set_ylabel(wrap(f"{PANEL_NAMES[key]} ({unit})", 22), fontsize="small")
+        ax.grid(alpha=0.3)
+    handles = [Line2D([], [], color=style_of[c].color, ls=style_of[c].linestyle,
+                      label=wrap(names.get(c, c), 30)) for c in present]
+    if failed:
+        handles.append(Line2D([], [], color="0.45", ls=":", marker="x",
+                              label="† runs (left out of the tables)"))
+    _legend_outside(axes[0, 0], handles)
+    panels = [PANEL_NAMES[k] for k in keys]
+    shown = (", ".join(panels[:-1]) + " and " if len(panels) > 1 else "") + panels[-1]
+    shown = shown[0].upper() + shown[1:]
+    axes[0, 0].set_title(wrap(f"{shown}: {group.title}", 70), fontsize="medium")
+    avail = " (free RAM = MemAvailable)" if "avail" in keys else ""
+    if by_token:
+        axes[-1, 0].set_xlabel("token")
+        cols = " and ".join({"rss": plot_data.TOKEN_RSS, "avail": plot_data.TOKEN_AVAIL}[k]
+                            for k in keys)
+        caption = (f"{shown} at each token of each run, from the engine's per-token {cols} "
+                   f"column{'s' if len(keys) > 1 else ''}{avail}; these runs have no timed "
+                   f"samples, so the x axis is the token")
+    else:
+        axes[-1, 0].set_xlabel("seconds since the run started")
+        gaps = [np.median(np.diff(s.x)) for s in series if len(s.x) > 1]
+        every = f", every ≈{np.median(gaps):.1f} s" if gaps else ""
+        caption = f"{shown} over each run, from the agent's samples{every}{avail}"
+    if failed:
+        caption += "; dotted grey with ×: runs left out (†)"
+    return fig, caption
+
+
+# ---- entry point -------------------------------------------------------------------------
+
+def figures(data: ReportData, group: Group) -> list[tuple[str, Any, str]]:
+    """(kind, matplotlib figure, caption) of each figure of one group; the caller closes them."""
     plt = _pyplot()
-    out = doc.parent / f"{doc.stem}_files"
-    out.mkdir(parents=True, exist_ok=True)
-    tps = _tps(data.tokens) if data.tokens is not None and len(data.tokens) else None
+    names = _labels(data)
+    style_of = dict(zip((a.config for a in group.configs), styles(len(group.configs))))
+    out: list[tuple[str, Any, str]] = []
+    tokens = data.tokens if data.tokens is not None and len(data.tokens) else None
+    if tokens is not None:
+        config_of = {r.id: a.config for a in group.configs for r in a.runs}
+        rates = plot_data.token_rates(tokens, config_of)
+        for kind, drawn in (("trajectory", _trajectory(group, rates, names, style_of, plt)),
+                            ("distribution", _distribution(group, tokens, names, plt))):
+            if drawn is not None:
+                out.append((kind, *drawn))
+    ids = {r.id for r in group.runs}
+    series: list[plot_data.Series] = []
+    if data.samples is not None and len(data.samples):
+        series = plot_data.sample_series(data.samples, ids)
+    by_token = False
+    if not series and tokens is not None:
+        # imported runs: no agent, but bmoe v1 CSVs carry memory at every token
+        series, by_token = plot_data.token_memory_series(tokens, ids), True
+    if series:
+        out.append(("device", *_device(group, series, by_token, names, style_of, plt)))
+    return out
+
+
+def draw(data: ReportData, doc: Path | None) -> dict[str, list[Plot]]:
+    """The figures of every group: group slug -> its plots. With `doc` (a markdown file) the
+    PNGs are written to `<doc stem>_files/` and linked; without, they are embedded as data:
+    URIs (a self-contained HTML page)."""
+    plt = _pyplot()
+    out_dir = None
+    if doc is not None:
+        out_dir = doc.parent / f"{doc.stem}_files"
+        out_dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, list[Plot]] = {}
     for group in data.groups:
-        paths: list[Path] = []
-        if tps is not None:
-            paths += _throughput(group, tps, out, plt)
-        if data.samples is not None and len(data.samples):
-            paths += _resources(group, data.samples, out, plt)
-        result[group.slug] = [
-            Plot(CAPTIONS[p.stem.rsplit("-", 1)[1]], p, quote(f"{out.name}/{p.name}"))
-            for p in paths]
+        plots = []
+        for kind, fig, caption in figures(data, group):
+            png = _png(fig, plt)
+            if out_dir is None:
+                link = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+                plots.append(Plot(kind, caption, link))
+            else:
+                path = out_dir / f"{group.slug}-{kind}.png"
+                path.write_bytes(png)
+                plots.append(Plot(kind, caption, quote(f"{out_dir.name}/{path.name}"), path))
+        result[group.slug] = plots
     return result

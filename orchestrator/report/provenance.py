@@ -64,14 +64,13 @@ def devices_table(data: ReportData) -> Table:
 
 
 def _version(r: RunView) -> str:
-    """The engine's own version line when its output carried one (bmoe preamble v2 `# engine=`,
-    or the adapter's engine_build), else nothing: a hash is then the only identity."""
+    """The engine's own version and build as its output gave them (bmoe preamble v2
+    `# engine=`, llama.cpp's build commit in `run.engine_build`), each once; else nothing:
+    a hash is then the only identity."""
     settings = load_record(r.row.summary).settings
-    for value in (settings.get("engine"), settings.get("version"), settings.get("build"),
-                  r.row.engine_build):
-        if value:
-            return str(value)
-    return ""
+    values = (settings.get("engine"), settings.get("version"), settings.get("build"),
+              r.row.engine_build)
+    return "; ".join(dict.fromkeys(str(v) for v in values if v))
 
 
 def engines_table(data: ReportData) -> Table:
@@ -97,21 +96,34 @@ def models_table(data: ReportData) -> Table:
         file = str(path or settings.get("model") or "")
         key = (r.row.model or "-", file, r.row.model_size, r.row.model_sha256 or "")
         seen.setdefault(key, []).append(r.id)
+    unhashed: dict[str, list[int]] = {}
     for (model, file, size, sha), ids in seen.items():
         t.rows.append([md_escape(model), md_code(file), file_size(size), md_code(sha), id_list(ids)])
+        if not sha and model != "-":
+            unhashed.setdefault(model, []).extend(ids)
+    kinds = {s.id: s.kind for s in data.sessions}
+    for model, ids in unhashed.items():
+        imported = all(kinds.get(r.row.session_id) == "import" for r in data.runs if r.id in ids)
+        why = ("imported from result files: the model file itself was not read" if imported
+               else "the device could not hash it (the file was missing, or the device has no "
+                    "`sha256sum`)")
+        t.notes.append(md_escape(f"{model} (runs {id_list(ids)}): no sha256 — {why}."))
     t = t.drop_empty(keep=(0, 4))
     return t if any(c != DASH for row in t.rows for c in row[1:-1]) else Table([], [])
 
 
 def sessions_table(data: ReportData) -> Table:
     t = Table(["Session", "kind", "name", "matrix file", "matrix sha256", "orch", "git revision",
-               "controller", "command", "started", "ended"], ["---"] * 11)
+               "Python", "controller", "command", "started", "ended", "adaptive repeats"],
+              ["---"] * 13)
     for s in data.sessions:
         t.rows.append([str(s.id), md_escape(s.kind), md_escape(s.name or DASH),
                        md_code(os.path.basename(s.matrix_path or s.source_dir or "")),
                        md_code(s.matrix_sha256), md_escape(s.orch_version or DASH),
-                       md_code(s.git_rev), md_escape(s.controller_host or DASH),
-                       md_code(s.command), when(s.started_at), when(s.ended_at)])
+                       md_code(s.git_rev), md_escape(s.python_version or DASH),
+                       md_escape(s.controller_host or DASH),
+                       md_code(s.command), when(s.started_at), when(s.ended_at),
+                       md_escape(s.repeat_stop or DASH)])
     return t.drop_empty(keep=(0, 1, 2))
 
 

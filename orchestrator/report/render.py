@@ -33,6 +33,7 @@ from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
 from orchestrator.report import context, provenance, sections
 from orchestrator.report.cells import id_list
+from orchestrator.results import drift
 from orchestrator.results import markdown as md
 from orchestrator.results.formatting import cell, gib_from_kb, pct, ratio, when
 from orchestrator.results.values import DAGGER, DASH
@@ -112,8 +113,13 @@ def header(data: context.ReportData) -> dict[str, Any]:
     kinds = {s.kind for s in data.sessions}
     period = (f"{when(min(starts))} → {when(max(starts))} UTC" if starts else DASH)
     if kinds == {"import"}:
-        period = (f"imported {when(max(starts))} UTC; the files do not say when they "
-                  f"were measured" if starts else DASH)
+        # imported runs carry their files' times (results/importer.py), the session the import's
+        measured = [t for r in rows for t in (r.started_at, r.ended_at) if t is not None]
+        imported = [s.ended_at for s in data.sessions if s.ended_at is not None]
+        period = "; ".join(
+            ([f"measured {when(min(measured))} → {when(max(measured))} UTC (file times)"]
+             if measured else []) +
+            ([f"imported {when(max(imported))} UTC"] if imported else [])) or DASH
     failed = data.failed
     return {
         "title": md.md_escape(data.title),
@@ -128,19 +134,36 @@ def header(data: context.ReportData) -> dict[str, Any]:
     }
 
 
+# what each device-pressure column holds, by header: the caption names only the columns the
+# table has (a device without a temperature sensor gets no temperature column nor words)
+_PRESSURE_WORDS = {"peak RSS": "peak process RSS", "free-RAM floor": "free-RAM floor (lowest "
+                   "MemAvailable)", "CPU start → max": "CPU temperature at the start → its "
+                   "maximum", "battery max": "battery temperature maximum"}
+
+
+def pressure_caption(table: md.Table) -> str:
+    shown = [_PRESSURE_WORDS.get(h, h) for h in table.headers if h not in ("Config", "runs")]
+    return f"**Device pressure** ({', '.join(shown)}):"
+
+
 def document_context(data: context.ReportData, plots: dict[str, list[Any]] | None,
                      plot_note: str | None = None) -> dict[str, Any]:
     groups = []
+    caveats = drift.caveats([r.row for r in data.runs],
+                            {r.id: r.stats.get("mean") for r in data.runs}, data.matrices)
     for g in data.groups:
-        ab, ab_note = sections.ab(g, data.baseline)
+        ab, ab_note = sections.ab(g)
+        pressure = sections.pressure(g)
         groups.append({"title": md.md_escape(g.title), "slug": g.slug, "group": g,
-                       "throughput": sections.throughput(g), "pressure": sections.pressure(g),
+                       "throughput": sections.throughput(g), "pressure": pressure,
+                       "pressure_caption": pressure_caption(pressure),
                        "ab": ab, "ab_note": ab_note,
-                       "plots": (plots or {}).get(g.slug, [])})
+                       "plots": (plots or {}).get(g.slug, []),
+                       "warnings": [c for c in caveats if (c.model, c.device) == (g.model, g.device)]})
     return {"data": data, "header": header(data), "groups": groups,
             "captions": sections.CAPTIONS, "left_out": sections.left_out(data.runs),
             "provenance": provenance.build(data), "plot_note": plot_note,
-            "generated": when(dt.datetime.now(dt.timezone.utc)),
+            "generated": when(dt.datetime.now(dt.UTC)),
             "orch_version": __version__}
 
 
@@ -169,12 +192,14 @@ def markdown_to_html(text: str) -> Markup:
 
 def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fmt: str = "md",
            template: str | Path | None = None, baseline: str | None = None,
-           plots: bool = True, quantile: str = "linear") -> str:
-    """The report of these runs as markdown or HTML; written to `out` (with the figures in
-    `<out stem>_files/`) when given. Returns the text."""
+           plots: bool = True, quantile: str = "linear",
+           comparison: dict[str, Any] | None = None) -> str:
+    """The report of these runs as markdown or HTML; written to `out` when given. Markdown
+    links its figures from `<out stem>_files/` (drawn only with `out`); HTML embeds them as
+    data: URIs, so the page is one file. Returns the text."""
     data = context.build(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots)
     drawn, note = None, None
-    if plots and out is None:
+    if plots and out is None and fmt != "html":
         note = "Figures are written only with `-o FILE` (next to the document)."
     elif plots:
         try:
@@ -184,9 +209,12 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
         else:
             from orchestrator.report import plots as plotting
 
-            drawn = plotting.draw(data, out)
+            # HTML is one self-contained file: its figures are embedded, none written beside it
+            drawn = plotting.draw(data, None if fmt == "html" else out)
     env, user_main = environment(template)
     ctx = document_context(data, drawn, note)
+    ctx["quantile"] = quantile          # the Method paragraph names the p5/p95 method used
+    ctx["comparison"] = comparison      # `--compare`: report/compare.py's section(), or None
     try:
         if fmt == "html" and user_main is not None and _is_html(user_main):
             # the user's page template wraps the built-in markdown body

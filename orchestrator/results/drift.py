@@ -2,20 +2,27 @@
 
 A fixed cooldown does not reliably reach a thermal baseline, so over a long matrix tok/s can
 start to track run order rather than the config under test (the phone study's own words).
-These checks look at the stored runs of a session, per device, and say so.
+These checks look at the ok runs of each (device, model) group — the unit a report's tables
+compare — and return structured `Caveat`s: which runs and configs, what was seen, and advice
+that fits how the matrix was run (interleaving is not advised to a matrix that interleaved).
+Imported sessions are checked too: the importer stores their start temperatures and free RAM
+from the `.metrics` sidecars.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
 from orchestrator.db.store import Store
-from orchestrator.record import KIB_PER_GIB
+from orchestrator.record import KIB_PER_GIB, load_record
 from orchestrator.results.query import runs_stats
+from orchestrator.run.validity import RunValidity, ghz
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,42 @@ class Thresholds:
     free_ram_frac: float = 0.25      # (max - min) / max of free RAM at cell start
     rank_rho: float = 0.6            # |Spearman rho| of tok/s against run order ...
     rank_p: float = 0.05             # ... and its permutation p-value
+
+
+@dataclass(frozen=True)
+class Caveat:
+    """One warning about a group of runs: what was seen and what to do about it."""
+
+    kind: str                        # drift | start_temp | cooldown_max | load | throttling | free_ram
+    device: str
+    model: str                       # "-" for runs without a model
+    configs: tuple[str, ...]
+    run_ids: tuple[int, ...]
+    message: str
+    advice: str
+
+    def __str__(self) -> str:
+        where = self.device if self.model == "-" else f"{self.model} on {self.device}"
+        runs = ", ".join(map(str, self.run_ids))
+        return f"{where}: {self.message}; {self.advice} (runs {runs})"
+
+
+@dataclass(frozen=True)
+class HowRun:
+    """What the matrix did about fairness, for advice that fits it."""
+
+    interleaved: bool = False        # interleaved or shuffled order, or A/B pairs
+    thermal: bool = False            # a thermal cooldown condition (`until:`)
+    imported: bool = False           # read from files: no matrix of orch's
+
+    @classmethod
+    def of(cls, matrix: Mapping[str, Any] | None) -> HowRun:
+        if not matrix:
+            return cls(imported=True)
+        cooldown = matrix.get("cooldown")
+        return cls(interleaved=matrix.get("order") in ("interleaved", "shuffled")
+                   or bool(matrix.get("pairs")),
+                   thermal=isinstance(cooldown, Mapping) and bool(cooldown.get("until")))
 
 
 def _abs_rho(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -42,6 +85,19 @@ def permutation_p(x: list[float], y: list[float], rounds: int = 5040) -> float:
                               permutation_type="pairings", vectorized=True,
                               n_resamples=rounds, alternative="greater", rng=0)
     return float(result.pvalue)
+
+
+def drift_advice(how: HowRun) -> str:
+    if how.interleaved:
+        fix = ("raise the thermal cooldown's `max` or lower its `until`" if how.thermal else
+               "wait for a thermal condition between cells (`cooldown: {until: baseline+2C}`)")
+        return (f"the order was already interleaved, so every config saw the drift about "
+                f"equally but each run's spread grew; {fix}, or add repeats")
+    if how.thermal:
+        return ("use `order: interleaved` so each config sees the drift equally, or raise the "
+                "thermal cooldown's `max`")
+    return ("use `order: interleaved` so each config sees the drift equally, or a thermal "
+            "cooldown condition (`cooldown: {until: baseline+2C}`)")
 
 
 def order_drift(runs: pd.DataFrame, t: Thresholds = Thresholds()) -> str | None:
@@ -63,53 +119,124 @@ def order_drift(runs: pd.DataFrame, t: Thresholds = Thresholds()) -> str | None:
     trend = "falls" if rho < 0 else "rises"
     return (f"tok/s {trend} with run order across repeats (Spearman rho {rho:+.2f}, "
             f"p {p:.3f}, {len(pooled)} runs): the device drifted during the matrix, so "
-            f"differences may track order rather than config; use a thermal cooldown "
-            f"condition or interleaved order")
-
-
-def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()) -> list[str]:
-    rows = [r for r in store.runs(session_id) if r.status == "ok"]
-    if not rows:
-        return []
-    stats = runs_stats(store, rows)
-    frame = pd.DataFrame([{
-        "id": r.id, "device": r.device, "config": r.config, "order_index": r.order_index,
-        "mean": stats.loc[r.id, "mean"], "cooldown_met": r.cooldown_met,
-        "temp": _start_temp(r.temp_start), "free_kb": r.mem_avail_start_kb,
-    } for r in rows])
-    warnings: list[str] = []
-    for device, runs in frame.groupby("device", sort=False):
-        where = f"{device}: " if frame["device"].nunique() > 1 else ""
-        temps = runs.dropna(subset=["temp"])
-        if len(temps) >= 2 and temps["temp"].max() - temps["temp"].min() > t.start_temp_c:
-            hot, cold = temps.loc[temps["temp"].idxmax()], temps.loc[temps["temp"].idxmin()]
-            warnings.append(
-                f"{where}start temperatures differ by {hot.temp - cold.temp:.1f} °C "
-                f"({hot.config} {hot.temp:.1f} °C vs {cold.config} {cold.temp:.1f} °C; "
-                f"threshold {t.start_temp_c:g} °C)")
-        unmet = runs[runs["cooldown_met"] == False]  # noqa: E712 (None = no condition)
-        if len(unmet):
-            warnings.append(f"{where}cooldown reached its max before the condition was met "
-                            f"for {', '.join(unmet['config'])} (runs {', '.join(map(str, unmet['id']))})")
-        free = runs.dropna(subset=["free_kb"])
-        if len(free) >= 2 and free["free_kb"].max() > 0:
-            spread = (free["free_kb"].max() - free["free_kb"].min()) / free["free_kb"].max()
-            if spread > t.free_ram_frac:
-                warnings.append(
-                    f"{where}free RAM at cell start varies by {spread:.0%} "
-                    f"({free['free_kb'].min() / KIB_PER_GIB:.2f}-{free['free_kb'].max() / KIB_PER_GIB:.2f} GiB): "
-                    f"cells did not start from the same memory state")
-        drift = order_drift(runs.dropna(subset=["mean"]), t)
-        if drift:
-            warnings.append(where + drift)
-    return warnings
+            f"differences may track order rather than config")
 
 
 def _start_temp(temps: Any) -> float | None:
-    """CPU temperature at the start of a run, in °C, from the run's first sample."""
+    """CPU temperature at the start of a run, in °C (the cooldown's last reading or the
+    run's first sample; for imports the sidecar's cpu_temp_before_mC)."""
     if not temps:
         return None
     if "cpu_temp_mC" in temps:
         return temps["cpu_temp_mC"] / 1000.0
-    zones = [v for k, v in temps.items() if k.endswith("_mC")]
+    zones = [v for k, v in temps.items() if k.endswith("_mC") and v is not None]
     return max(zones) / 1000.0 if zones else None
+
+
+def _frame(rows: Iterable[Any], means: Mapping[int, Any]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "id": r.id, "device": r.device, "model": r.model or "-", "config": r.config,
+        "session_id": r.session_id, "order_index": r.order_index,
+        "mean": means.get(r.id), "cooldown_met": r.cooldown_met,
+        "temp": _start_temp(r.temp_start), "free_kb": r.mem_avail_start_kb,
+        "validity": RunValidity.from_stored(load_record(r.summary).extra.get("validity")),
+    } for r in rows if r.status == "ok"],
+        columns=["id", "device", "model", "config", "session_id", "order_index", "mean",
+                 "cooldown_met", "temp", "free_kb", "validity"])
+
+
+def _group(runs: pd.DataFrame, how: HowRun, t: Thresholds) -> list[Caveat]:
+    device, model = runs["device"].iloc[0], runs["model"].iloc[0]
+
+    def caveat(kind: str, part: pd.DataFrame, message: str, advice: str) -> Caveat:
+        return Caveat(kind, device, model, tuple(dict.fromkeys(part["config"])),
+                      tuple(int(i) for i in part["id"]), message, advice)
+
+    out: list[Caveat] = []
+    temps = runs.dropna(subset=["temp"])
+    if len(temps) >= 2 and temps["temp"].max() - temps["temp"].min() > t.start_temp_c:
+        hot, cold = temps.loc[temps["temp"].idxmax()], temps.loc[temps["temp"].idxmin()]
+        advice = ("the cooldown condition let cells start at different temperatures: lower "
+                  "its `until` or raise its `max`" if how.thermal else
+                  "start every cell from the same temperature: a thermal cooldown "
+                  "(`cooldown: {until: baseline+2C}`) instead of a fixed wait")
+        out.append(caveat("start_temp", temps,
+                          f"start temperatures differ by {hot.temp - cold.temp:.1f} °C "
+                          f"({hot.config} {hot.temp:.1f} °C vs {cold.config} {cold.temp:.1f} °C; "
+                          f"threshold {t.start_temp_c:g} °C)", advice))
+    unmet = runs[runs["cooldown_met"].eq(False)]   # None: no condition
+    if len(unmet):
+        out.append(caveat("cooldown_max", unmet,
+                          "cooldown reached its max before the condition was met, so these "
+                          "cells started warmer than the others",
+                          "raise the cooldown's `max` or relax its `until`"))
+    free = runs.dropna(subset=["free_kb"])
+    if len(free) >= 2 and free["free_kb"].max() > 0:
+        spread = (free["free_kb"].max() - free["free_kb"].min()) / free["free_kb"].max()
+        if spread > t.free_ram_frac:
+            out.append(caveat(
+                "free_ram", free,
+                f"free RAM at cell start varies by {spread:.0%} "
+                f"({free['free_kb'].min() / KIB_PER_GIB:.2f}–{free['free_kb'].max() / KIB_PER_GIB:.2f} GiB): "
+                f"cells did not start from the same memory state",
+                "close other apps and services before the matrix, and give the previous "
+                "engine's memory time to return (a longer cooldown)"))
+    drift = order_drift(runs.dropna(subset=["mean"]), t)
+    if drift:
+        out.append(caveat("drift", runs, drift, drift_advice(how)))
+    valid = runs[runs["validity"].notna()]
+    loaded = valid[[v.overloaded for v in valid["validity"]]]
+    if len(loaded):
+        worst = max(loaded["validity"], key=lambda v: v.load1_median)
+        out.append(caveat(
+            "load", loaded,
+            f"load average beyond the engine's own threads while the engine ran (up to a "
+            f"median {worst.load1_median:.2f} on {worst.cores} cores with "
+            f"{worst.threads_median or 0:g} engine threads): something else was using the CPU",
+            "re-run these cells with the device otherwise idle"))
+    hot = valid[[v.throttled for v in valid["validity"]]]
+    if len(hot):
+        worst = min(hot["validity"], key=lambda v: v.cpu_khz_median)
+        out.append(caveat(
+            "throttling", hot,
+            f"CPU frequency fell well below its maximum while the engine ran (median "
+            f"{ghz(worst.cpu_khz_median)} of {ghz(worst.max_khz)}): the CPU was throttled",
+            "let the device cool between cells (a thermal cooldown condition) and check "
+            "the governor and power-saving mode in the device facts"))
+    return out
+
+
+def caveats(rows: Iterable[Any], means: Mapping[int, Any],
+            matrices: Mapping[int, Mapping[str, Any]], t: Thresholds = Thresholds()) -> list[Caveat]:
+    """Every warning about these runs (run rows joined with their device name), per (device,
+    model) group in first-seen order. `means` maps run id -> mean tok/s; `matrices` maps
+    session id -> the parsed matrix YAML ({} for an imported session)."""
+    frame = _frame(rows, means)
+    out: list[Caveat] = []
+    for _, runs in frame.groupby(["device", "model"], sort=False):
+        sessions = list(dict.fromkeys(runs["session_id"]))
+        how = HowRun.of(matrices.get(sessions[0]) if len(sessions) == 1 else None)
+        out += _group(runs, how, t)
+    return out
+
+
+def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()) -> list[Caveat]:
+    rows = [r for r in store.runs(session_id) if r.status == "ok"]
+    if not rows:
+        return []
+    stats = runs_stats(store, rows)
+    session = store.session_row(session_id)
+    try:
+        matrix = yaml.safe_load(session.matrix_text or "") or {}
+    except yaml.YAMLError:
+        matrix = {}
+    return caveats(rows, stats["mean"].to_dict(),
+                   {session_id: matrix if isinstance(matrix, dict) else {}}, t)
+
+
+def markdown_block(found: Iterable[Caveat]) -> str:
+    """The caveats of one group as markdown lines (`orch table`), or "" when there are none."""
+    from orchestrator.results.markdown import md_escape
+
+    return "".join(f"⚠ {md_escape(c.message)}; {md_escape(c.advice)} "
+                   f"(runs {', '.join(map(str, c.run_ids))})\n\n" for c in found)

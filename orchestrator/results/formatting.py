@@ -33,7 +33,7 @@ def number(pattern: str) -> Formatter:
 def _with_small(pattern: str, below: float, small: Callable[[float], str]) -> Formatter:
     """`pattern`, but values in (0, below) through `small`: at the published precision they
     would print a false zero (a synthetic moe-probe reads well under a MiB per token and its
-    process stays in MiB)."""
+    process stays under 0.1 GiB). The unit stays the column's own."""
     def cell(value: Any) -> str:
         if is_missing(value):
             return DASH
@@ -42,11 +42,12 @@ def _with_small(pattern: str, below: float, small: Callable[[float], str]) -> Fo
 
 
 def gib(value: Any) -> str:
-    """A GiB quantity: "6.35 GiB"; under 0.1 GiB in MiB ("84.2 MiB")."""
+    """A GiB quantity: "6.35 GiB"; under 0.1 GiB with three decimals ("0.023 GiB"), so a
+    small process is not a false "0.00" and a column never mixes units."""
     return _GIB(value)
 
 
-_GIB = _with_small("%.2f GiB", 0.1, lambda v: "%.1f MiB" % (v * 1024))
+_GIB = _with_small("%.2f GiB", 0.1, lambda v: "%.3f GiB" % v)
 _READ_MIB = _with_small("%.0f MiB", 10.0, lambda v: "%.2f MiB" % v)
 
 
@@ -80,6 +81,8 @@ class Stat:
 
 _TPS = number("%.2f")
 _CELSIUS = number("%.1f °C")
+_S_PER_TOKEN = number("%.3f")
+_MS = number("%.1f")
 
 # Every statistic a view shows (keys of results.statistics.STAT_COLUMNS), in display order.
 STATS: dict[str, Stat] = {
@@ -95,8 +98,15 @@ STATS: dict[str, Stat] = {
     "cache_hit_pct": Stat("cache hit", number("%.0f%%")),
     "read_mib_per_token": Stat("flash read/token", _READ_MIB),
     "stall_ms_per_token": Stat("stall ms/tok", number("%.1f")),
-    "compute_s_per_token": Stat("compute s/tok", number("%.3f")),
-    "io_s_per_token": Stat("I/O s/tok", number("%.3f")),
+    "compute_s_per_token": Stat("compute s/tok", _S_PER_TOKEN),
+    "io_s_per_token": Stat("I/O s/tok", _S_PER_TOKEN),
+    "majflt_per_token": Stat("majflt/token", number("%.1f"), "major page faults per token"),
+    "latency_p50_ms": Stat("p50 ms", _MS, "per-token latency p50 (ms)"),
+    "latency_p90_ms": Stat("p90 ms", _MS, "per-token latency p90 (ms)"),
+    "latency_p99_ms": Stat("p99 ms", _MS, "per-token latency p99 (ms)"),
+    "steady_from_token": Stat("steady from token", number("%.0f"),
+                              "steady state from token (MSER-5)"),
+    "steady_mean": Stat("steady-state mean", _TPS, "steady-state mean tok/s"),
     "peak_rss_gib": Stat("peak RSS", gib),
     "mem_floor_gib": Stat("free-RAM floor", gib),
     "cpu_temp_start_c": Stat("CPU start", _CELSIUS),
@@ -110,6 +120,19 @@ STATS: dict[str, Stat] = {
     "spec_read_mib_per_token": Stat("spec read/token", _positive("%.0f MiB")),
     "spec_auto_off": Stat("auto-off", yes_no),
 }
+
+
+def pair(a: Any, b: Any, f: Formatter, sep: str) -> str:
+    """Two figures of one unit in one cell ("a + b"); a dash for the one not measured, one
+    dash for none."""
+    if is_missing(a) and is_missing(b):
+        return DASH
+    return f"{f(a)}{sep}{f(b)}"
+
+
+def split(compute: Any, io: Any) -> str:
+    """decode: compute + I/O (s/tok), as the published write-up prints it: "0.161 + 0.127"."""
+    return pair(compute, io, _S_PER_TOKEN, " + ")
 
 
 def fmt(key_or_pattern: str) -> Formatter:

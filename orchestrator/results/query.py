@@ -6,10 +6,12 @@ record (the `.metrics` sidecar an imported run brought along: statistics.runs_ta
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
@@ -100,3 +102,68 @@ def labelled(rows: Iterable[Any]) -> dict[int, str]:
         label = row.config + (f" #{row.repeat_index + 1}" if row.repeat_index else "")
         out[row.id] = label if row.status == "ok" else f"{label} {DAGGER}"
     return out
+
+
+# ---- sides of a comparison ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Side:
+    """One side of `orch compare`: the current runs of one session on one device."""
+
+    label: str                    # the device name (-d) or "session N" (--session)
+    device: str
+    session: Any                  # the session row
+    rows: list[Any]               # its runs on `device` (Store.runs rows), in run order
+
+
+def select_sides(store: Store, sessions: Sequence[str] = (), devices: Sequence[str] = (),
+                 matrix: str | None = None) -> list[Side]:
+    """The sides to compare, reference first: every `--session` (id or name) in the order
+    given, then every `--device`'s newest session of `matrix` (or its newest session of any
+    matrix, imports included, without one). Every failure is a one-line ConfigError."""
+    if matrix is not None and not devices:
+        raise ConfigError("--matrix picks each --device's session: give --device too")
+    sides = [session_side(store, s) for s in sessions]
+    sides += [device_side(store, d, matrix) for d in devices]
+    if len(sides) < 2:
+        raise ConfigError("compare needs two or more sides: give --device or --session "
+                          "at least twice in all")
+    seen: dict[tuple[int, str], str] = {}
+    for side in sides:
+        key = (side.session.id, side.device)
+        if key in seen:
+            raise ConfigError(f"{seen[key]} and {side.label} are the same runs (session "
+                              f"{side.session.id} on {side.device})")
+        seen[key] = side.label
+    return sides
+
+
+def session_side(store: Store, session: str) -> Side:
+    """`--session S`: its runs; a session that ran on several devices is refused, since its
+    configs would mix devices."""
+    sid = resolve_session(store, session, None)
+    rows = store.runs(sid)
+    if not rows:
+        raise ConfigError(f"session {sid} has no runs")
+    devices = list(dict.fromkeys(r.device for r in rows))
+    if len(devices) > 1:
+        raise ConfigError(f"session {sid} ran on {', '.join(devices)}: compare them with "
+                          f"--device instead")
+    return Side(f"session {sid}", devices[0], store.session_row(sid), list(rows))
+
+
+def device_side(store: Store, device: str, matrix: str | None) -> Side:
+    """`--device D`: D's runs in its newest session of `matrix`, or in its newest session."""
+    run, dev, ses = schema.run, schema.device, schema.session
+    # explicit left side and ON clauses: inferred joins over these three tables are ambiguous
+    # to SQLAlchemy ("Can't determine which FROM clause to join from")
+    stmt = (select(func.max(run.c.session_id)).select_from(run)
+            .join(dev, run.c.device_id == dev.c.id).join(ses, run.c.session_id == ses.c.id)
+            .where(dev.c.name == device, run.c.superseded.is_(False)))
+    sid = store.fetch(stmt if matrix is None else stmt.where(ses.c.matrix_name == matrix))[0][0]
+    if sid is None:
+        if matrix is None or store.fetch(stmt)[0][0] is None:
+            raise ConfigError(f"device {device} has no runs in {store.url}")
+        raise ConfigError(f"device {device} never ran a matrix named {matrix!r}")
+    rows = [r for r in store.runs(sid) if r.device == device]
+    return Side(device, device, store.session_row(sid), rows)

@@ -1,16 +1,28 @@
-"""`orch table`: a stored session's per-run tables as markdown, csv or json."""
+"""`orch table`: a stored session's per-run tables as markdown, csv or json.
+
+Each (model, device) group opens with the model's facts (results/model_facts.py), then the
+tables asked for; rows carry the matrix's labels (`labels:`), imported runs their file stem.
+Table kinds: "model" (the facts), tables.TABLES, and "ab" (results/ab.py).
+"""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
+import yaml
+from pydantic import ValidationError
 
+from orchestrator.config.matrix import Matrix
 from orchestrator.db.store import Store
-from orchestrator.results import tables
+from orchestrator.results import ab, tables
 from orchestrator.results.formatting import records
+from orchestrator.results.markdown import md_escape
+from orchestrator.results.markdown import render as md_render
+from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.query import labelled, runs_stats
-from orchestrator.results.values import DAGGER
+from orchestrator.results.values import DAGGER, is_missing
 
 
 def failure_line(row: Any) -> str:
@@ -19,24 +31,77 @@ def failure_line(row: Any) -> str:
             + f", run {row.id}; left out of every aggregate")
 
 
+def session_matrix(session: Any) -> Matrix | None:
+    """The matrix a session ran (None for an import, or a stored text that no longer
+    validates)."""
+    try:
+        data = yaml.safe_load(session.matrix_text or "")
+        return Matrix.model_validate(data) if isinstance(data, dict) else None
+    except (yaml.YAMLError, ValidationError):
+        return None
+
+
+def row_labels(rows: Sequence[Any], matrix: Matrix | None) -> dict[int, str]:
+    """query.labelled's labels (repeat, dagger) with the config's `labels:` entry for its
+    name."""
+    base = labelled(rows)
+    if matrix is None:
+        return base
+    return {r.id: matrix.label(r.config) + base[r.id][len(r.config):] for r in rows}
+
+
+def _without_name(facts: ModelFacts) -> dict[str, Any]:
+    return {k: v for k, v in facts.as_dict().items() if k != "name"}
+
+
+def _config_means(members: Sequence[Any], stats: pd.DataFrame) -> dict[str, float | None]:
+    """Per config, the mean of its ok runs' means (the pivot's cells)."""
+    means: dict[str, list[float]] = {}
+    for r in members:
+        m = stats.at[r.id, "mean"]
+        if r.status == "ok" and not is_missing(m):
+            means.setdefault(r.config, []).append(float(m))
+    return {c: sum(v) / len(v) for c, v in means.items()}
+
+
 def _markdown(store: Store, session_id: int, rows: list[Any], stats: pd.DataFrame,
               kinds: list[str]) -> str:
-    labels = labelled(rows)
+    session = store.session_row(session_id)
+    matrix = session_matrix(session)
+    labels = row_labels(rows, matrix)
     groups = tables.by_model_and_device(rows)
     parts = []
+    ab_groups = ab.session_groups(store, session_id, rows, stats) if "ab" in kinds else []
+    from orchestrator.results.drift import markdown_block, session_warnings
+
+    caveats = session_warnings(store, session_id)
     for (model, device), members in groups:
         if len(groups) > 1 or model != "-":
             parts.append(f"### {tables.group_title(model, device, members[0].engine)}\n")
+        facts = facts_for_group(store, session, model, device, members).line()
+        if facts:
+            parts.append(f"Model: {md_escape(facts)}\n")
         ids = [r.id for r in members]
         for kind in kinds:
+            if kind == "model":
+                continue                       # the facts line above
+            if kind == "ab":     # each model against its own baseline (results/ab.py)
+                parts.append(ab.group_markdown(ab_groups, model, device))
+                continue
             if kind in tables.CAPTIONS:
                 parts.append(tables.CAPTIONS[kind] + "\n")
             parts.append(tables.markdown(stats.loc[ids], kind, labels))
+            grid = tables.pivot(matrix, _config_means(members, stats)) \
+                if kind == "throughput" else None
+            if grid is not None:
+                parts.append(tables.pivot_caption(matrix) + "\n")
+                parts.append(md_render(grid) + "\n")
+        # warnings next to the group's rows they concern (drift.py)
+        warnings = markdown_block(c for c in caveats if (c.model, c.device) == (model, device))
+        if warnings:
+            parts.append(warnings)
     note = "".join(failure_line(r) + "\n" for r in rows if r.status != "ok")
-    from orchestrator.results.drift import session_warnings
-
-    warnings = "".join(f"⚠ {w}\n" for w in session_warnings(store, session_id))
-    return "\n".join(parts) + ("\n" + note if note else "") + ("\n" + warnings if warnings else "")
+    return "\n".join(parts) + ("\n" + note if note else "")
 
 
 def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "md",
@@ -47,18 +112,40 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     stats = runs_stats(store, rows, quantile_method=quantile)
     if fmt == "md":
         return _markdown(store, session_id, rows, stats, kinds)
-    labels = labelled(rows)
+    session = store.session_row(session_id)
+    labels = row_labels(rows, session_matrix(session))
     by_id = {r.id: r for r in rows}
+    ordered = [by_id[i] for i in stats.index]
     frames = []
     for kind in kinds:
-        frame = tables.values(stats, kind, labels)
+        if kind == "ab":
+            frames.append(ab.frame(ab.session_groups(store, session_id, rows, stats)))
+            continue
+        if kind == "model":
+            frames.append(pd.DataFrame([
+                {"table": "model", "device": device, "model": model,
+                 **_without_name(facts_for_group(store, session, model, device, members))}
+                for (model, device), members in tables.by_model_and_device(rows)]))
+            continue
+        # one row per run: the config's name, its label, and the statistics
+        frame = tables.values(stats, kind, labels).rename(columns={"config": "label"})
         frame.insert(0, "table", kind)
         frame.insert(1, "run_id", list(stats.index))
-        frame.insert(2, "device", [by_id[i].device for i in stats.index])
-        frame.insert(3, "model", [by_id[i].model for i in stats.index])
-        frame.insert(4, "status", [by_id[i].status for i in stats.index])
+        frame.insert(2, "device", [r.device for r in ordered])
+        frame.insert(3, "model", [r.model for r in ordered])
+        frame.insert(4, "config", [r.config for r in ordered])
+        frame.insert(5, "repeat", [r.repeat_index + 1 for r in ordered])
+        frame.insert(6, "status", [r.status for r in ordered])
         frames.append(frame)
-    data = pd.concat(frames, ignore_index=True)
-    if fmt == "csv":
-        return data.to_csv(index=False)
-    return json.dumps(records(data.to_dict("records")), ensure_ascii=False, indent=1) + "\n"
+    frames = [f.astype({c: "Int64" for c in _COUNTS if c in f}) for f in frames]
+    if fmt == "csv":      # one header over every table: a table's rows leave the others' empty
+        return pd.concat(frames, ignore_index=True).to_csv(index=False)
+    # json: each row with its own table's keys only
+    rows_out = [r for f in frames for r in records(f.to_dict("records"))]
+    return json.dumps(rows_out, ensure_ascii=False, indent=1) + "\n"
+
+
+# whole numbers, kept whole in csv/json where a table has rows without them (NaN would make
+# them floats)
+_COUNTS = ("run_id", "repeat", "n", "size_bytes", "layers", "experts", "ram_kb",
+           "steady_from_token", "cache_resizes", "spec_experts", "spec_useful")

@@ -5,6 +5,9 @@ the engine's trailer, or its stdout summary lines when a run was killed before w
 trailer), and then from the token rows where the record has nothing. Everything for many runs
 is computed at once (`runs_table`): per-run Python work is limited to reading each record's
 typed fields.
+
+Beyond §6: per-token latency percentiles (ms, as serving benchmarks report them) and the
+warm-up truncation point with the steady-state mean (`_steady_state`, MSER-5).
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ QUANTILE_METHODS = ("linear", "lower")
 STAT_COLUMNS: tuple[str, ...] = (
     "n", "mean", "min", "max", "median", "p5", "p95", "prefill_tps", "ttft_s",
     "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
-    "io_s_per_token", "streaming", "complete", "cache_budget_mib", "cache_resident_mib",
+    "io_s_per_token", "majflt_per_token", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
+    "steady_from_token", "steady_mean", "streaming", "complete", "cache_budget_mib", "cache_resident_mib",
     "cache_resizes", "spec_read_mib", "spec_read_mib_per_token", "spec_experts", "spec_useful",
     "spec_useful_pct", "spec_recall_pct", "spec_auto_off",
     *PRESSURE_FIELDS,
@@ -100,8 +104,19 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
             out = a + (b - a) * (i - lo)
         return np.where(has, out, np.nan)
 
+    def latency(q: float) -> np.ndarray:
+        """The q-quantile of wall_ms over the same rows, linear: ascending wall is descending
+        tps, so wall's j-th value is 1000 / tps[cnt-1-j] (no second sort)."""
+        i = q * np.maximum(cnt - 1, 0)
+        lo, hi = np.floor(i).astype(np.int64), np.ceil(i).astype(np.int64)
+        last = np.maximum(cnt - 1, 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a, b = 1000.0 / at(last - lo), 1000.0 / at(last - hi)
+        return np.where(has, a + (b - a) * (i - lo), np.nan)
+
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = np.where(wall_sum > 0, n / (wall_sum / 1000.0), np.nan)
+    steady_from, steady_mean = _steady_state(n, w)
     out = pd.DataFrame({
         "n": n, "mean": mean,
         "min": np.where(has, at(np.zeros(g, np.int64)), np.nan),
@@ -110,6 +125,9 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
         # their p95 was not interpolated, see tests/test_analysis_oracle.py)
         "median": quantile(0.5, "linear"),
         "p5": quantile(0.05, q_method), "p95": quantile(0.95, q_method),
+        "latency_p50_ms": latency(0.50), "latency_p90_ms": latency(0.90),
+        "latency_p99_ms": latency(0.99),
+        "steady_from_token": steady_from, "steady_mean": steady_mean,
     }, index=pd.Index(uniques, name="run_id"))
 
     def mean_sum(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -121,7 +139,9 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
 
     nan = np.full(g, np.nan)
     stall, rb = col("stall_ms"), col("read_bytes")    # order-free sums: original row order
+    majflt = col("majflt")
     out["stall_ms_per_token"] = mean_sum(stall)[0] if stall is not None else nan
+    out["_majflt"] = mean_sum(majflt)[0] if majflt is not None else nan
     out["_read_bytes"] = mean_sum(rb)[1] if rb is not None else nan
     if hit is not None and g:     # cumulative over the session: the run's last row is the total
         out["_last_hit"] = hit[np.cumsum(n) - 1]
@@ -130,11 +150,83 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
     return out
 
 
+# ---- warm-up and steady state ----------------------------------------------------------------
+
+MSER_BATCH = 5           # MSER-5: batch means of 5 tokens
+STEADY_MIN_TOKENS = 20   # fewer tokens: 3 batches or less, too few to tell warm-up from noise
+
+
+def _steady_state(n: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first steady-state token, 1-based; steady-state tok/s) per run, NaN for runs shorter
+    than STEADY_MIN_TOKENS.
+
+    The warm-up truncation rule is MSER-5 (White, "An effective truncation heuristic for bias
+    reduction in simulation output", Simulation 69(6), 1997; White, Cobb & Spratt, WSC 2000),
+    the standard one in simulation output analysis and the one Hoad, Robinson & Davies (2010)
+    recommend for automation: wall_ms is averaged over batches of 5 tokens, b_1..b_k (an
+    incomplete last batch is left out), and the truncation point is the d (in batches) that
+    minimises MSER(d) = Σ_{j>d} (b_j - mean_d)² / (k - d)², the squared standard error of the
+    mean of what remains. d is searched over the first half of the run only: beyond it the
+    statistic rewards throwing data away (few, similar batches). A minimum on the last batch of
+    that half means the statistic was still falling, i.e. the run had not settled within its
+    first half, which MSER reads as "run too short": no steady state then (NaN), rather than a
+    truncation point the data does not support. The steady-state mean is computed like the
+    headline mean, n / Σ decode seconds, over every token from 5d + 1 on.
+
+    `n` rows per run; `w` wall_ms of every run's rows, run after run, each in token order.
+    """
+    g = len(n)
+    nan = np.full(g, np.nan)
+    nb = n // MSER_BATCH
+    total_b = int(nb.sum())
+    if not total_b:
+        return nan, nan.copy()
+    # every run cut into segments of 5 rows (its last one may be shorter), summed in one
+    # reduceat: each sum depends on its own rows only, so a run's figures do not change with
+    # the other runs in the table
+    nseg = -(-n // MSER_BATCH)
+    srun = np.repeat(np.arange(g), nseg)
+    sj = np.arange(len(srun)) - (np.cumsum(nseg) - nseg)[srun]      # segment index in its run
+    seg_sum = np.add.reduceat(np.where(np.isnan(w), 0.0, w),
+                              (np.cumsum(n) - n)[srun] + MSER_BATCH * sj)
+    full = sj < nb[srun]
+    b = seg_sum[full] / MSER_BATCH                        # the batch means, run after run
+    boff = np.cumsum(nb) - nb
+    brun = srun[full]
+    j = sj[full]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # centred per run, so the suffix sums below do not cancel catastrophically
+        y = b - (np.bincount(brun, weights=b, minlength=g) / nb)[brun]
+    c1, c2 = np.cumsum(y), np.cumsum(y * y)
+    last = (boff + nb - 1)[brun]
+    s1 = c1[last] - (c1 - y)                              # Σ over batches j.. of the run
+    s2 = c2[last] - (c2 - y * y)
+    m = nb[brun] - j
+    mser = (s2 - s1 * s1 / m) / (m * m)
+    eligible = np.flatnonzero((n[brun] >= STEADY_MIN_TOKENS) & (j < nb[brun] // 2))
+    d = np.full(g, -1, dtype=np.int64)
+    if len(eligible):
+        runs_e, vals = brun[eligible], mser[eligible]
+        seg = np.flatnonzero(np.r_[True, runs_e[1:] != runs_e[:-1]])    # one segment per run
+        lowest = np.minimum.reduceat(vals, seg)
+        at_min = np.flatnonzero(vals <= np.repeat(lowest, np.diff(np.r_[seg, len(vals)])))
+        first = at_min[np.unique(runs_e[at_min], return_index=True)[1]]   # smallest d on ties
+        d[runs_e[first]] = j[eligible][first]
+    found = (d >= 0) & (d < nb // 2 - 1)
+    cut = np.where(found, d, 0) * MSER_BATCH
+    rest = np.bincount(srun, weights=np.where(sj >= np.where(found, d, 0)[srun], seg_sum, 0.0),
+                       minlength=g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(found & (rest > 0), (n - cut) / (rest / 1000.0), np.nan)
+    return np.where(found, cut + 1, np.nan), mean
+
+
 # ---- scalar (from the records) -------------------------------------------------------------
 
 # The record fields the tables read, fetched from every record in one pass.
 _FIELDS = ("decode_tps", "prefill_tps", "ttft_s", "cache_hit_pct", "read_mib",
-           "compute_s_per_token", "io_s_per_token", "cache_budget_mib", "cache_resident_mib",
+           "compute_s_per_token", "io_s_per_token", "stall_s_per_token", "majflt_per_token",
+           "cache_budget_mib", "cache_resident_mib",
            "cache_resizes", "spec_read_mib", "spec_experts", "spec_useful", "spec_recall_pct",
            "spec_auto_off", "streaming", "complete")
 _get_fields = attrgetter(*_FIELDS)
@@ -163,6 +255,13 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
     unknown = np.array([v is None for v in streaming], dtype=bool) & ~np.isnan(rb)
     streaming[unknown] = rb[unknown] > 0
     is_stream = streaming == True  # noqa: E712  (object array with None)
+    # a plain mmap run measures no flash reads and no stall (its columns are written as 0):
+    # not measured, not zero
+    mmap = streaming == False
+    stall = tok["stall_ms_per_token"].to_numpy(dtype=float)
+    stall = np.where(np.isnan(stall), num("stall_s_per_token") * 1000.0, stall)
+    majflt = num("majflt_per_token")
+    majflt = np.where(np.isnan(majflt), tok["_majflt"].to_numpy(dtype=float), majflt)
     experts, useful = num("spec_experts"), num("spec_useful")
     recall = num("spec_recall_pct")
     recall[recall < 0] = np.nan                      # -1.0: no spec gate
@@ -172,7 +271,9 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
         out = {
             "prefill_tps": num("prefill_tps"), "ttft_s": num("ttft_s"),
             "cache_hit_pct": np.where(hit < 0, np.nan, hit),
-            "read_mib_per_token": read / n,
+            "read_mib_per_token": np.where(mmap, np.nan, read / n),
+            "stall_ms_per_token": np.where(mmap, np.nan, stall),
+            "majflt_per_token": majflt,
             "compute_s_per_token": np.where(is_stream, num("compute_s_per_token"), np.nan),
             "io_s_per_token": np.where(is_stream, num("io_s_per_token"), np.nan),
             "streaming": streaming, "complete": field["complete"],
@@ -200,7 +301,7 @@ def runs_table(tokens: pd.DataFrame,
     """Per-run stats (columns STAT_COLUMNS) for every run_id in tokens or records.
 
     tokens: one row per token with run_id, wall_ms and optionally stall_ms, read_bytes,
-    cache_hit_pct. records: run_id -> RunRecord (a stored dict is read with load_record).
+    cache_hit_pct, majflt; each run's rows in token order (runs may interleave). records: run_id -> RunRecord (a stored dict is read with load_record).
     pressure: run_id -> the agent samples' pressure (query.pressure_by_run: PRESSURE_FIELDS);
     a run without it takes its record's (an imported run's `.metrics` sidecar).
     quantile_method: "linear" (§6, numpy's default) or "lower" (no interpolation).
@@ -215,7 +316,8 @@ def runs_table(tokens: pd.DataFrame,
     pressures = [pressure.get(rid) or (rec.pressure.__dict__ if rec.pressure else None)
                  for rid, rec in zip(ids, recs)]
     scal = pd.DataFrame(_scalars(recs, pressures, tok), index=tok.index)
-    out = pd.concat([tok.drop(columns=["_read_bytes", "_last_hit"]), scal], axis=1)
+    out = pd.concat([tok.drop(columns=["_read_bytes", "_last_hit", "_majflt",
+                                       "stall_ms_per_token"]), scal], axis=1)
     # engines without per-token rows (llama-bench, llama-cli): the engine's own tok/s
     out["mean"] = out["mean"].where(out["n"] > 0, scal["_decode_tps"])
     return out[list(STAT_COLUMNS)]

@@ -4,7 +4,7 @@ Cells are formatted by the one formatter set (orchestrator.results.formatting); 
 prints "—". Rows are addressed by display label: `labels` maps run_id -> label (the caller's
 knowledge, e.g. which file a config came from) and `order` lists the labels to show; a label
 without a run gets a row of "—" (the published tables list configs that were not measured that
-day).
+day); without `order`, every run is a row. `pivot` lays a two-flag grid out as a table.
 """
 from __future__ import annotations
 
@@ -15,8 +15,17 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from orchestrator.config.matrix import Matrix, expand_configs
 from orchestrator.results import markdown as md
-from orchestrator.results.formatting import STATS, Formatter, bold, gib, number, records
+from orchestrator.results.formatting import (
+    STATS,
+    Formatter,
+    bold,
+    gib,
+    number,
+    records,
+    split,
+)
 from orchestrator.results.values import DASH, is_missing
 
 
@@ -24,19 +33,39 @@ from orchestrator.results.values import DASH, is_missing
 class Col:
     header: str
     key: str                                    # analysis column (also the csv/json column)
-    fmt: Formatter
+    fmt: Formatter                              # takes the values of `keys`, in order
     align: str = "---:"
+    also: tuple[str, ...] = ()                  # further keys one cell combines (compute + I/O)
+    optional: bool = False                      # markdown leaves it out when no row has it
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key, *self.also)
+
+    def cell(self, rec: Mapping[str, Any] | None) -> str:
+        return self.fmt(*(None if rec is None else rec.get(k) for k in self.keys))
 
 
-def stat(key: str, align: str = "---:", headline: bool = False) -> Col:
+def stat(key: str, align: str = "---:", headline: bool = False, header: str | None = None,
+         optional: bool = False) -> Col:
     """A column of one statistic with its shared header and formatter."""
     s = STATS[key]
-    return Col(s.header, key, bold(s.fmt) if headline else s.fmt, align)
+    return Col(header or s.header, key, bold(s.fmt) if headline else s.fmt, align,
+               optional=optional)
 
 
+# The published columns first, with their headers and cells unchanged (the 2026-07-13 oracle);
+# p5 where the phone study prints it, the study's compute + I/O split after the stall, and
+# majflt/token for the engines that count it.
 THROUGHPUT = (stat("mean", headline=True), stat("min"), stat("max"), stat("median"),
-              stat("p95"), stat("prefill_tps"), stat("ttft_s"), stat("cache_hit_pct"),
-              stat("read_mib_per_token"), stat("stall_ms_per_token"))
+              stat("p5"), stat("p95"), stat("prefill_tps"), stat("ttft_s"),
+              stat("cache_hit_pct"), stat("read_mib_per_token"), stat("stall_ms_per_token"),
+              Col("decode: compute + I/O (s/tok)", "compute_s_per_token", split,
+                  also=("io_s_per_token",)),
+              stat("majflt_per_token", optional=True))
+LATENCY = (stat("mean", header="mean, all tokens"), stat("steady_mean"),
+           stat("steady_from_token"), stat("latency_p50_ms"), stat("latency_p90_ms"),
+           stat("latency_p99_ms"))
 PRESSURE = (stat("peak_rss_gib"), stat("mem_floor_gib"), stat("cpu_temp_start_c"),
             stat("cpu_temp_max_c"), stat("batt_temp_max_c"))
 ADAPTIVE = (stat("cache_budget_mib"), stat("cache_resizes"), stat("cache_resident_mib"),
@@ -46,7 +75,8 @@ ADAPTIVE = (stat("cache_budget_mib"), stat("cache_resizes"), stat("cache_residen
 # (units in the headers, whole degrees): its "decode tok/s" cell carries the change from the
 # table's first row, and its "useful" cell combines two counters; both are built in
 # `_variant_rows`. The published header says "stall ms/tok" but prints s/tok (0.063 for a
-# 63 ms stall); the unit is stated correctly here.
+# 63 ms stall); the unit is stated correctly here. p5 and the compute + I/O split follow the
+# published columns.
 VARIANTS = (
     Col("decode tok/s", "mean", number("**%.2f**")),
     stat("median"), stat("p95"), stat("cache_hit_pct"),
@@ -58,11 +88,21 @@ VARIANTS = (
     Col("TTFT s", "ttft_s", number("%.1f")),
     Col("peak RSS", "peak_rss_gib", gib),
     Col("CPU max", "cpu_temp_max_c", number("%.0f°C")),
+    stat("p5"),
+    Col("decode: compute + I/O (s/tok)", "compute_s_per_token", split, also=("io_s_per_token",)),
 )
 TABLES: dict[str, tuple[Col, ...]] = {
-    "throughput": THROUGHPUT, "pressure": PRESSURE, "adaptive": ADAPTIVE, "variants": VARIANTS}
+    "throughput": THROUGHPUT, "latency": LATENCY, "pressure": PRESSURE, "adaptive": ADAPTIVE,
+    "variants": VARIANTS}
 CAPTIONS = {
-    "throughput": "**Throughput** (tok/s; mean = aggregate decode, prefill = prompt-processing):",
+    "throughput": "**Throughput** (tok/s; mean = aggregate decode, prefill = prompt-processing; "
+                  "decode: compute + I/O = the engine's split of a token's decode time; with "
+                  "overlap the I/O figure is the read lanes' busy time, and the stall is the "
+                  "wall time lost to flash):",
+    "latency": "**Per-token latency & warm-up** (latency = wall time of one decode step, ms; "
+               "steady state from the token where MSER-5 ends the warm-up, and the mean tok/s "
+               "from there on, next to the mean over all tokens; — under 20 tokens, or not settled "
+               "within the first half of the run):",
     "pressure": "**Device pressure** (peak process RSS, free-RAM floor, SoC/battery "
                 "temperature):",
     "adaptive": "**Adaptive cache & speculative gating** (budget & resizes under "
@@ -93,9 +133,9 @@ def group_title(model: str, device: str, engine: str | None) -> str:
 def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,
           order: Sequence[str] | None) -> list[tuple[str, Mapping[str, Any] | None]]:
     recs = stats.to_dict("index")
+    if order is None:     # every run, in the frame's order (labels may repeat across groups)
+        return [((labels or {}).get(rid, str(rid)), rec) for rid, rec in recs.items()]
     by_label = {(labels or {}).get(rid, str(rid)): rec for rid, rec in recs.items()}
-    if order is None:
-        order = list(by_label)
     return [(label, by_label.get(label)) for label in order]
 
 
@@ -128,15 +168,18 @@ def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = Non
         rows = _variant_rows(rows)
     data = []
     for label, rec in rows:
-        row = [label] + [c.fmt(None if rec is None else rec.get(c.key)) for c in spec]
+        row = [label] + [c.cell(rec) for c in spec]
         if kind == "variants" and rec is not None and "_delta" in rec:
             row[1] += " (%+.2f)" % rec["_delta"]
         data.append(row)
-    return pd.DataFrame(data, columns=["Config"] + [c.header for c in spec])
+    table = pd.DataFrame(data, columns=["Config"] + [c.header for c in spec])
+    empty = [c.header for c in spec if c.optional and (table[c.header] == DASH).all()]
+    return table.drop(columns=empty)
 
 
 def to_markdown(table: pd.DataFrame, kind: str) -> str:
-    aligns = ["---"] + [c.align for c in TABLES[kind]]
+    align = {c.header: c.align for c in TABLES[kind]}
+    aligns = ["---"] + [align[h] for h in table.columns[1:]]
     rows = [[md.escape_cell(c) for c in r] for r in table.itertuples(index=False)]
     return md.render(md.Table(list(table.columns), aligns, rows)) + "\n"
 
@@ -149,7 +192,7 @@ def markdown(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = 
 def values(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
            order: Sequence[str] | None = None) -> pd.DataFrame:
     """The same rows and columns as numbers (for csv/json): unformatted, NaN when missing."""
-    keys = [c.key for c in TABLES[kind]]
+    keys = [k for c in TABLES[kind] for k in c.keys]
     if kind == "variants":   # the raw inputs of the derived cells
         keys = [{"stall_s_per_token": "stall_ms_per_token"}.get(k, k) for k in keys]
         keys.insert(keys.index("spec_useful") + 1, "spec_experts")
@@ -188,3 +231,32 @@ def summary_section(stats: pd.DataFrame, title: str, labels: Mapping[Any, str] |
             rows = [label for label in order if label in present]
         parts.append(markdown(stats, kind, labels, rows))
     return "\n".join(parts)
+
+
+def pivot(matrix: Matrix | None, means: Mapping[str, float | None]) -> md.Table | None:
+    """A grid over two flags as rows = the first flag's values, columns = the second's, cells
+    = mean tok/s (`means`: config name -> mean, e.g. of a config's ok runs); None when the
+    matrix has no such grid (or crosses it with several `configs`)."""
+    if matrix is None or len(matrix.grid) != 2 or len(matrix.configs) > 1:
+        return None
+    (rflag, rvalues), (cflag, cvalues) = matrix.grid.items()
+    names = [name for name, _ in expand_configs(matrix)]    # the grid's product order
+    if not any(not is_missing(means.get(n)) for n in names):
+        return None
+    mean = STATS["mean"].fmt
+    corner = f"{rflag.lstrip('-')} ↓ {cflag.lstrip('-')} →"
+    table = md.Table([md.md_escape(corner)] + [md.md_escape(_grid_value(v)) for v in cvalues],
+                     ["---"] + ["---:"] * len(cvalues))
+    for i, rv in enumerate(rvalues):
+        cells = [mean(means.get(names[i * len(cvalues) + j])) for j in range(len(cvalues))]
+        table.rows.append([md.md_escape(_grid_value(rv))] + cells)
+    return table
+
+
+def pivot_caption(matrix: Matrix) -> str:
+    rflag, cflag = (f.lstrip("-") for f in matrix.grid)
+    return f"**Mean tok/s by {md.md_escape(rflag)} × {md.md_escape(cflag)}**:"
+
+
+def _grid_value(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)

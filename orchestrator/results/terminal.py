@@ -81,9 +81,10 @@ def print_runs(console: Console, store: Store, session_id: int | None, limit: in
 
 
 # what `orch show` lists, one statistic a line (those the run measured)
-_SHOW = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "ttft_s", "cache_hit_pct",
-         "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token", "io_s_per_token",
-         "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c",
+_SHOW = ("mean", "steady_mean", "steady_from_token", "median", "p5", "p95", "min", "max",
+         "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "prefill_tps", "ttft_s",
+         "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
+         "io_s_per_token", "majflt_per_token", "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c",
          "batt_temp_max_c")
 
 

@@ -1,6 +1,7 @@
 """Model files of a matrix on a device: push the local ones, and know each one's size and
-sha256 for provenance. A 20 GB model is pushed once: transports skip a file whose size and
-sha256 match, and cache the device-side sha256 next to it."""
+sha256 for provenance (device-path models too: hashed on the device). A 20 GB model is pushed
+and hashed once: transports skip a file whose size and sha256 match, and cache the device-side
+sha256 next to it."""
 from __future__ import annotations
 
 import time
@@ -51,7 +52,11 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
         else:
             path = transport.expand_home(spec)
             paths[name] = path
-            infos[name] = ModelInfo(path, transport.remote_size(path))
+            # hashed on the device, once: the transport caches the sha256 next to the file
+            # (`<file>.orch-sha256`, keyed by size and mtime), so a 20 GB model costs one
+            # read per device, not one per session; None when the file or sha256sum is missing
+            progress.note(f"model {name}: sha256 on the device (cached after the first time)")
+            infos[name] = ModelInfo(path, transport.remote_size(path), transport.remote_sha256(path))
     if not matrix.models:
         return loaded, infos
     resolved = matrix.model_copy(update={"models": paths})

@@ -16,6 +16,7 @@ from orchestrator.engines import CellSpec, EngineAdapter
 from orchestrator.run.agent_client import AgentClient, Job, file_sha256
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
+from orchestrator.run.validity import run_messages, sample_dicts, summarise
 from orchestrator.transports.base import (
     AccessDenied,
     LinkPolicy,
@@ -84,6 +85,7 @@ class DeviceRunner:
     def __post_init__(self) -> None:
         self.client = AgentClient(self.transport)
         self.mem_total_kb: int | None = None   # from the device facts, for oom evidence
+        self.facts: dict[str, Any] = {}        # the device facts (cores, cpu.max_khz)
         self.model_info: dict[str, Any] = {}   # model name -> ModelInfo (size, sha256)
         self._binary: tuple[str, str | None] | None = None
 
@@ -217,7 +219,12 @@ class DeviceRunner:
     def _finish(self, run_id: int, recorder: RunRecorder, status: str,
                 cause: str | None) -> CellOutcome:
         record = recorder.parser.record()
-        warnings = recorder.warnings + recorder.parser.warnings()
+        # load and frequency while the engine ran: from every stored sample (a resumed run
+        # replays its early lines without keeping them in the recorder)
+        validity = summarise(sample_dicts(self.store.frame("sample", [run_id])), self.facts)
+        if validity.samples:
+            record.extra["validity"] = validity.stored()
+        warnings = recorder.warnings + recorder.parser.warnings() + run_messages(validity)
         first = recorder.first_sample or {}
         temps = {k: v for k, v in first.items() if k.endswith("_mC") or k.endswith("_dC")}
         values: dict[str, Any] = dict(

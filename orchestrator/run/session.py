@@ -1,15 +1,11 @@
 """One `orch run`: a session on one device, its cells in order, with cooldowns and --resume."""
 from __future__ import annotations
 
-import getpass
 import random
-import socket
-import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from sqlalchemy import select
 
@@ -22,6 +18,8 @@ from orchestrator.db import schema
 from orchestrator.db.store import Store, now
 from orchestrator.engines import get_adapter
 from orchestrator.plugins import PluginError
+from orchestrator.run import controller
+from orchestrator.run.adaptive import judge
 from orchestrator.run.cooldown import Reading, wait_for_condition
 from orchestrator.run.model_push import prepare_models
 from orchestrator.run.pathcheck import check_model_paths
@@ -36,17 +34,7 @@ class SessionResult:
     session_id: int
     outcomes: list[CellOutcome] = field(default_factory=list)
     skipped: int = 0
-
-
-def git_revision() -> str | None:
-    """The orch checkout's revision (with -dirty), when orch runs from a git work tree."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        rev = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
-                             capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return rev.stdout.strip() or None
+    repeat_stop: str | None = None   # adaptive repeats: why no further round ran
 
 
 def _resume_state(store: Store, session_id: int) -> dict[str, object]:
@@ -89,6 +77,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
                               **({"sleep": sleep} if sleep else {}))
         facts = runner.client.facts()
         store.upsert_device(device, entry.kind, facts)
+        runner.facts = dict(facts)
         if str(facts.get("mem_total_kb", "")).isdigit():
             runner.mem_total_kb = int(facts["mem_total_kb"])
         baseline = store.device_by_name(device).idle_baseline
@@ -108,38 +97,91 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
             session_id = store.create_session(
                 kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,
                 matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
-                git_rev=git_revision(), controller_host=f"{getpass.getuser()}@{socket.gethostname()}",
-                command=command or " ".join(sys.argv), seed=seed)
+                git_rev=controller.git_revision(), python_version=controller.python_version(),
+                controller_host=controller.host(), command=command or " ".join(sys.argv),
+                seed=seed)
         runner.session_id = session_id
-        cells = plan_cells(loaded.matrix, seed)
         result = SessionResult(session_id)
         previous = _resume_state(store, session_id) if resume else {}
-        todo: list[tuple[Cell, object | None]] = []
-        for cell in cells:
-            earlier = previous.get(cell.key)
-            if earlier is not None and earlier.status == "ok":
-                result.skipped += 1
-                continue
-            todo.append((cell, earlier))
-        progress.start(device, len(todo), result.skipped)
-        first = True
-        for index, (cell, earlier) in enumerate(todo):
-            progress.cell_started(index, cell)
-            outcome = None
-            if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
-                outcome = _collect(runner, earlier, cell)
-            if outcome is None:
-                settled = _settle(runner, progress, matrix.cooldown, first, baseline)
-                outcome = runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
-                                          cooldown_temps=settled.temps,
-                                          superseding=earlier.id if earlier is not None else None)
-            first = False
-            _add_warnings(store, outcome.run_id,
-                          [w for w in path_warnings if w.applies(cell.model, cell.config)])
-            result.outcomes.append(outcome)
+        policy = matrix.repeat
+        # --resume first completes every round that was started (an adaptive session may
+        # have added some), and only then judges whether another is needed
+        started = max((r.repeat_index for r in previous.values()), default=-1) + 1
+        rounds = max(policy.min, min(started, policy.max))
+        cells = plan_cells(loaded.matrix, seed)
+        per_round = len(plan_cells(loaded.matrix, seed, range(policy.min, policy.min + 1)))
+        for k in range(policy.min, rounds):
+            cells += _extra_round(loaded.matrix, seed, k, per_round)
+        run = _CellLoop(runner, progress, matrix.cooldown, baseline, store, path_warnings,
+                        result, previous)
+        run.cells(cells, device)
+        if policy.adaptive:
+            while True:
+                verdict = judge(store, session_id, policy)
+                if verdict.met or rounds >= policy.max:
+                    result.repeat_stop = verdict.reason(rounds, policy)
+                    break
+                progress.note(f"adaptive repeats: round {rounds + 1} "
+                              f"(widest 95% interval ±{verdict.widest:.2f}% > ±{policy.until:g}%)")
+                run.cells(_extra_round(loaded.matrix, seed, rounds, per_round), device)
+                rounds += 1
+            store.update_session(session_id, repeat_stop=result.repeat_stop)
+            progress.note(f"adaptive repeats: {result.repeat_stop}")
         store.update_session(session_id, ended_at=now())
         progress.finish()
     return result
+
+
+def _extra_round(matrix: Any, seed: int | None, k: int, per_round: int) -> list[Cell]:
+    """Round k (0-based, k >= repeat.min) of an adaptive session: every config of every model
+    once, so paired comparisons stay balanced. Its run order continues after the first
+    rounds and the rounds before it, the same on --resume."""
+    start = len(plan_cells(matrix, seed)) + (k - matrix.repeat.min) * per_round
+    return plan_cells(matrix, seed, range(k, k + 1), first_order=start)
+
+
+@dataclass
+class _CellLoop:
+    """Runs planned cells in order: skips those already ok (--resume), collects or re-runs
+    interrupted ones, and waits the cooldown before each."""
+
+    runner: DeviceRunner
+    progress: Progress
+    cooldown: Cooldown
+    baseline: dict[str, float] | None
+    store: Store
+    path_warnings: list[Any]
+    result: SessionResult
+    previous: dict[str, Any]
+    first: bool = True
+    planned: int = 0
+
+    def cells(self, cells: list[Cell], device: str) -> None:
+        todo: list[tuple[Cell, Any]] = []
+        for cell in cells:
+            earlier = self.previous.get(cell.key)
+            if earlier is not None and earlier.status == "ok":
+                self.result.skipped += 1
+                continue
+            todo.append((cell, earlier))
+        start = self.planned
+        self.planned += len(todo)
+        self.progress.start(device, self.planned, self.result.skipped)
+        for index, (cell, earlier) in enumerate(todo, start):
+            self.progress.cell_started(index, cell)
+            outcome = None
+            if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
+                outcome = _collect(self.runner, earlier, cell)
+            if outcome is None:
+                settled = _settle(self.runner, self.progress, self.cooldown, self.first,
+                                  self.baseline)
+                outcome = self.runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
+                                               cooldown_temps=settled.temps,
+                                               superseding=earlier.id if earlier is not None else None)
+            self.first = False
+            _add_warnings(self.store, outcome.run_id,
+                          [w for w in self.path_warnings if w.applies(cell.model, cell.config)])
+            self.result.outcomes.append(outcome)
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""The series the report's figures draw, taken from the token and sample frames (no drawing).
+
+Rates are tok/s, the unit of the tables' headline: the per-token rate is 1000 / wall_ms and a
+rate over several tokens is tokens / Σ wall time, the definition of the tables' mean, so a
+rolling line levels off at the steady-state mean a reader finds in the table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+KIB_PER_MIB = 1024.0
+
+# token extra columns of the bmoe v1 CSV (bmoe-formats.md §1): the process's resident set and
+# the system's MemAvailable at each token, in MiB
+TOKEN_RSS, TOKEN_AVAIL = "rss_mib", "mem_available_mib"
+
+
+def token_rates(tokens: pd.DataFrame, config_of: dict[int, str]) -> pd.DataFrame:
+    """Per (config, seq): `n` token rows and `wall_ms` summed over the config's runs.
+    Speculative groups put the cost on one row and 0 on the others; the 0 rows still count
+    as tokens, so n / Σwall stays the engine's tok/s."""
+    rows = tokens.loc[tokens["run_id"].isin(config_of.keys()), ["run_id", "seq", "wall_ms"]]
+    if rows.empty:
+        return pd.DataFrame(columns=["config", "seq", "n", "wall_ms"])
+    rows = rows.assign(config=rows["run_id"].map(config_of),
+                       wall_ms=pd.to_numeric(rows["wall_ms"], errors="coerce"))
+    rows = rows[rows["wall_ms"].notna()]
+    return (rows.groupby(["config", "seq"], sort=False)
+            .agg(n=("wall_ms", "size"), wall_ms=("wall_ms", "sum")).reset_index())
+
+
+def trajectory(steps: pd.DataFrame, warm: int, window: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(token numbers, tok/s, how many leading points are single tokens) of one config:
+    the first `warm` tokens unsmoothed (their rate over the repeats), then the rate over a
+    trailing window of `window` tokens. A run too short for both is all single tokens."""
+    s = steps.sort_values("seq")
+    x = s["seq"].to_numpy() + 1
+    n, wall = s["n"].to_numpy(float), s["wall_ms"].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        raw = np.where(wall > 0, 1000.0 * n / wall, np.nan)
+    if len(x) <= warm + window:
+        return x, raw, len(x)
+    rolled_n = pd.Series(n).rolling(window, min_periods=1).sum().to_numpy()
+    rolled_wall = pd.Series(wall).rolling(window, min_periods=1).sum().to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rolled = np.where(rolled_wall > 0, 1000.0 * rolled_n / rolled_wall, np.nan)
+    head = int(np.searchsorted(x, warm, side="right"))
+    return x, np.concatenate([raw[:head], rolled[head:]]), head
+
+
+def per_token_tps(tokens: pd.DataFrame, run_ids: list[int]) -> np.ndarray:
+    """The per-token rate 1000 / wall_ms of these runs' tokens (rows with a wall time)."""
+    wall = pd.to_numeric(tokens.loc[tokens["run_id"].isin(run_ids), "wall_ms"], errors="coerce")
+    wall = wall[wall > 0].to_numpy(float)
+    return 1000.0 / wall
+
+
+@dataclass
+class Series:
+    """One run's samples of the quantities a device figure draws (NaN where not measured)."""
+
+    run_id: int
+    x: np.ndarray                 # seconds since the run started, or the token number
+    values: dict[str, np.ndarray]  # panel key -> values in the panel's unit
+
+
+# panel key -> (sample column, factor to the panel's base unit); memory in MiB, temperature in °C
+SAMPLE_PANELS = {"rss": ("rss_kb", 1 / KIB_PER_MIB), "avail": ("mem_avail_kb", 1 / KIB_PER_MIB),
+                 "cpu_temp": ("cpu_temp_mC", 1 / 1000), "batt_temp": ("batt_temp_dC", 1 / 10)}
+
+
+def sample_series(samples: pd.DataFrame, run_ids: set[int]) -> list[Series]:
+    """The agent's samples of these runs. RSS is the current resident set (rss_kb), or the
+    high-water mark where the agent had only that."""
+    s = samples[samples["run_id"].isin(run_ids)]
+    if s.empty or "t_ms" not in s:
+        return []
+    s = s.sort_values(["run_id", "t_ms"], kind="stable")
+    cols = {}
+    for key, (col, factor) in SAMPLE_PANELS.items():
+        if col in s:
+            cols[key] = pd.to_numeric(s[col], errors="coerce").to_numpy(float) * factor
+    if "hwm_kb" in s:
+        hwm = pd.to_numeric(s["hwm_kb"], errors="coerce").to_numpy(float) / KIB_PER_MIB
+        cols["rss"] = np.where(np.isnan(cols["rss"]), hwm, cols["rss"]) if "rss" in cols else hwm
+    t = pd.to_numeric(s["t_ms"], errors="coerce").to_numpy(float) / 1000.0
+    return _split(s["run_id"].to_numpy(), t, cols)
+
+
+def token_memory_series(tokens: pd.DataFrame, run_ids: set[int]) -> list[Series]:
+    """Per-token RSS and free RAM from the token rows' `extra` (imported bmoe v1 CSVs)."""
+    if "extra" not in tokens:
+        return []
+    t = tokens[tokens["run_id"].isin(run_ids) & tokens["extra"].notna()]
+    if t.empty:
+        return []
+    t = t.sort_values(["run_id", "seq"], kind="stable")
+    extras = t["extra"].to_list()
+    cols = {key: np.array([_number(e, name) for e in extras], dtype=float)
+            for key, name in (("rss", TOKEN_RSS), ("avail", TOKEN_AVAIL))}
+    return _split(t["run_id"].to_numpy(), t["seq"].to_numpy(float) + 1, cols)
+
+
+def _number(extra: object, key: str) -> float:
+    value = extra.get(key) if isinstance(extra, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else np.nan
+
+
+def _split(run_ids: np.ndarray, x: np.ndarray, cols: dict[str, np.ndarray]) -> list[Series]:
+    cols = {k: v for k, v in cols.items() if np.isfinite(v).any()}
+    if not cols:
+        return []
+    bounds = np.flatnonzero(run_ids[1:] != run_ids[:-1]) + 1
+    return [Series(int(run_ids[a]), x[a:b], {k: v[a:b] for k, v in cols.items()})
+            for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(run_ids)])]

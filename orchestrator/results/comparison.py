@@ -1,0 +1,181 @@
+"""The numbers of `orch compare`: two or more sides (devices or sessions) config by config.
+
+Configs are matched by (model, config); a side that does not know its model ("-") matches
+by config name where that is unambiguous. Per side, a config's figure is the mean of its ok
+runs' mean tok/s with a 95% interval over those runs (uncertainty.mean_interval, the same
+aggregate the report shows). Against the reference side (the first): the ratio of geometric
+means with its 95% interval and p-value from Welch's test on the logs — runs of two sessions
+are not paired, they ran at different times — Holm-corrected across every comparison of the
+table, "significant" only when the corrected p-value is below 0.05. A side with a single run
+of a config gets its ratio but no interval and no verdict: one run carries no spread to test
+against. Runs that did not end ok take no part and are named.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.db.store import Store
+from orchestrator.results.query import Side, runs_stats
+from orchestrator.results.uncertainty import (
+    Comparison,
+    Interval,
+    compare,
+    correct,
+    mean_interval,
+)
+from orchestrator.results.values import plain
+
+Key = tuple[str, str]          # (model, config)
+
+
+@dataclass(frozen=True)
+class ConfigRow:
+    """One (model, config) of the sides."""
+
+    model: str
+    config: str
+    means: list[Interval | None]            # per side; None where it has no ok run of it
+    run_ids: list[list[int]]                # per side: the ok runs behind the mean
+    vs_reference: list[Comparison | None]   # per other side (sides[1:]), Holm-corrected
+
+    @property
+    def present(self) -> list[int]:
+        """Indices of the sides that have ok runs of it."""
+        return [i for i, m in enumerate(self.means) if m is not None]
+
+
+@dataclass(frozen=True)
+class SideComparison:
+    sides: list[Side]
+    rows: list[ConfigRow]                   # every config of every side, first seen first
+    summary: list[float | None]             # per other side: geometric mean of the ratios
+    summary_configs: list[int]              # per other side: how many configs that mean has
+    left_out: list[tuple[Side, Any]]        # (side, run row) of runs that did not end ok
+
+    @property
+    def reference(self) -> Side:
+        return self.sides[0]
+
+    @property
+    def others(self) -> list[Side]:
+        return self.sides[1:]
+
+    @property
+    def matched(self) -> list[ConfigRow]:
+        """The configs on two or more sides: the table."""
+        return [r for r in self.rows if len(r.present) >= 2]
+
+    @property
+    def only(self) -> list[ConfigRow]:
+        """The configs on one side only: listed as such."""
+        return [r for r in self.rows if len(r.present) == 1]
+
+
+def _unknown_models_matched(per_side: list[dict[Key, Any]]) -> list[dict[Key, Any]]:
+    """A side that does not know its model ("-": a moe-probe run, an import without a model
+    in its file names) matches the other sides' config of the same name when exactly one
+    model has that config there; otherwise its rows stay apart."""
+    models: dict[str, set[str]] = {}
+    for configs in per_side:
+        for model, config in configs:
+            if model != "-":
+                models.setdefault(config, set()).add(model)
+    out = []
+    for configs in per_side:
+        merged: dict[Key, Any] = {}
+        for (model, config), values in configs.items():
+            known = models.get(config, set())
+            key = (next(iter(known)), config) if model == "-" and len(known) == 1 else \
+                (model, config)
+            merged.setdefault(key, []).extend(values)
+        out.append(merged)
+    return out
+
+
+def build(store: Store, sides: Sequence[Side]) -> SideComparison:
+    """The comparison of these sides (reference first), from one read of their runs."""
+    rows = [r for side in sides for r in side.rows]
+    stats = runs_stats(store, rows)
+    means = stats["mean"].to_dict() if len(stats) else {}
+    per_side: list[dict[Key, list[tuple[int, float | None]]]] = []
+    left_out: list[tuple[Side, Any]] = []
+    for side in sides:
+        configs: dict[Key, list[tuple[int, float | None]]] = {}
+        for r in side.rows:
+            if r.status == "ok":
+                configs.setdefault((r.model or "-", r.config), []).append(
+                    (r.id, plain(means.get(r.id))))
+            else:
+                left_out.append((side, r))
+        per_side.append(configs)
+    per_side = _unknown_models_matched(per_side)
+    keys = list(dict.fromkeys(k for configs in per_side for k in configs))
+    raw = [[compare([m for _, m in per_side[0][key]], [m for _, m in c[key]], paired=False)
+            if key in per_side[0] and key in c else None for c in per_side[1:]]
+           for key in keys]
+    corrected = iter(correct([c for row in raw for c in row if c is not None]))
+    table = [ConfigRow(model=key[0], config=key[1],
+                       means=[mean_interval([m for _, m in c[key]]) if key in c else None
+                              for c in per_side],
+                       run_ids=[[rid for rid, _ in c.get(key, [])] for c in per_side],
+                       vs_reference=[next(corrected) if c is not None else None for c in row])
+             for key, row in zip(keys, raw)]
+    summary, counts = [], []
+    for j in range(len(sides) - 1):
+        ratios = [c.ratio for c in (row.vs_reference[j] for row in table)
+                  if c is not None and c.ratio]
+        summary.append(geometric_mean(ratios))
+        counts.append(len(ratios))
+    return SideComparison(list(sides), table, summary, counts, left_out)
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """The summary of ratios: a 2× and a 0.5× cancel (an arithmetic mean would say 1.25×)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def records(comp: SideComparison) -> list[dict[str, Any]]:
+    """One JSON/CSV record per (config, other side) where either of the two has it (ratio
+    null when only one does), then one `summary` record per other side: the geometric mean
+    of the ratios over the configs both have (a summary, not a test)."""
+    out = []
+    for row in comp.rows:
+        for j, other in enumerate(comp.others, 1):
+            if row.means[0] is None and row.means[j] is None:
+                continue
+            out.append(_record("config", row.model, row.config, comp.reference.label,
+                               other.label, row.means[0], row.means[j], row.vs_reference[j - 1],
+                               len(row.run_ids[0]), len(row.run_ids[j])))
+    for other, ratio, n in zip(comp.others, comp.summary, comp.summary_configs):
+        rec = _record("summary", None, None, comp.reference.label, other.label, None, None,
+                      None, None, None)
+        rec.update(ratio=ratio, configs=n)
+        out.append(rec)
+    return out
+
+
+def _record(kind: str, model: str | None, config: str | None, reference: str, other: str,
+            a: Any, b: Any, c: Comparison | None, n_a: int | None,
+            n_b: int | None) -> dict[str, Any]:
+    tested = c is not None and c.p_value is not None
+    return {
+        "kind": kind, "model": model, "config": config, "reference": reference, "other": other,
+        "mean_reference": _mean(a, "mean"), "mean_reference_ci_low": _mean(a, "low"),
+        "mean_reference_ci_high": _mean(a, "high"),
+        "mean_other": _mean(b, "mean"), "mean_other_ci_low": _mean(b, "low"),
+        "mean_other_ci_high": _mean(b, "high"),
+        "ratio": c.ratio if c is not None else None,
+        "ci_low": c.low if c is not None else None, "ci_high": c.high if c is not None else None,
+        "p_value": c.p_value if c is not None else None,
+        "p_adjusted": c.p_adjusted if c is not None else None,
+        "significant": c.significant if tested else None,
+        "method": c.method if c is not None else None,
+        "n_reference": n_a, "n_other": n_b, "configs": None,
+    }
+
+
+def _mean(interval: Any, field: str) -> float | None:
+    return getattr(interval, field) if isinstance(interval, Interval) else None

@@ -1,0 +1,61 @@
+"""Adaptive repeats (`repeat: {min: 3, max: 10, until: 2%}`): is every config's mean known well
+enough yet? Phoronix's dynamic run count, judged by the 95% interval of the mean instead of a
+standard-deviation threshold.
+
+The one place `run/` reads `results/`: the judgement must use the same per-run tok/s
+(results.query.runs_stats) and the same interval (results.uncertainty.mean_interval) that the
+report prints, or a session could stop on a figure the report then contradicts.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from orchestrator.config.matrix_values import RepeatPolicy
+from orchestrator.db.store import Store
+from orchestrator.results.query import runs_stats
+from orchestrator.results.uncertainty import mean_interval
+
+
+@dataclass(frozen=True)
+class Verdict:
+    met: bool
+    widest: float               # widest half-width, % of the mean (inf: a config has n < 2)
+    widest_config: str | None   # "model/config" (or "config" without a model)
+    unjudged: tuple[str, ...]   # configs without an ok run: nothing to judge
+
+    def reason(self, rounds: int, policy: RepeatPolicy) -> str:
+        """Why the session stopped adding rounds, as the session row and the report say it."""
+        widest = ("no interval yet" if math.isinf(self.widest)
+                  else f"widest ±{self.widest:.2f}% ({self.widest_config})")
+        text = (f"target met after {rounds} rounds: every config's 95% interval within "
+                f"±{policy.until:g}% of its mean ({widest})" if self.met else
+                f"max reached: {rounds} rounds, {widest} above the ±{policy.until:g}% target")
+        if self.unjudged:
+            text += f"; not judged (no ok run): {', '.join(self.unjudged)}"
+        return text
+
+
+def judge(store: Store, session_id: int, policy: RepeatPolicy) -> Verdict:
+    """The session's ok runs, per (model, config): is every 95% interval of the mean tok/s
+    within `policy.until` percent of the mean?"""
+    rows = store.runs(session_id)
+    ok = [r for r in rows if r.status == "ok"]
+    means = runs_stats(store, ok)["mean"].to_dict() if ok else {}
+    values: dict[str, list[float | None]] = {}
+    for r in rows:
+        name = r.config if (r.model or "-") == "-" else f"{r.model}/{r.config}"
+        values.setdefault(name, [])
+        if r.status == "ok":
+            values[name].append(means.get(r.id))
+    widths: dict[str, float] = {}
+    for name, xs in values.items():
+        if xs:
+            half = mean_interval(xs).half_width_pct
+            widths[name] = math.inf if half is None else half
+    unjudged = tuple(n for n in values if n not in widths)
+    if not widths:
+        return Verdict(False, math.inf, None, unjudged)
+    widest_config = max(widths, key=lambda n: widths[n])
+    widest = widths[widest_config]
+    return Verdict(widest <= (policy.until or 0.0), widest, widest_config, unjudged)
