@@ -133,6 +133,10 @@ def test_two_models_by_two_configs_csv_json_md(workspace):
     # the grid as a pivot, per model: delay down, x across
     assert md.count("**Mean tok/s by delay × x**:") == 2
     assert "| delay ↓ x → | 1 | 2 |" in md
+    # the report's model sections open with the same facts and carry the same pivot
+    report = orch_ok("report", "--no-plots")
+    assert report.count("Model: 0.0 GB, qwen3moe, ") == 2
+    assert report.count("**Mean tok/s by delay × x**:") == 2
 
 
 def test_imported_session_facts_from_the_preamble(db_path):

@@ -33,9 +33,11 @@ from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
 from orchestrator.report import context, provenance, sections
 from orchestrator.report.cells import id_list
-from orchestrator.results import drift
+from orchestrator.results import drift, tables
 from orchestrator.results import markdown as md
 from orchestrator.results.formatting import cell, gib_from_kb, pct, ratio, when
+from orchestrator.results.model_facts import facts_for_group
+from orchestrator.results.session_tables import session_matrix
 from orchestrator.results.values import DAGGER, DASH
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
@@ -146,6 +148,22 @@ def pressure_caption(table: md.Table) -> str:
     return f"**Device pressure** ({', '.join(shown)}):"
 
 
+def group_facts_and_pivot(store: Store, data: context.ReportData,
+                          g: context.Group) -> dict[str, Any]:
+    """What opens a (model, device) section: the model's facts (file size, arch, layers,
+    experts, top-k, size against the device's RAM), and for a grid over two flags the pivot of
+    mean tok/s, the same as `orch table` shows (results/model_facts.py, results/tables.py)."""
+    session_ids = {r.row.session_id for r in g.runs}
+    session = next((s for s in data.sessions if s.id in session_ids), None)
+    if session is None:
+        return {"facts": None, "pivot": None, "pivot_caption": None}
+    facts = facts_for_group(store, session, g.model, g.device, [r.row for r in g.runs]).line()
+    matrix = session_matrix(session) if len(session_ids) == 1 else None
+    pivot = tables.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
+    return {"facts": md.md_escape(facts) if facts else None, "pivot": pivot,
+            "pivot_caption": tables.pivot_caption(matrix) if pivot is not None else None}
+
+
 def document_context(data: context.ReportData, plots: dict[str, list[Any]] | None,
                      plot_note: str | None = None) -> dict[str, Any]:
     groups = []
@@ -213,6 +231,8 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
             drawn = plotting.draw(data, None if fmt == "html" else out)
     env, user_main = environment(template)
     ctx = document_context(data, drawn, note)
+    for group in ctx["groups"]:
+        group.update(group_facts_and_pivot(store, data, group["group"]))
     ctx["quantile"] = quantile          # the Method paragraph names the p5/p95 method used
     ctx["comparison"] = comparison      # `--compare`: report/compare.py's section(), or None
     try:
