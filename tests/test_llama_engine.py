@@ -8,6 +8,7 @@ CI script builds first, and a green CI must mean these ran.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import statistics
 import textwrap
@@ -135,8 +136,10 @@ def test_llama_completion_adapter(workspace, build, tiny):
         # eval runs = generated tokens - 1 (the first token comes out of the prompt eval)
         assert r.tokens == 23 and r.decode_tps > 0 and r.load_s > 0
         assert r.prompt_tokens >= len(PROMPT.split()) and r.prefill_tps > 0
-        # this build logs no `build:` line, so engine_build may be None; stored as parsed
+        # this build logs no `build:` line during a run: the build comes from `--version`,
+        # asked once per device ("0c1e570 (1, 0.5.0-dev)")
         assert r.complete is True and run.engine_build == r.engine_build
+        assert re.fullmatch(r"[0-9a-f]{7,} \(\d+, \S+\)", run.engine_build), run.engine_build
         assert printable(run.text), run.text
     # greedy: threads change nothing in the text, top-k changes it
     assert divergence(runs["k2"].text, runs["k2-t2"].text) is None

@@ -80,6 +80,15 @@ class EngineAdapter(abc.ABC):
         """A parser for one run (feed() its lines, then record()); `prompt` lets it strip an
         echoed prompt from the text."""
 
+    def version_argv(self, binary: str) -> list[str] | None:
+        """A command that prints the engine's version, run once per device and binary when a
+        run's own output does not name its build (None: the engine has no such command)."""
+        return None
+
+    def parse_version(self, output: str) -> str | None:
+        """The build named in `version_argv`'s output (stdout and stderr together)."""
+        return None
+
     def builtin_binary(self) -> Path | None:
         """A local file orch ships and pushes as this engine when the matrix names no binary."""
         return None

@@ -50,6 +50,10 @@ _PERF = re.compile(
 _CLI_TIMINGS = re.compile(rf"\[ Prompt: (?P<pp>{_NUM}) t/s \| Generation: (?P<tg>{_NUM}) t/s")
 _BUILD = re.compile(r"\bbuild: (?P<number>\d+) \((?P<commit>[0-9a-fA-F]+|unknown)\)"
                     r"(?: with (?P<compiler>.+?) for (?P<target>\S+))?")
+# `--version` (every llama.cpp tool): "version: 6000 (3cb7ffb1a)" or, in llama-cpp-python's
+# vendored builds, "version: 0.5.0-dev (build 1, commit 0c1e570)"
+_VERSION = re.compile(r"version: (?P<version>\S+) \((?:build (?P<number>\d+), commit "
+                      r"(?P<commit>[0-9a-fA-F]+)|(?P<commit2>[0-9a-fA-F]+))\)")
 _SYSINFO = re.compile(r"system_info: n_threads = (\d+)(?: \(n_threads_batch = (\d+)\))? / (\d+)")
 _MODEL = re.compile(r"llama_model_loader: loaded meta data with \d+ key-value pairs and "
                     r"(\d+) tensors from (.+?) \(version")
@@ -228,3 +232,15 @@ class LlamaCliAdapter(EngineAdapter):
 
     def new_parser(self, prompt: str | None = None) -> RunParser:
         return LlamaCliRunParser(prompt=prompt)
+
+    def version_argv(self, binary: str) -> list[str] | None:
+        # some builds log no `build:` line during a run (llama-cpp-python's vendored one)
+        return [binary, "--version"]
+
+    def parse_version(self, output: str) -> str | None:
+        m = _VERSION.search(output)
+        if m is None:
+            return None
+        if m.group("commit"):    # as the run's own `build: N (commit)` line is recorded
+            return f"{m.group('commit')} ({m.group('number')}, {m.group('version')})"
+        return f"{m.group('commit2')} ({m.group('version')})"

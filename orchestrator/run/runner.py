@@ -88,6 +88,7 @@ class DeviceRunner:
         self.facts: dict[str, Any] = {}        # the device facts (cores, cpu.max_khz)
         self.model_info: dict[str, Any] = {}   # model name -> ModelInfo (size, sha256)
         self._binary: tuple[str, str | None] | None = None
+        self._version: str | None = None       # engine_version()'s answer, "" when none
 
     # -- preparation ---------------------------------------------------------------------------
     def binary(self) -> tuple[str, str | None]:
@@ -110,6 +111,21 @@ class DeviceRunner:
                 path = self.transport.expand_home(spec.device)
                 self._binary = (path, self.transport.remote_sha256(path))
         return self._binary
+
+    def engine_version(self) -> str | None:
+        """The engine's own `--version` answer, asked once per runner, for runs whose output
+        does not name their build (provenance: every run must say which build measured it)."""
+        if self._version is None:
+            self._version = ""
+            argv = self.adapter.version_argv(self.binary()[0])
+            if argv:
+                try:
+                    result = self.transport.run(argv, timeout=30)
+                except TransportError:
+                    return None
+                text = (result.stdout + result.stderr).decode("utf-8", errors="replace")
+                self._version = self.adapter.parse_version(text) or ""
+        return self._version or None
 
     # -- one cell ------------------------------------------------------------------------------
     def run_cell(self, cell: Cell, cooldown_s: float, superseding: int | None = None,
@@ -219,6 +235,8 @@ class DeviceRunner:
     def _finish(self, run_id: int, recorder: RunRecorder, status: str,
                 cause: str | None) -> CellOutcome:
         record = recorder.parser.record()
+        if record.engine_build is None:
+            record.engine_build = self.engine_version()
         # load and frequency while the engine ran: from every stored sample (a resumed run
         # replays its early lines without keeping them in the recorder)
         validity = summarise(sample_dicts(self.store.frame("sample", [run_id])), self.facts)
