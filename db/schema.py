@@ -16,6 +16,7 @@ from sqlalchemy import (
                         Index,
                         Integer,
                         MetaData,
+                        SmallInteger,
                         String,
                         Table,
                         Text,
@@ -131,6 +132,24 @@ output = Table(
     Column("seq", Integer, primary_key=True),
     Column("stream", String(1), nullable=False),     # O stdout, E stderr, W agent warning
     Column("line", Text, nullable=False),
+)
+
+route = Table(
+    # bmoe-cli `# route_trace v1` rows (route-trace.md): one per routed expert, in file order.
+    # The preamble and per-layer sizes live in the run's summary, extra["route_trace"].
+    "route", metadata,
+    Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
+    Column("seq", Integer, primary_key=True),        # row order in the trace, 0-based
+    Column("turn", Integer, nullable=False),
+    Column("phase", SmallInteger, nullable=False),   # 0 prefill, 1 decode
+    Column("step", Integer, nullable=False),         # absolute token position
+    Column("layer", SmallInteger, nullable=False),
+    Column("slot", SmallInteger, nullable=False),    # router rank 0..k-1
+    Column("expert", Integer, nullable=False),
+    Column("weight", Float),                         # NULL: the engine did not expose it
+    Column("residency", SmallInteger, nullable=False),   # 0 miss, 1 hit, 2 prefetched
+    Column("expert_bytes", BigInteger, nullable=False),  # bytes this routing read
+    Column("dropped", SmallInteger),                 # newer writers only
 )
 
 imported_file = Table(

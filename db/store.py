@@ -29,6 +29,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from orchestrator.db import schema
 
 DEFAULT_DB = "orch.db"
+ROUTE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
+                 "expert_bytes", "dropped")
 MIGRATIONS = Path(__file__).with_name("migrations")
 
 
@@ -199,21 +201,32 @@ class Store:
             conn.execute(table.insert().values(session_id=session_id, path=path, sha256=sha256))
 
     def delete_run(self, run_id: int) -> None:
-        """A run and its token, sample and output rows."""
+        """A run and its token, sample, output and route rows."""
         with self.lock, self.engine.begin() as conn:
-            for table in (schema.token, schema.sample, schema.output):
+            for table in (schema.token, schema.sample, schema.output, schema.route):
                 conn.execute(table.delete().where(table.c.run_id == run_id))
             conn.execute(schema.run.delete().where(schema.run.c.id == run_id))
 
     def delete_session(self, session_id: int) -> None:
         with self.lock, self.engine.begin() as conn:
             run_ids = select(schema.run.c.id).where(schema.run.c.session_id == session_id)
-            for table in (schema.token, schema.sample, schema.output):
+            for table in (schema.token, schema.sample, schema.output, schema.route):
                 conn.execute(table.delete().where(table.c.run_id.in_(run_ids)))
             conn.execute(schema.run.delete().where(schema.run.c.session_id == session_id))
             conn.execute(schema.imported_file.delete()
                          .where(schema.imported_file.c.session_id == session_id))
             conn.execute(schema.session.delete().where(schema.session.c.id == session_id))
+
+    def insert_route(self, run_id: int, rows: pd.DataFrame) -> None:
+        """A route trace's rows (results/route_trace.py columns) for a run, in one transaction,
+        replacing any it had."""
+        table = schema.route
+        keys = ("run_id", "seq", *(c for c in ROUTE_COLUMNS if c in rows.columns))
+        frame = rows[list(keys[2:])].astype(object).where(rows[list(keys[2:])].notna(), None)
+        values = [(run_id, seq, *row) for seq, row in enumerate(frame.itertuples(index=False))]
+        with self.lock, self.engine.begin() as conn:
+            conn.execute(table.delete().where(table.c.run_id == run_id))
+            bulk_insert(conn, table, values, keys)
 
     # -- reads -------------------------------------------------------------------------------
     def fetch(self, stmt: Any) -> list[Any]:
@@ -253,6 +266,21 @@ class Store:
                 .where(schema.session.c.matrix_name == matrix_name, schema.session.c.kind == "run",
                        schema.run.c.device_id == device_id))
         return self.fetch(stmt)[0][0]
+
+    def route_frame(self, run_id: int) -> pd.DataFrame:
+        """A run's route rows in trace order (empty when it has none), integer columns as
+        int64 and weight as float (NaN where the engine did not expose it)."""
+        table = schema.route
+        stmt = select(*(table.c[c] for c in ROUTE_COLUMNS)).where(table.c.run_id == run_id) \
+            .order_by(table.c.seq)
+        with self.engine.connect() as conn:
+            rows = pd.DataFrame(conn.execute(stmt).fetchall(), columns=list(ROUTE_COLUMNS))
+        if rows["dropped"].isna().all():
+            rows = rows.drop(columns="dropped")
+        ints = [c for c in rows.columns if c != "weight"]
+        rows[ints] = rows[ints].astype("int64")
+        rows["weight"] = rows["weight"].astype("float64")
+        return rows
 
     def frame(self, table_name: str, run_ids: Iterable[int]) -> pd.DataFrame:
         """All rows of token / sample / output for these runs, as a DataFrame."""

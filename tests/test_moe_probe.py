@@ -294,7 +294,7 @@ def test_odirect_refusal_path_simulated(tmp_path, monkeypatch, capsys, where):
     """The same path on any machine: the file system's EINVAL is simulated at open or read."""
     mod = load_module()
     run_probe(tmp_path, "-n", "1")  # create the expert file outside the patch
-    real_open, real_preadv = os.open, getattr(os, "preadv", None)
+    real_open = os.open
 
     def fake_open(path, flags, *a, **kw):
         if where == "open" and flags & getattr(os, "O_DIRECT", 0):

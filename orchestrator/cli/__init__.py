@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from orchestrator import __version__
-from orchestrator.cli import calibrate, data, devices, engines, report, run
+from orchestrator.cli import calibrate, data, devices, engines, report, routes, run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -29,7 +29,7 @@ def main() -> None:
 
 for command in (run.run, run.runs, run.show, devices.devices, calibrate.calibrate, data.import_cmd,
                 data.table, data.export, engines.engines, engines.models, report.report,
-                report.compare):
+                report.compare, routes.routes):
     main.add_command(command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,9 @@ One run per per-token CSV, named by the file's stem (its config name). Next to a
 the same stem add what they tell: `.metrics` (device pressure sidecar), `.log` (summary lines +
 sidecar, UTF-8 BOM), `.out` (the whole stdout: text and summary lines). The file contents are
 fed through the same adapter parser a live run uses, so imported and measured runs agree.
+A `<tag>.route.csv` expert-routing trace (route-trace.md) is one run with `<tag>.metrics`,
+which is then that run's per-token CSV: its rows go to the `route` table, its preamble and
+layer sizes to the record's extra["route_trace"].
 
 What a measured run gets from its cooldown and first sample, an imported one gets from its
 files, so the same comparability checks (results/drift.py) run on it: the start temperature and
@@ -37,9 +40,11 @@ from orchestrator.engines.bmoe_format import (
     split_log,
 )
 from orchestrator.record import Pressure, RunRecord
+from orchestrator.results.route_trace import RouteTrace, read_route_trace
 from orchestrator.run import controller
 from orchestrator.run.recorder import RunRecorder
 
+ROUTE_SUFFIX = ".route.csv"   # bmoe-cli --route-trace; its run's per-token CSV is <tag>.metrics
 MAX_FILE = 512 * 1024 * 1024   # a per-token CSV of a 256-token run is ~50 KB; refuse absurd files
 _SECTION = re.compile(r"^=+ (\S.*?) =+$")
 _ENTRY_ITEM = re.compile(r"(\w+)=(-?\d+)\s*(dC|kB|s)?")
@@ -78,7 +83,11 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
     folder = Path(directory).resolve()
     if not folder.is_dir():
         raise ConfigError(f"{directory}: not a directory")
-    csvs = sorted(folder.glob("*.csv"))
+    csvs = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(ROUTE_SUFFIX))
+    traces = {p.name[:-len(ROUTE_SUFFIX)]: p for p in folder.glob("*" + ROUTE_SUFFIX)}
+    # a traced run's per-token rows are in <tag>.metrics (route-trace.md §1), one run with its trace
+    csvs += sorted(folder / f"{tag}.metrics" for tag in traces
+                   if tag not in {c.stem for c in csvs} and (folder / f"{tag}.metrics").is_file())
     if not csvs:
         raise ConfigError(f"{directory}: no per-token .csv files to import")
     try:
@@ -102,8 +111,10 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
     existing = {r.config: r for r in store.runs(session_id, include_superseded=True)}
     entries = driver_entries(folder)
     for order, csv in enumerate(csvs):
-        sidecars = [p for p in (csv.with_suffix(s) for s in (".metrics", ".log", ".out")) if p.exists()]
-        files = [csv, *sidecars]
+        sidecars = [p for p in (csv.with_suffix(s) for s in (".metrics", ".log", ".out"))
+                    if p.exists() and p != csv]
+        route = traces.get(csv.stem)
+        files = [csv, *sidecars, *([route] if route else [])]
         digest = _digest(files)
         stem = csv.stem
         if stem in known and known[stem].sha256 == digest and stem in existing:
@@ -111,7 +122,7 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
             continue
         try:
             problems = _import_run(store, adapter, session_id, device_id, csv, sidecars, order,
-                                   existing.get(stem), entries.get(stem))
+                                   existing.get(stem), entries.get(stem), route)
         except (OSError, ValueError) as exc:
             report.problems.append(f"{csv.name}: not imported: {exc}")
             continue
@@ -165,9 +176,10 @@ def _start_state(sidecar: dict[str, Any] | None,
 
 def _import_run(store: Store, adapter: Any, session_id: int, device_id: int, csv: Path,
                 sidecars: list[Path], order: int, previous: Any,
-                entry: dict[str, Any] | None) -> list[str]:
+                entry: dict[str, Any] | None, route: Path | None = None) -> list[str]:
     if csv.stat().st_size > MAX_FILE:
         raise ValueError(f"larger than {MAX_FILE >> 20} MiB")
+    trace = _trace(route) if route is not None else None
     text = _read_text(csv)
     if "step," not in text:
         raise ValueError("no header row starting 'step,' (not a per-token CSV, or binary)")
@@ -205,6 +217,9 @@ def _import_run(store: Store, adapter: Any, session_id: int, device_id: int, csv
         record.extra["sidecar"] = sidecar
     if entry is not None:
         record.extra["driver"] = entry
+    if trace is not None:
+        record.extra["route_trace"] = trace.meta()
+        store.insert_route(run_id, trace.rows)
     model = _model_name(csv, record.settings.get("model"))
     status = "ok" if record.complete else "interrupted"
     cause = None if record.complete else "no '# summary' trailer: the run was killed or the file cut"
@@ -218,6 +233,15 @@ def _import_run(store: Store, adapter: Any, session_id: int, device_id: int, csv
                      mem_avail_start_kb=free_kb,
                      cooldown_s=(entry or {}).get("waited_s"))
     return [e for e in record.errors if "no '# summary' trailer" not in e]
+
+
+def _trace(route: Path) -> RouteTrace:
+    if route.stat().st_size > MAX_FILE:
+        raise ValueError(f"{route.name}: larger than {MAX_FILE >> 20} MiB")
+    try:
+        return read_route_trace(route)
+    except ValueError as exc:
+        raise ValueError(f"{route.name}: {exc}") from None
 
 
 def _model_name(csv: Path, preamble_model: Any) -> str:
