@@ -8,7 +8,15 @@ import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.config.matrix_values import (
     BinarySpec,
@@ -238,3 +246,15 @@ def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
         return base
     return [(f"{cname}+{gname}", f"{cflags} {gflags}".strip())
             for cname, cflags in base for gname, gflags in grid_items]
+
+
+def stored_matrix(text: str | None) -> Matrix | None:
+    """The Matrix of a session's stored YAML; None for imports and for text that no longer
+    validates (a matrix stored by an older orch): its rows are then compared as an import's."""
+    if not text:
+        return None
+    try:
+        data = yaml.safe_load(text)
+        return Matrix.model_validate(data) if isinstance(data, dict) else None
+    except (yaml.YAMLError, ValidationError):
+        return None

@@ -29,6 +29,7 @@ from jinja2 import (
 from markupsafe import Markup
 
 from orchestrator import __version__
+from orchestrator.config.matrix import stored_matrix
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
 from orchestrator.report import context, provenance, sections
@@ -37,7 +38,6 @@ from orchestrator.results import drift, tables
 from orchestrator.results import markdown as md
 from orchestrator.results.formatting import cell, gib_from_kb, pct, ratio, when
 from orchestrator.results.model_facts import facts_for_group
-from orchestrator.results.session_tables import session_matrix
 from orchestrator.results.values import DAGGER, DASH
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
@@ -158,7 +158,7 @@ def group_facts_and_pivot(store: Store, data: context.ReportData,
     if session is None:
         return {"facts": None, "pivot": None, "pivot_caption": None}
     facts = facts_for_group(store, session, g.model, g.device, [r.row for r in g.runs]).line()
-    matrix = session_matrix(session) if len(session_ids) == 1 else None
+    matrix = stored_matrix(session.matrix_text) if len(session_ids) == 1 else None
     pivot = tables.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
     return {"facts": md.md_escape(facts) if facts else None, "pivot": pivot,
             "pivot_caption": tables.pivot_caption(matrix) if pivot is not None else None}

@@ -22,10 +22,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
-import yaml
-from pydantic import ValidationError
 
-from orchestrator.config.matrix import Matrix
+from orchestrator.config.matrix import Matrix, stored_matrix
 from orchestrator.results import markdown as md
 from orchestrator.results.formatting import MINUS, STATS, Formatter, bold, pct
 from orchestrator.results.statistics import delta_pct
@@ -88,18 +86,6 @@ class ABGroup:
 
 
 # ---- building the rows -------------------------------------------------------------------
-
-def stored_matrix(text: str | None) -> Matrix | None:
-    """The Matrix of a session's stored YAML; None for imports and for text that no longer
-    validates (a matrix stored by an older orch): its rows are then compared as an import's."""
-    if not text:
-        return None
-    try:
-        data = yaml.safe_load(text)
-        return Matrix.model_validate(data) if isinstance(data, dict) else None
-    except (yaml.YAMLError, ValidationError):
-        return None
-
 
 def _fmean(values: Sequence[Any]) -> float | None:
     xs = [float(v) for v in values if not is_missing(v)]

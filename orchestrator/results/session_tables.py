@@ -11,10 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
-import yaml
-from pydantic import ValidationError
 
-from orchestrator.config.matrix import Matrix
+from orchestrator.config.matrix import Matrix, stored_matrix
 from orchestrator.db.store import Store
 from orchestrator.results import ab, tables
 from orchestrator.results.formatting import records
@@ -29,16 +27,6 @@ def failure_line(row: Any) -> str:
     """Why a run that did not end ok is in no aggregate (the terminal and `orch table`)."""
     return (f"{DAGGER} {row.config}: {row.status}" + (f" ({row.cause})" if row.cause else "")
             + f", run {row.id}; left out of every aggregate")
-
-
-def session_matrix(session: Any) -> Matrix | None:
-    """The matrix a session ran (None for an import, or a stored text that no longer
-    validates)."""
-    try:
-        data = yaml.safe_load(session.matrix_text or "")
-        return Matrix.model_validate(data) if isinstance(data, dict) else None
-    except (yaml.YAMLError, ValidationError):
-        return None
 
 
 def row_labels(rows: Sequence[Any], matrix: Matrix | None) -> dict[int, str]:
@@ -67,7 +55,7 @@ def _config_means(members: Sequence[Any], stats: pd.DataFrame) -> dict[str, floa
 def _markdown(store: Store, session_id: int, rows: list[Any], stats: pd.DataFrame,
               kinds: list[str]) -> str:
     session = store.session_row(session_id)
-    matrix = session_matrix(session)
+    matrix = stored_matrix(session.matrix_text)
     labels = row_labels(rows, matrix)
     groups = tables.by_model_and_device(rows)
     parts = []
@@ -113,7 +101,7 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     if fmt == "md":
         return _markdown(store, session_id, rows, stats, kinds)
     session = store.session_row(session_id)
-    labels = row_labels(rows, session_matrix(session))
+    labels = row_labels(rows, stored_matrix(session.matrix_text))
     by_id = {r.id: r for r in rows}
     ordered = [by_id[i] for i in stats.index]
     frames = []
