@@ -17,10 +17,21 @@ and compute_ms = wall_ms; read_bytes is what the process read from storage durin
 The bindings' native library: $LLAMA_CPP_LIB_PATH, else orch's llama.cpp build cache for the
 bindings' version ($ORCH_LLAMA_CACHE/<version>/lib, else ~/.cache/orch/llama.cpp/<version>/lib)
 when it exists, else the one the bindings were built with.
+--route-trace PATH writes the routing llama.cpp computed as `# route_trace v1` (route-trace.md;
+class RouteCapture). Nothing is hooked without it.
 Exit codes: 0 done, 2 usage, 4 bindings missing, 5 model or context load failed,
 6 llama_decode failed, 143 SIGTERM (rows written so far stay, no # summary trailer).
 """
-import argparse, ctypes, os, resource, signal, sys, time  # noqa: E401
+import argparse  # noqa: E401
+import ctypes
+import math
+import os
+import re
+import resource
+import signal
+import struct
+import sys
+import time
 
 ENGINE = "llama-token"
 LOG_WARN = 3      # ggml_log_level: DEBUG 1? INFO 2, WARN 3, ERROR 4, CONT 5 (continues a line)
@@ -58,6 +69,8 @@ def parse_args(argv):
     a("-c", "--ctx-size", type=int, default=0, help="context size (0: prompt + n + 8)")
     a("-b", "--batch-size", type=int, default=512, help="prefill batch size")
     a("--verbose", action="store_true", help="all of llama.cpp's log on stderr")
+    a("--route-trace", metavar="PATH", help="write the experts llama.cpp routed each token to "
+      "(its ffn_moe_topk tensors) as a `# route_trace v1` file")
     args = p.parse_args(argv)
     if args.tokens < 1 or args.threads < 1 or args.batch_size < 1:
         p.error("-n, --threads and --batch-size must be >= 1")
@@ -185,26 +198,27 @@ def load(lib, args):
     return model, mparams, overrides, t0
 
 
-def gguf_arch(path):
-    """general.architecture read from the GGUF header (needed to name the override key)."""
-    import struct
+def gguf_header(path, tensors=False):
+    """(general.architecture, [(tensor name, ne, ggml type)] if `tensors`) from the GGUF
+    header, read with the stdlib: the override key needs the arch, the route trace the sizes."""
     with open(path, "rb") as f:
         head = f.read(24)
         if head[:4] != b"GGUF":
             raise Failure(5, "llama-token: %s is not a GGUF file" % path)
-        n_kv, = struct.unpack("<Q", head[16:24])
+        n_tensors, n_kv = struct.unpack("<QQ", head[8:24])
         sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
 
+        def u(fmt):
+            return struct.unpack(fmt, f.read(struct.calcsize(fmt)))[0]
+
         def rstr():
-            n, = struct.unpack("<Q", f.read(8))
-            return f.read(n)
+            return f.read(u("<Q"))
 
         def skip(t):
             if t == 8:
                 rstr()
             elif t == 9:
-                et, = struct.unpack("<I", f.read(4))
-                cnt, = struct.unpack("<Q", f.read(8))
+                et, cnt = u("<I"), u("<Q")
                 if et == 8:
                     for _ in range(cnt):
                         rstr()
@@ -212,13 +226,167 @@ def gguf_arch(path):
                     f.seek(sizes[et] * cnt, 1)
             else:
                 f.seek(sizes[t], 1)
+        arch = None
         for _ in range(min(n_kv, 100000)):
-            key = rstr()
-            t, = struct.unpack("<I", f.read(4))
+            key, t = rstr(), u("<I")
             if key == b"general.architecture" and t == 8:
-                return rstr().decode()
-            skip(t)
-    raise Failure(5, "llama-token: %s has no general.architecture" % path)
+                arch = rstr().decode()
+                if not tensors:
+                    break
+            else:
+                skip(t)
+        infos = []
+        for _ in range(min(n_tensors, 1000000) if tensors else 0):
+            name = rstr().decode("utf-8", "replace")
+            ne = [u("<Q") for _ in range(u("<I"))]
+            infos.append((name, ne, u("<I")))
+            u("<Q")  # the data offset
+    if arch is None:
+        raise Failure(5, "llama-token: %s has no general.architecture" % path)
+    return arch, infos
+
+
+def gguf_arch(path):
+    return gguf_header(path)[0]
+
+
+class RouteCapture:
+    """Real routing from llama.cpp's graph evaluation callback (cb_eval, the method of the
+    Celeron study's harness): the `ffn_moe_topk-<layer>` tensors (int32 expert ids, [k, n_tokens],
+    router rank order) and the routing weights, `ffn_moe_weights_norm-<layer>` where the arch
+    normalises them (qwen3moe does), else `_softmax`, else the raw `ffn_moe_weights`. Written as
+    `# route_trace v1`: prefill rows (phase 0, layer-step-slot order) once the prompt is in,
+    then decode rows (phase 1) per token. step = absolute token position. The last layer of a
+    prefill batch holds only its output token (llama.cpp drops the others there).
+
+    llama.cpp has no expert cache: residency is always 0 (a miss) and expert_bytes the layer's
+    expert size (gate+up+down of one expert, from the GGUF's tensor table and ggml's row sizes),
+    in a prefill batch charged at an expert's first occurrence only. What the mmapped weights
+    really cost in reads is the CSV's read_bytes, not this column.
+    """
+
+    WEIGHTS = ("ffn_moe_weights_norm", "ffn_moe_weights_softmax", "ffn_moe_weights")
+    WANT = frozenset(n.encode() for n in ("ffn_moe_topk",) + WEIGHTS)
+
+    def __init__(self, lib, path, model_path, arch, n_layer, n_expert, k):
+        import numpy as np
+        self.np, self.k, self.error, self.pending, self.prefill = np, k, None, {}, {}
+        ggml = ggml_library()
+        for fn, res, args in (("ggml_get_name", ctypes.c_char_p, [ctypes.c_void_p]),
+                              ("ggml_nbytes", ctypes.c_size_t, [ctypes.c_void_p]),
+                              ("ggml_nelements", ctypes.c_int64, [ctypes.c_void_p]),
+                              ("ggml_row_size", ctypes.c_size_t, [ctypes.c_int, ctypes.c_int64]),
+                              ("ggml_backend_tensor_get", None,
+                               [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t])):
+            getattr(ggml, fn).restype, getattr(ggml, fn).argtypes = res, args
+        self.ggml = ggml
+        try:
+            self.sizes = self.layer_sizes(model_path, n_layer)
+        except (Failure, OSError, struct.error, UnicodeError) as exc:
+            print("llama-token: route trace: expert sizes unknown (%s): expert_bytes=0" % exc,
+                  file=sys.stderr, flush=True)
+            self.sizes = [[0, 0] for _ in range(n_layer)]
+        self.callback = lib.ggml_backend_sched_eval_callback(self.on_eval)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.f = open(path, "w")  # noqa: SIM115 - written token by token, closed by close()
+        self.f.write("# route_trace v1\n# model=%s arch=%s n_layer=%d n_expert=%d n_expert_used=%d"
+                     "\n" % (model_path, arch, n_layer, n_expert, k)
+                     + "".join("# layer=%d expert_bytes=%d dense_bytes=%d\n" % (l, *self.sizes[l])
+                               for l in range(n_layer))
+                     + "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n")
+        self.f.flush()
+
+    def layer_sizes(self, model_path, n_layer):
+        """layer -> (bytes of one expert, the layer's other bytes), from the GGUF header."""
+        sizes = [[0, 0] for _ in range(n_layer)]
+        for name, ne, kind in gguf_header(model_path, tensors=True)[1]:
+            m = re.match(r"blk\.(\d+)\.(.*)$", name)
+            if not m or int(m.group(1)) >= n_layer or not ne:
+                continue
+            rows = 1
+            for n in ne[1:]:
+                rows *= n
+            size = self.ggml.ggml_row_size(kind, ne[0]) * rows
+            if "_exps." in m.group(2) and len(ne) == 3:  # [in, out, n_expert]: one expert's slice
+                sizes[int(m.group(1))][0] += size // ne[2]
+            else:
+                sizes[int(m.group(1))][1] += size
+        return sizes
+
+    def on_eval(self, tensor, ask, _user):
+        """ask: whether the scheduler should stop after this node for us (only our tensors,
+        so the rest of the graph runs in one piece); then: copy its data. Never raises, and
+        returns True in data mode (False would abort the graph)."""
+        try:
+            base, _, layer = (self.ggml.ggml_get_name(tensor) or b"").rpartition(b"-")
+            wanted = base in self.WANT and layer.isdigit()  # not "...-3 (reshaped)" views
+            if ask:
+                return wanted
+            if wanted:
+                self.record(tensor, base.decode(), int(layer))
+        except Exception as exc:  # noqa: BLE001 - reported once the decode returns
+            self.error = self.error or exc
+        return True
+
+    def record(self, tensor, name, layer):
+        np = self.np
+        words = (ctypes.c_int64 * 10).from_address(tensor)  # type(+pad), buffer, ne[4], nb[4]
+        ne, nb = list(words[2:6]), list(words[6:10])
+        nbytes = self.ggml.ggml_nbytes(tensor)
+        raw = ctypes.create_string_buffer(nbytes)
+        self.ggml.ggml_backend_tensor_get(tensor, raw, 0, nbytes)  # the tensor may be off-host
+        dtype = np.int32 if name == "ffn_moe_topk" else np.float32
+        values = np.ndarray(ne[::-1], dtype, buffer=raw.raw, strides=nb[::-1]).reshape(-1, self.k)
+        if values.size != self.ggml.ggml_nelements(tensor):
+            raise ValueError("%s-%d: unexpected layout" % (name, layer))
+        self.pending.setdefault(layer, {}).setdefault(name, []).append(values.copy())
+
+    def batch_done(self, phase, first, n):
+        """The decode of positions first..first+n-1 returned: its cells become rows."""
+        if self.error is not None:
+            raise Failure(6, "llama-token: route capture failed: %s" % self.error)
+        pending, self.pending, rows = self.pending, {}, []
+        for layer in sorted(pending):
+            got = pending[layer]
+            if "ffn_moe_topk" not in got:
+                continue
+            ids = self.np.concatenate(got["ffn_moe_topk"])
+            name = next((w for w in self.WEIGHTS if w in got), None)
+            weights = self.np.concatenate(got[name]) if name else None
+            size, charged, out = self.sizes[layer][0], set(), []
+            for j, cell in enumerate(ids):
+                step = first + n - len(ids) + j  # fewer tokens than the batch: its last ones
+                for slot, expert in enumerate(cell.tolist()):
+                    w = float(weights[j][slot]) if weights is not None else math.nan
+                    paid = size if phase == 1 or expert not in charged else 0
+                    charged.add(expert)
+                    out.append("0,%d,%d,%d,%d,%d,%s,0,%d\n" % (
+                        phase, step, layer, slot, expert, "nan" if math.isnan(w) else "%.6f" % w, paid))
+            if phase == 0:
+                self.prefill.setdefault(layer, []).extend(out)
+            else:
+                rows += out
+        if phase == 1:
+            self.f.write("".join(rows))
+            self.f.flush()
+
+    def end_prefill(self):
+        self.f.write("".join(r for layer in sorted(self.prefill) for r in self.prefill[layer]))
+        self.f.flush()
+        self.prefill = {}
+
+    def close(self):
+        self.f.close()
+
+
+def ggml_library():
+    """ggml's base library, the one the bindings' libllama loaded (next to it)."""
+    raw = sys.modules["llama_cpp.llama_cpp"]._lib
+    folder = os.path.dirname(getattr(raw, "_name", "") or "")
+    for name in ("libggml-base.so", "libggml-base.dylib", "ggml-base.dll"):
+        if os.path.isfile(os.path.join(folder, name)):
+            return ctypes.CDLL(os.path.join(folder, name))
+    return raw  # dlsym on libllama also finds the symbols of the libraries it depends on
 
 
 def run(args, lib, version):
@@ -232,6 +400,7 @@ def run(args, lib, version):
     model, mparams, overrides, t_load = load(lib, args)
     ctx = None
     csv = None
+    capture = None
     proc_io = ProcIO()
     try:
         vocab = lib.llama_model_get_vocab(model)
@@ -250,16 +419,22 @@ def run(args, lib, version):
         cparams.n_threads = args.threads
         cparams.n_threads_batch = args.threads
         cparams.no_perf = False
-        ctx = lib.llama_init_from_model(model, cparams)
-        if not ctx:
-            raise Failure(5, "llama-token: llama.cpp could not create a context (see its log)")
-        load_s = time.perf_counter() - t_load
         arch = meta(lib, model, "general.architecture") or "?"
         settings = {
             "n_layer": meta(lib, model, arch + ".block_count"),
             "n_expert": meta(lib, model, arch + ".expert_count") or 0,
             "n_expert_used": args.top_k_experts or meta(lib, model, arch + ".expert_used_count") or 0,
         }
+        if args.route_trace:
+            capture = RouteCapture(lib, args.route_trace, os.path.expanduser(args.model), arch,
+                                   int(settings["n_layer"] or 0), int(settings["n_expert"]),
+                                   int(settings["n_expert_used"]))
+            cparams.cb_eval = capture.callback
+            cparams.cb_eval_user_data = None
+        ctx = lib.llama_init_from_model(model, cparams)
+        if not ctx:
+            raise Failure(5, "llama-token: llama.cpp could not create a context (see its log)")
+        load_s = time.perf_counter() - t_load
         print("llama-token: loaded %s (%s, %s layers, %s experts, top-%s) in %.3f s; threads=%d "
               "mmap=%s; prompt %d tokens, generating %d" % (
                   args.model, arch, settings["n_layer"], settings["n_expert"],
@@ -278,10 +453,13 @@ def run(args, lib, version):
                          settings["n_expert"], settings["n_expert_used"], args.threads,
                          cparams.n_ctx, ENGINE, version, 0 if args.no_mmap else 1, n_vocab))
             csv.flush()
-        return generate(args, lib, ctx, vocab, n_vocab, ptoks, n_prompt, load_s, csv, proc_io)
+        return generate(args, lib, ctx, vocab, n_vocab, ptoks, n_prompt, load_s, csv, proc_io,
+                        capture)
     finally:
         if csv:
             csv.close()
+        if capture:
+            capture.close()
         proc_io.close()
         if ctx:
             lib.llama_free(ctx)
@@ -298,7 +476,7 @@ def argmax(logits, n):
     return best
 
 
-def generate(args, lib, ctx, vocab, n_vocab, ptoks, n_prompt, load_s, csv, proc_io):
+def generate(args, lib, ctx, vocab, n_vocab, ptoks, n_prompt, load_s, csv, proc_io, capture):
     n = args.tokens
     clock = time.perf_counter
     # prefill: all prompt tokens but the last, in batches
@@ -311,9 +489,14 @@ def generate(args, lib, ctx, vocab, n_vocab, ptoks, n_prompt, load_s, csv, proc_
         rc = lib.llama_decode(ctx, lib.llama_batch_get_one(chunk, k))
         if rc != 0:
             raise Failure(6, "llama-token: llama_decode failed on the prompt (%d)" % rc)
+        if capture:
+            lib.llama_synchronize(ctx)
+            capture.batch_done(0, done, k)
         done += k
     lib.llama_synchronize(ctx)
     prefill_s = clock() - t0
+    if capture:
+        capture.end_prefill()
     try:
         import numpy as np
     except ImportError:  # pragma: no cover - the bindings depend on numpy
@@ -353,6 +536,8 @@ def generate(args, lib, ctx, vocab, n_vocab, ptoks, n_prompt, load_s, csv, proc_
             csv.write("%d,%d,%.3f,0.000,%.3f,%s,-1.00,0.000,0.000,%d,%.3f,%d\n" % (
                 step, n, row[0], row[0], "" if rb is None else rb, row[1], row[2], token))
             csv.flush()  # the agent tails the live file
+        if capture:  # the token just decoded sits at position n_pre + step - 1
+            capture.batch_done(1, n_pre + step - 1, 1)
         m = lib.llama_token_to_piece(vocab, token, piece, len(piece), 0, False)
         if m > 0:
             pending += piece.raw[:m]

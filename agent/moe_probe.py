@@ -7,9 +7,25 @@ or O_DIRECT, with a small matrix-vector product per expert. It writes bmoe-cli's
 `# summary` trailer and stdout summary lines (shared/reference/bmoe-formats.md sections 1-3), so
 the bmoe parsers read it unchanged. Stdlib only: it is pushed to devices that may only have
 python3. Exit codes: 0 ok, 2 usage, 3 O_DIRECT refused by the file system, 143 SIGTERM.
+
+Routing looks like real routing along the two axes the studies measure: --keep-frac, the share
+of a layer's experts the next token keeps (token-to-token locality), and --skew, a per-layer
+Zipf popularity of the experts (0 = uniform, the default). --route-trace PATH writes it as
+bmoe-cli's `# route_trace v1` (shared/reference/route-trace.md section 1).
 """
-import argparse, concurrent.futures, errno, math, mmap, os, random, re  # noqa: E401
-import resource, signal, sys, time, zlib  # noqa: E401
+import argparse  # noqa: E401
+import concurrent.futures
+import errno
+import math
+import mmap
+import os
+import random
+import re
+import resource  # noqa: E401
+import signal
+import sys
+import time
+import zlib
 from collections import OrderedDict
 from operator import mul
 
@@ -55,6 +71,10 @@ def parse_args(argv):
     a("--top-k", type=int, default=4, help="experts used per token and layer")
     a("--keep-frac", type=float, default=0.36, help="mean share of the previous token's "
       "experts kept on a layer; the rest are drawn fresh among the others")
+    a("--skew", type=float, default=0.0, help="per-layer expert popularity: fresh experts are "
+      "drawn with Zipf weights 1/rank^S over a seeded per-layer order of the experts; 0 = "
+      "uniform")
+    a("--route-trace", metavar="PATH", help="write the routing as a `# route_trace v1` file")
     a("--io", choices=("mmap", "pread", "odirect"), default="pread", help="how experts are "
       "read: mmap (page faults), pread, odirect (O_DIRECT, bypasses the page cache)")
     a("--odirect-fallback", action="store_true",
@@ -81,8 +101,9 @@ def parse_args(argv):
     if args.top_k > args.experts:
         p.error("--top-k cannot exceed --experts")
     if not 0 <= args.keep_frac <= 1 or args.expert_mb <= 0 or args.cache_mb < 0 \
-            or args.compute_kb < 0:
-        p.error("--keep-frac must be in [0, 1]; --expert-mb > 0; --cache-mb, --compute-kb >= 0")
+            or args.compute_kb < 0 or not 0 <= args.skew <= 10:
+        p.error("--keep-frac must be in [0, 1]; --expert-mb > 0; --cache-mb, --compute-kb >= 0; "
+                "--skew in [0, 10]")
     return args
 
 
@@ -228,17 +249,48 @@ class LRU:
 
 
 class Router:
-    """Seeded top-k routing with a tunable share of the previous token's experts kept."""
+    """Seeded top-k routing: a tunable share of the previous token's experts kept (token-to-token
+    locality), the rest drawn fresh, uniformly or by a per-layer popularity (skew)."""
 
-    def __init__(self, seed, layers, experts, k, keep):
+    def __init__(self, seed, layers, experts, k, keep, skew=0.0, popularity_seed=0):
         self.rng, self.E, self.k, self.keep = random.Random(seed), experts, k, keep
         self.prev = [None] * layers
+        self.popularity = None
+        if skew > 0:
+            # Its own generator, seeded by --seed alone: popularity is a property of the "model"
+            # (the same hot experts whatever the prompt), and skew 0 routes exactly as before.
+            prng = random.Random("moe-probe popularity %d" % popularity_seed)
+            self.popularity = []
+            for _ in range(layers):
+                order = list(range(experts))
+                prng.shuffle(order)
+                weights = [0.0] * experts
+                for rank, e in enumerate(order):
+                    weights[e] = 1.0 / (rank + 1) ** skew
+                self.popularity.append(weights)
+
+    def draw(self, layer, candidates, n):
+        """n distinct experts among candidates: uniform, or by popularity without replacement."""
+        if self.popularity is None:
+            return self.rng.sample(candidates, n)
+        items = list(candidates)
+        weights = [self.popularity[layer][e] for e in items]
+        out = []
+        for _ in range(n):
+            x, acc, i = self.rng.random() * sum(weights), 0.0, 0
+            for i, w in enumerate(weights):
+                acc += w
+                if x < acc:
+                    break
+            out.append(items.pop(i))
+            weights.pop(i)
+        return out
 
     def route(self):
         rng, k, sets = self.rng, self.k, []
         for layer, prev in enumerate(self.prev):
             if prev is None:
-                pick = rng.sample(range(self.E), k)
+                pick = self.draw(layer, range(self.E), k)
             else:
                 # Stochastic rounding: the mean share kept equals keep_frac even for small k.
                 want = self.keep * k
@@ -247,10 +299,57 @@ class Router:
                 # Fresh experts avoid the whole previous set (so the share kept is exact) when
                 # there are enough others; otherwise they only avoid the kept ones.
                 avoid = set(prev) if self.E - k >= k - n_keep else set(kept)
-                pick = kept + rng.sample([e for e in range(self.E) if e not in avoid], k - n_keep)
+                pick = kept + self.draw(layer, [e for e in range(self.E) if e not in avoid],
+                                        k - n_keep)
             self.prev[layer] = pick = sorted(pick)
             sets.append(pick)
         return sets
+
+
+class TraceWriter:
+    """`# route_trace v1` (route-trace.md section 1): prefill rows (layer, step, slot order,
+    written when the prompt is done), then decode rows (step, layer, slot), flushed per token.
+    Slots are in router rank order: by a softmax weight (summing to 1 per cell) drawn from its
+    own generator, so tracing never changes the routing. Residency is the LRU's (0 miss, 1 hit);
+    a miss is charged the expert's size. moe-probe reads its prompt token by token, so a
+    prefill miss is charged every time, as it really is read."""
+
+    def __init__(self, path, model, layers, experts, k, size, seed):
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.f = open(path, "w")  # noqa: SIM115 - written token by token, closed by close()
+        self.size, self.rng = size, random.Random("weights %d" % seed)
+        self.prefill = [[] for _ in range(layers)]
+        self.f.write("# route_trace v1\n# model=%s arch=moe-probe n_layer=%d n_expert=%d "
+                     "n_expert_used=%d\n" % (model, layers, experts, k)
+                     + "".join("# layer=%d expert_bytes=%d dense_bytes=0\n" % (l, size)
+                               for l in range(layers))
+                     + "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes\n")
+        self.f.flush()
+
+    def _rows(self, phase, step, layer, experts, misses):
+        logits = [math.exp(self.rng.gauss(0.0, 1.0)) for _ in experts]
+        total = sum(logits)
+        ranked = sorted(zip(logits, experts), key=lambda p: (-p[0], p[1]))
+        return ["0,%d,%d,%d,%d,%d,%.6f,%d,%d\n" % (
+            phase, step, layer, slot, e, w / total, e not in misses,
+            self.size if e in misses else 0) for slot, (w, e) in enumerate(ranked)]
+
+    def token(self, phase, step, sets, misses):
+        rows = [self._rows(phase, step, l, ex, misses[l]) for l, ex in enumerate(sets)]
+        if phase == 0:
+            for layer, cell in enumerate(rows):
+                self.prefill[layer].extend(cell)
+        else:
+            self.f.write("".join(r for cell in rows for r in cell))
+            self.f.flush()
+
+    def end_prefill(self):
+        self.f.write("".join(r for cells in self.prefill for r in cells))
+        self.f.flush()
+        self.prefill = None
+
+    def close(self):
+        self.f.close()
 
 
 def word_for(sets):
@@ -279,6 +378,7 @@ class Engine:
         """One token through all layers: (io_ms, compute_ms, mgmt_ms, experts read)."""
         io = comp = mgmt = 0.0
         misses = 0
+        self.missed = []  # per layer, the experts read (not in the cache): the trace's residency
         cache, clock = self.cache, time.perf_counter
         for layer, experts in enumerate(sets):
             t0 = clock()
@@ -309,6 +409,7 @@ class Engine:
             if cache.slots:  # with no cache there is no bookkeeping to time
                 mgmt += (t1 - t0) + (t3 - t2)
             misses += len(need)
+            self.missed.append(set(need))
         return io * 1e3, comp * 1e3, mgmt * 1e3, misses
 
     def close(self):
@@ -362,19 +463,27 @@ def generate(args, eng, name, load_s):
                   "# model=%s arch=moe-probe n_layer=%d n_expert=%d n_expert_used=%d threads=%d"
                   " n_ctx=0\n# moe_stream=1 cache_mb=%g cache_auto=0 cache_ceil_mb=0 force_cache=0"
                   " io_threads=%d o_direct=%d overlap=0 prefetch=0 dense_weights=none io=%s"
-                  " keep_frac=%g\nstep,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,"
+                  " keep_frac=%g%s\nstep,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,"
                   "stall_ms,mgmt_ms,majflt,cpu_ms\n"
                   % (name, L, args.experts, k, args.threads, args.cache_mb, args.io_threads,
-                     args.io == "odirect", args.io, args.keep_frac))
+                     args.io == "odirect", args.io, args.keep_frac,
+                     " skew=%g" % args.skew if args.skew else ""))
         csv.flush()
+    trace = TraceWriter(args.route_trace, name, L, args.experts, k, eng.size, args.seed) \
+        if args.route_trace else None
     try:
         # The prompt steers the routing, so different prompts generate different text.
         router = Router(args.seed * 1000003 + zlib.crc32(prompt.encode()), L, args.experts, k,
-                        args.keep_frac)
+                        args.keep_frac, args.skew, args.seed)
         t0 = time.perf_counter()
-        for _ in range(n_prompt):
-            eng.run_pass(router.route())
+        for position in range(n_prompt):
+            sets = router.route()
+            eng.run_pass(sets)
+            if trace:
+                trace.token(0, position, sets, eng.missed)
         prefill_s = time.perf_counter() - t0
+        if trace:
+            trace.end_prefill()
         eng.cache.hits = eng.cache.lookups = 0  # hit rate covers decode; the cache stays warm
         # Sums are taken over the values as printed, so that re-deriving the trailer from the
         # CSV rows gives the same numbers to the printed precision.
@@ -397,10 +506,14 @@ def generate(args, eng, name, load_s):
                 csv.flush()  # the agent tails the live file
             sys.stdout.write(word_for(sets) + (" " if step < n else "\n"))
             sys.stdout.flush()
+            if trace:  # step = absolute position: the prompt's tokens come first
+                trace.token(1, n_prompt + step - 1, sets, eng.missed)
         report(args, eng, csv, tot, n_prompt, load_s, prefill_s, hit)
     finally:
         if csv:
             csv.close()
+        if trace:
+            trace.close()
     return 0
 
 

@@ -52,6 +52,8 @@ session = Table(
     Column("command", Text),                               # the orch command line
     Column("seed", Integer),                               # shuffled order's seed
     Column("repeat_stop", Text),                           # why adaptive repeats stopped
+    Column("label", Text),                                 # import --label: shown in reports
+    Column("import_options", JSON),                        # import: device, name, model, label
     Column("started_at", DateTime(timezone=True)),
     Column("ended_at", DateTime(timezone=True)),
 )
@@ -163,3 +165,60 @@ imported_file = Table(
 
 SAMPLE_FIELDS = ("rss_kb", "hwm_kb", "mem_avail_kb", "majflt", "cpu_ticks", "cpu_temp_mC",
                  "batt_temp_dC")
+
+ceiling = Table(
+    # `orch ceilings`: a device's measured hardware ceilings, one row per (device, UTC day); a
+    # second measurement on the same day replaces the first. Figures in MiB/s, GiB/s, tok/s.
+    "ceiling", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("device_id", Integer, ForeignKey("device.id", ondelete="CASCADE"), nullable=False),
+    Column("day", String(10), nullable=False),       # YYYY-MM-DD (UTC) of measured_at
+    Column("measured_at", DateTime(timezone=True), nullable=False),
+    Column("abi", String(20)),
+    Column("probe_sha", String(64)),                 # cache key of the probe sources
+    Column("path", Text),                            # directory whose file system was read
+    Column("fstype", String(40)),
+    Column("direct", Boolean),                       # O_DIRECT honoured (else buffered reads)
+    Column("seq_mibps", Float),                      # median of the sequential samples
+    Column("seq_samples", JSON),                     # [{offset_mib, mib, seconds, mibps}]
+    Column("lanes", JSON),                           # [{lanes, read_kib, mib, seconds, mibps}]
+    Column("best_mibps", Float),                     # best of the lanes x size sweep
+    Column("knee_lanes", Integer),                   # fewest lanes within 95% of the best
+    Column("knee_read_kib", Integer),
+    Column("dram_gibps", Float),                     # median pass
+    Column("dram", JSON),                            # {best_gibps, passes: [...], threads, mib}
+    Column("compute_tps", Float),                    # NULL: see compute_note
+    Column("compute_note", Text),                    # what was run, or why there is no figure
+    Column("notes", JSON),                           # warnings (buffered fallback, RAM fs, ...)
+    UniqueConstraint("device_id", "day"),
+)
+
+quality = Table(
+    # Quality probes (matrix `quality:`, orchestrator/quality/): one row per (session, model,
+    # config, probe). Kept out of `run` on purpose: a probe invocation is short and answers a
+    # different question, so it must never enter a speed statistic, and no query over `run`
+    # has to remember to leave it out. A re-run probe (--resume) replaces its row.
+    "quality", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("session_id", Integer, ForeignKey("session.id", ondelete="CASCADE"), nullable=False),
+    Column("device_id", Integer, ForeignKey("device.id"), nullable=False),
+    Column("model", Text, nullable=False),
+    Column("config", Text, nullable=False),
+    Column("flags", Text),
+    Column("probe_id", Text, nullable=False),
+    Column("prompt", Text),
+    Column("expected", Text),
+    Column("grader", Text),                          # gsm8k | exact | contains | regex:...
+    Column("reply", Text),                           # the generated text, prompt removed
+    Column("answer", Text),                          # what the grader read from the reply
+    Column("correct", Boolean),
+    Column("status", String(20), nullable=False),    # ok | failed | timeout | killed | ...
+    Column("cause", Text),
+    Column("argv", JSON),
+    Column("uid", String(32)),
+    Column("remote_dir", Text),
+    Column("rc", Integer),
+    Column("started_at", DateTime(timezone=True)),
+    Column("ended_at", DateTime(timezone=True)),
+    UniqueConstraint("session_id", "model", "config", "probe_id"),
+)

@@ -200,6 +200,12 @@ class Store:
                                               table.c.path == path))
             conn.execute(table.insert().values(session_id=session_id, path=path, sha256=sha256))
 
+    def forget_imported_files(self, session_id: int) -> None:
+        """Drop an import session's file digests (`orch import --replace` reads every file)."""
+        table = schema.imported_file
+        with self.lock, self.engine.begin() as conn:
+            conn.execute(table.delete().where(table.c.session_id == session_id))
+
     def delete_run(self, run_id: int) -> None:
         """A run and its token, sample, output and route rows."""
         with self.lock, self.engine.begin() as conn:

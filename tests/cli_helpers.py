@@ -17,3 +17,30 @@ def orch_ok(*args: str) -> str:
     code, output = orch(*args)
     assert code == 0, output
     return output
+
+
+def ssh_device(name: str, sshd, workdir, known_hosts=None) -> str:
+    """A devices.yaml entry (indented under `devices:`) for the test sshd."""
+    return (f"  {name}:\n    kind: ssh\n    host: {sshd.host}\n    port: {sshd.port}\n"
+            f"    user: {sshd.user}\n    key: {sshd.key}\n"
+            f"    known_hosts: {known_hosts or sshd.known_hosts}\n    workdir: {workdir}\n")
+
+
+def adb_device(name: str, phone) -> str:
+    """A devices.yaml entry (indented under `devices:`) for the emulated phone."""
+    return (f"  {name}:\n    kind: adb\n    serial: \"{phone.serial}\"\n"
+            f"    adb_port: {phone.adb_port}\n    workdir: {phone.data_dir}/orch\n")
+
+
+# a two-config moe-probe matrix that runs on `local` in a second or two
+SMALL_PROBE_MATRIX = """\
+    name: probe-small
+    engine: moe-probe
+    prompt: hello experts
+    tokens: 12
+    cooldown: 0
+    sample_interval: 0.2s
+    configs:
+      c0: --io pread --cache-mb 0 --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
+      c1: --io mmap --cache-mb 1 --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
+    """

@@ -195,6 +195,62 @@ def test_llama_token_engine(workspace, build, bindings, tiny):
     assert code == 0 and "mean tok/s" in out
 
 
+def test_llama_token_route_trace(workspace, build, bindings, tiny):
+    """route_trace: true captures llama.cpp's real routing (its ffn_moe_topk tensors through
+    the graph evaluation callback): one row per routed expert, k per (phase, step, layer)."""
+    code, out, runs = run_matrix(workspace, f"""\
+        name: llama-token-routes
+        engine: llama-token
+        engine_options: {{python: orch}}
+        models: {{tiny: {tiny}}}
+        prompt: "{PROMPT}"
+        tokens: 12
+        cooldown: 0
+        sample_interval: 0.2s
+        route_trace: true
+        configs:
+          k2: --top-k-experts 2 -t 1
+          k3-b4: --top-k-experts 3 -t 1 -b 4
+          plain: {{flags: --top-k-experts 2 -t 1, route_trace: false}}
+        """)
+    assert code == 0, out
+    store = Store.open("orch.db")
+    for config, k in (("k2", 2), ("k3-b4", 3)):
+        run = runs[config]
+        assert run.status == "ok", run.cause
+        assert not [w for w in run.warnings or [] if w.startswith("route trace")], run.warnings
+        record = load_record(run.summary)
+        meta = record.extra["route_trace"]["preamble"]
+        assert (meta["arch"], meta["n_layer"], meta["n_expert"], meta["n_expert_used"]) == \
+            ("qwen3moe", 4, 8, k)
+        one_expert = 3 * 256 * 128 * 2             # gate + up + down of one f16 expert
+        assert record.extra["route_trace"]["layer_bytes"] == {
+            str(layer): [one_expert, record.extra["route_trace"]["layer_bytes"]["0"][1]]
+            for layer in range(4)}
+        rows = store.route_frame(run.id)
+        cells = rows.groupby(["phase", "step", "layer"])
+        assert (cells.size() == k).all() and (cells["expert"].nunique() == k).all()
+        assert rows["expert"].between(0, 7).all()
+        assert set(rows["layer"]) == {0, 1, 2, 3} and (rows["residency"] == 0).all()
+        decode = rows[rows["phase"] == 1]
+        sums = decode.groupby(["step", "layer"])["weight"].sum()
+        assert ((sums - 1).abs() < 1e-3).all(), sums
+        n_pre = int(record.prompt_tokens) - 1          # the prompt but its last token
+        assert sorted(decode["step"].unique()) == list(range(n_pre, n_pre + 12))
+        assert (decode.groupby("step")["layer"].nunique() == 4).all()
+        assert (decode["expert_bytes"] == one_expert).all()
+        prefill = rows[rows["phase"] == 0]
+        assert sorted(prefill.loc[prefill["layer"] == 0, "step"].unique()) == list(range(n_pre))
+        # the last layer keeps only each prefill batch's output token (its last)
+        batches = 1 if config == "k2" else -(-n_pre // 4)
+        assert prefill.loc[prefill["layer"] == 3, "step"].nunique() == batches
+        code, text = orch("routes", str(run.id), "--format", "json")
+        assert code == 0, text
+        assert '"decode_tokens": 12' in text and f'"top_k": {k}' in text
+    assert store.route_frame(runs["plain"].id).empty
+    assert runs["plain"].text == runs["k2"].text    # the callback observes, never changes
+
+
 def test_llama_token_text_matches_llama_completion(workspace, build, bindings, tiny):
     """The same greedy decoding through the bindings and through llama-completion."""
     _, out1, comp = run_matrix(workspace, completion_matrix(build, tiny), "c.yaml")
@@ -375,6 +431,10 @@ def test_llama_local_matrix_end_to_end(workspace):
     assert code == 0, out
     report = Path("llama.md").read_text()
     assert "text departs at" in report and "| identical |" in report
+    # issue 15 item 4: every config also answered the quality probes (random weights: wrong)
+    assert "**Quality beside speed**" in report
+    code, out = orch("quality", "--matrix", "llama-local")
+    assert code == 0 and len(re.findall(r"\(\d/3\) \|", out)) == 16, out
     # llama-bench's own repetitions give the spread next to its mean
     code, out = orch("run", str(REPO / "matrices" / "llama-bench-local.yaml"))
     assert code == 0, out

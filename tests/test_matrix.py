@@ -305,3 +305,63 @@ def test_repeat_count_or_adaptive_policy(tmp_path):
         f"{tmp_path}/m.yaml:8: repeat: give `until: X%` (the interval to reach) for adaptive repeats"]
     assert errors(write(tmp_path, GOOD + "repeat: {min: 5, max: 2, until: 1%}\n")) == [
         f"{tmp_path}/m.yaml:8: repeat: max must be at least min"]
+
+
+# -- route_trace (issue 14): per config, or for the whole matrix ------------------------------
+
+TRACED = """\
+name: traced
+engine: moe-probe
+prompt: hello
+configs:
+  a: --io pread
+  b: {flags: --io mmap, route_trace: true}
+  c: {flags: --io mmap, route_trace: false}
+  d: {flags: --io odirect}
+"""
+
+
+def traces(matrix: Matrix) -> dict[str, bool]:
+    return {c.config: c.route_trace for c in plan_cells(matrix)}
+
+
+def test_route_trace_per_config_and_matrix_wide(tmp_path):
+    m = load_matrix(write(tmp_path, TRACED)).matrix
+    assert traces(m) == {"a": False, "b": True, "c": False, "d": False}
+    assert [c.flags for c in plan_cells(m)] == ["--io pread", "--io mmap", "--io mmap",
+                                                "--io odirect"]
+    # matrix-wide: every config traces, but a config's own value wins
+    wide = load_matrix(write(tmp_path, TRACED + "route_trace: true\n")).matrix
+    assert traces(wide) == {"a": True, "b": True, "c": False, "d": True}
+    # grid-crossed names trace as their config says; a grid alone as the matrix says
+    grid = load_matrix(write(tmp_path, TRACED + "grid: {--threads: [1, 2]}\n")).matrix
+    assert traces(grid)["b+threads=1"] and traces(grid)["b+threads=2"]
+    assert not traces(grid)["a+threads=2"]
+    only_grid = load_matrix(write(tmp_path, "name: g\nengine: moe-probe\nroute_trace: true\n"
+                                            "grid: {--threads: [1, 2]}\n")).matrix
+    assert traces(only_grid) == {"threads=1": True, "threads=2": True}
+
+
+def test_route_trace_keeps_cell_keys(tmp_path):
+    """Turning tracing on must not change a cell's key: --resume finds the earlier cells."""
+    plain = load_matrix(write(tmp_path, GOOD)).matrix
+    traced = load_matrix(write(tmp_path, GOOD.replace("  b: --io mmap", "  b: {flags: --io mmap, "
+                                                     "route_trace: true}") + "route_trace: true\n"))
+    assert [c.key for c in plan_cells(plain)] == [c.key for c in plan_cells(traced.matrix)]
+    assert all(c.route_trace for c in plan_cells(traced.matrix))
+
+
+def test_route_trace_refused_with_a_clear_message(tmp_path):
+    typo = write(tmp_path, TRACED.replace("route_trace: true}", "route_trace: true, trace: 1}"))
+    assert errors(typo) == [f"{typo}:6: configs.b.trace: is not a known key"]
+    not_bool = write(tmp_path, TRACED.replace("route_trace: true}", "route_trace: often}"))
+    assert errors(not_bool)[0].startswith(f"{not_bool}:6: configs.b.route_trace: ")
+    engine = write(tmp_path, TRACED.replace("engine: moe-probe", "engine: llama-bench"))
+    assert errors(engine) == [(f"{engine}:6: configs.b.route_trace: engine 'llama-bench' cannot "
+                               "write a route trace (only bmoe, llama-token, moe-probe can)")]
+    wide = write(tmp_path, GOOD.replace("engine: moe-probe", "engine: generic")
+                 + "route_trace: true\n")
+    assert errors(wide) == [(f"{wide}:8: route_trace: engine 'generic' cannot write a route "
+                             "trace (only bmoe, llama-token, moe-probe can)")]
+    # without route_trace, those engines are as welcome as before
+    load_matrix(write(tmp_path, GOOD.replace("engine: moe-probe", "engine: generic")))

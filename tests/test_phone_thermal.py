@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import orch
+from cli_helpers import adb_device, orch
 
 from orchestrator.db.store import Store
 
@@ -21,14 +21,7 @@ REPO = ENGINES.parent.parent
 def phone_ws(phone, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_DB", raising=False)
-    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
-        devices:
-          emu:
-            kind: adb
-            serial: "{phone.serial}"
-            adb_port: {phone.adb_port}
-            workdir: {phone.data_dir}/orch
-        """))
+    (tmp_path / "devices.yaml").write_text("devices:\n" + adb_device("emu", phone))
     body = (ENGINES / "fake_bmoe.sh").read_text().split("\n", 1)[1]
     (tmp_path / "fake_bmoe.sh").write_text(f"#!{phone.sh}\n{body}")
     Path(phone.data_dir, "m.gguf").write_bytes(b"GGUF" + bytes(4092))

@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from cli_helpers import orch
+from cli_helpers import SMALL_PROBE_MATRIX, orch
 from sqlalchemy import func, select, text
 
 from orchestrator.db import schema
@@ -25,17 +25,7 @@ def write_matrix(path: Path, body: str) -> Path:
     return path
 
 
-PROBE = """\
-    name: probe-small
-    engine: moe-probe
-    prompt: hello experts
-    tokens: 12
-    cooldown: 0
-    sample_interval: 0.2s
-    configs:
-      c0: --io pread --cache-mb 0 --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
-      c1: --io mmap --cache-mb 1 --layers 4 --experts 8 --expert-mb 0.0625 --top-k 2
-    """
+PROBE = SMALL_PROBE_MATRIX
 
 
 def test_moe_probe_matrix_end_to_end(workspace):

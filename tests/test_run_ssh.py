@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import orch
+from cli_helpers import orch, ssh_device
 from sqlalchemy import select, text
 
 from orchestrator.db import schema
@@ -22,25 +22,10 @@ ENGINES = Path(__file__).resolve().parent / "engines"
 def ssh_workspace(tmp_path, monkeypatch, sshd):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_DB", raising=False)
-    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
-        devices:
-          ssh-test:
-            kind: ssh
-            host: {sshd.host}
-            port: {sshd.port}
-            user: {sshd.user}
-            key: {sshd.key}
-            known_hosts: {sshd.known_hosts}
-            workdir: {tmp_path}/remote
-          stranger:
-            kind: ssh
-            host: {sshd.host}
-            port: {sshd.port}
-            user: {sshd.user}
-            key: {sshd.key}
-            known_hosts: {tmp_path}/empty_known_hosts
-            workdir: {tmp_path}/remote2
-        """))
+    (tmp_path / "devices.yaml").write_text(
+        "devices:\n" + ssh_device("ssh-test", sshd, f"{tmp_path}/remote")
+        + ssh_device("stranger", sshd, f"{tmp_path}/remote2",
+                     known_hosts=f"{tmp_path}/empty_known_hosts"))
     (tmp_path / "fake_bmoe.sh").write_bytes((ENGINES / "fake_bmoe.sh").read_bytes())
     return tmp_path
 

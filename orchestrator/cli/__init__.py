@@ -5,7 +5,17 @@ from __future__ import annotations
 import click
 
 from orchestrator import __version__
-from orchestrator.cli import calibrate, data, devices, engines, report, routes, run
+from orchestrator.cli import (
+    calibrate,
+    ceilings,
+    data,
+    devices,
+    engines,
+    quality,
+    report,
+    routes,
+    run,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,12 +34,13 @@ def main() -> None:
       orch devices --probe                  # list devices and their facts
       orch import DIR --engine bmoe         # existing engine artifacts into the store
       orch calibrate -d phone               # idle temperature baseline for cooldowns
+      orch ceilings -d phone                # storage, memory (and compute) ceilings
     """
 
 
 for command in (run.run, run.runs, run.show, devices.devices, calibrate.calibrate, data.import_cmd,
                 data.table, data.export, engines.engines, engines.models, report.report,
-                report.compare, routes.routes):
+                report.compare, routes.routes, ceilings.ceilings, quality.quality):
     main.add_command(command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -18,27 +18,67 @@ DEFAULT_TABLES = ("model", "throughput", "latency", "pressure", "adaptive")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--engine", "-e", default="bmoe", show_default=True,
               help="Which engine wrote the artifacts.")
-@click.option("--device", "-d", default="imported", show_default=True,
-              help="Device name to file the runs under.")
+@click.option("--device", "-d", help="Device name to file the runs under [default: imported].")
 @click.option("--name", "-n", help="Session name (default: the directory's name).")
+@click.option("--model", "-m", "models", multiple=True, metavar="[PREFIX=]NAME",
+              help="The model of every run (overrides the CSV preamble and the file-name "
+                   "rule); PREFIX=NAME only for files named PREFIX_*.csv (repeatable), e.g. "
+                   "--model gptoss=gpt-oss-120b-Q4_K_M.gguf.")
+@click.option("--label", "-l", help="A description of the session, shown in its reports.")
+@click.option("--replace", is_flag=True,
+              help="Re-import every run with the options given now (name, device, model, "
+                   "label), replacing the session's earlier runs.")
 @db_option
 @friendly
-def import_cmd(directory: str, engine: str, device: str, name: str | None, db: str | None) -> None:
-    """Import a directory of existing artifacts as a session: one run per per-token CSV (named
-    by the file's stem), with its .metrics sidecar, .log summary lines and .out log.
+def import_cmd(directory: str, engine: str, device: str | None, name: str | None,
+               models: tuple[str, ...], label: str | None, replace: bool, db: str | None) -> None:
+    """Import a study folder as ONE session: one run per per-token CSV (named by the file's
+    stem), with its .metrics sidecar, .log summary lines, .out log, <stem>.state device state
+    and, for <tag>.route.csv routing traces, <tag>.metrics as the per-token CSV.
 
-    Importing the same directory again changes nothing; files that changed replace their run.
-    A CSV without its '# summary' trailer imports as interrupted (†). Problems are reported
-    per file and the rest of the directory still imports.
+    \b
+    Subfolders are read too, and their runs are named by their path (warmup/gemma_k6): one
+    session keeps what a study measured together in one table and report, and the path keeps
+    warmup/gemma_k6.csv and gemma_k6.csv two runs. A matrix stdout (.out/.log with
+    `==== NAME ====` sections, no CSV of its name) gives a summary-only run per section
+    (no token rows); a section that is a CSV run's stdout gives that run its text. driver*.log
+    ENTRY STATE lines and .state files become the runs' start facts (orch show RUN).
+
+    \b
+    Every file not imported is listed with its reason: not a per-token CSV, empty, binary,
+    impossible values (negative times or bytes, cache hit outside 0..100, steps not
+    increasing: the file is refused, with the line), unknown kind, sidecar or .state without
+    its CSV, not a regular file (FIFO, socket, device: never opened), too large, unreadable.
+
+    \b
+    Importing the same directory again changes nothing; files that changed replace their run,
+    with the options of the first import (new ones are reported as ignored). --replace
+    re-imports everything with the options given now. A CSV without its '# summary' trailer
+    imports as interrupted (†).
+
+    \b
+    Exit status: 0 when the session has runs from the folder, 1 when nothing could be
+    imported (no session is left behind; with --replace the earlier runs are kept),
+    2 on a usage error.
     """
     from orchestrator.db.store import Store
-    from orchestrator.results.importer import import_dir
+    from orchestrator.results.importer import import_dir, model_rules
 
-    report = import_dir(Store.open(db), directory, engine=engine, device=device, name=name)
-    click.echo(f"session {report.session_id}: {len(report.imported)} run(s) imported, "
-               f"{len(report.unchanged)} unchanged")
+    report = import_dir(Store.open(db), directory, engine=engine, device=device, name=name,
+                        model=model_rules(models) or None, label=label, replace=replace)
+    for path, reason in report.skipped:
+        click.echo(f"  {path}: not imported: {reason}", err=True)
     for problem in report.problems:
         click.echo(f"  {problem}", err=True)
+    if report.ignored:
+        click.echo(f"options ignored: {', '.join(report.ignored)} (use --replace)", err=True)
+    if not report.ok:
+        kept = f"; the session's {report.kept} earlier run(s) are kept" if report.kept else ""
+        click.echo(f"nothing imported from {directory}: {len(report.skipped)} file(s) "
+                   f"skipped{kept}", err=True)
+        sys.exit(1)
+    click.echo(f"session {report.session_id}: {len(report.imported)} run(s) imported, "
+               f"{len(report.unchanged)} unchanged, {len(report.skipped)} skipped")
 
 
 @click.command()

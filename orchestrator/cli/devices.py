@@ -10,7 +10,8 @@ from orchestrator.config.yamlfile import ConfigError
 
 
 @click.group(invoke_without_command=True)
-@click.option("--probe", is_flag=True, help="Connect to each device and print its facts.")
+@click.option("--probe", is_flag=True, help="Connect to each device and print its facts and "
+              "its newest stored ceilings.")
 @click.option("--device", "-d", "names", multiple=True, help="Only these devices.")
 @inventory_option
 @db_option
@@ -18,7 +19,8 @@ from orchestrator.config.yamlfile import ConfigError
 @friendly
 def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: str | None,
             db: str | None) -> None:
-    """List the inventory's devices; with --probe, collect and print their facts."""
+    """List the inventory's devices; with --probe, collect and print their facts and the
+    newest hardware ceilings stored for each (`orch ceilings`)."""
     if ctx.invoked_subcommand is not None:
         return
     from orchestrator.config.inventory import load_inventory
@@ -26,6 +28,11 @@ def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: 
 
     inv = load_inventory(inventory)
     print_devices(console, inv, list(names) or inv.names(), probe, db)
+    if probe:
+        from orchestrator.db.store import Store
+        from orchestrator.results.ceilings import print_ceilings
+
+        print_ceilings(console, Store.open(db), list(names) or inv.names())
 
 
 @devices.command()

@@ -5,12 +5,13 @@ import sys
 
 import click
 
-ENGINE_BUILDS = ("llama.cpp",)
+ENGINE_BUILDS = ("llama.cpp", "probes")
 
 
 @click.group()
 def engines() -> None:
-    """Build the engines orch can run (llama.cpp from PyPI's llama-cpp-python sdist)."""
+    """Build the engines orch can run (llama.cpp from PyPI's llama-cpp-python sdist) and the
+    ceiling probes (`orch ceilings`)."""
 
 
 @engines.command("build")
@@ -24,7 +25,10 @@ def engines() -> None:
               help="Also pip-install llama-cpp-python (same version, without compiling "
                    "llama.cpp again) for the Python orch runs in; the llama-token engine "
                    "needs it.")
-def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings: bool) -> None:
+@click.option("--abi", type=click.Choice(["x86_64", "arm64", "all"]), default="all",
+              show_default=True, help="probes: the ABI(s) to build for.")
+def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings: bool,
+              abi: str) -> None:
     """Build ENGINE into the cache and print where it is.
 
     \b
@@ -33,7 +37,16 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings
     $ORCH_LLAMA_CACHE/<version> (default ~/.cache/orch/llama.cpp/<version>); a finished build
     is reused. Needs cmake, ninja and g++ (Debian: apt-get install cmake ninja-build g++).
     About 4 minutes on 2 cores.
+
+    \b
+    probes: the static C probes of `orch ceilings` (iobench, membench) for --abi: x86_64 with
+    `cc -static` (Debian: gcc libc6-dev), arm64 with `aarch64-linux-gnu-gcc -static`
+    (gcc-aarch64-linux-gnu libc6-dev-arm64-cross), into ~/.cache/orch/probes/<sha>/<abi>/
+    ($ORCH_PROBE_CACHE); a build of the same sources is reused. Seconds.
     """
+    if engine == "probes":
+        _build_probes(abi, force)
+        return
     from orchestrator.tools.llamacpp_build import (
         LLAMA_CPP_VERSION,
         BuildError,
@@ -54,6 +67,19 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings
     click.echo(f"llama-bench:      {done.binary('llama-bench')}")
     click.echo(f"llama-completion: {done.binary('llama-completion')}")
     click.echo(f"libllama:         {done.lib_dir}  (LLAMA_CPP_LIB_PATH)")
+
+
+def _build_probes(abi: str, force: bool) -> None:
+    from orchestrator.tools.probe_build import ABIS, PROBES, ProbeBuildError, build
+
+    try:
+        for one in ABIS if abi == "all" else (abi,):
+            done = build(one, force=force, log=click.echo)
+            for name in PROBES:
+                click.echo(f"{name} ({one}): {done.binary(name)}")
+    except ProbeBuildError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
 
 
 @click.group()

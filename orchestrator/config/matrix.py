@@ -17,9 +17,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
 
 from orchestrator.config.matrix_values import (
     BinarySpec,
+    ConfigSpec,
     Cooldown,
     ModelFile,
     RepeatPolicy,
@@ -32,8 +34,13 @@ from orchestrator.config.yamlfile import (
     load_yaml,
     validate,
 )
+from orchestrator.quality.probes import load_probes
+from orchestrator.quality.spec import QualitySpec
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
+# Engines that write a `# route_trace v1` file when given `--route-trace PATH` (route-trace.md):
+# bmoe-cli itself, and orch's moe-probe and llama-token.
+ROUTE_TRACE_ENGINES = ("bmoe", "llama-token", "moe-probe")
 
 
 class Matrix(BaseModel):
@@ -47,7 +54,7 @@ class Matrix(BaseModel):
     prompt: str | None = None
     prompt_file: str | None = None
     tokens: int = Field(default=64, gt=0)
-    configs: dict[str, str] = Field(default_factory=dict)
+    configs: dict[str, str | ConfigSpec] = Field(default_factory=dict)
     grid: dict[str, Annotated[list[str | int | float | bool], Field(min_length=1)]] = \
         Field(default_factory=dict)
     repeat: RepeatPolicy = Field(default_factory=lambda: RepeatPolicy(min=1, max=1))
@@ -66,6 +73,8 @@ class Matrix(BaseModel):
     sample_interval: float = 1.0
     engine_options: dict[str, Any] = Field(default_factory=dict)
     path_check: Literal["warn", "refuse", "off"] = "warn"  # model paths vs streaming (pathcheck.py)
+    route_trace: bool = False      # every config writes a route trace (a config's own value wins)
+    quality: QualitySpec | None = None   # quality probes beside the cells (orchestrator/quality)
 
     @field_validator("name")
     @classmethod
@@ -84,9 +93,35 @@ class Matrix(BaseModel):
     def _duration(cls, value: Any) -> float:
         return parse_duration(value)
 
+    @field_validator("configs", mode="before")
+    @classmethod
+    def _config_forms(cls, value: Any) -> Any:
+        """A config is a flag string or a ConfigSpec mapping. Checked here, one form per value,
+        so an error reads `configs.NAME: expected a string` or `configs.NAME.KEY: ...` rather
+        than one error per form the value is not."""
+        if not isinstance(value, dict):
+            return value
+        out: dict[Any, Any] = {}
+        problems: list[InitErrorDetails] = []
+        for name, item in value.items():
+            if isinstance(item, dict):
+                try:
+                    item = ConfigSpec.model_validate(item)
+                except ValidationError as exc:
+                    problems += [InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),
+                                                  input=e["input"],
+                                                  **({"ctx": e["ctx"]} if "ctx" in e else {}))
+                                 for e in exc.errors(include_url=False)]
+            elif not isinstance(item, (str, ConfigSpec)):
+                problems.append(InitErrorDetails(type="string_type", loc=(name,), input=item))
+            out[name] = item
+        if problems:
+            raise ValidationError.from_exception_data("configs", problems)
+        return out
+
     @field_validator("configs")
     @classmethod
-    def _config_names(cls, value: dict[str, str]) -> dict[str, str]:
+    def _config_names(cls, value: dict[str, str | ConfigSpec]) -> dict[str, str | ConfigSpec]:
         for name in value:
             if not _NAME.match(str(name)):
                 raise ValueError(f"config name {name!r}: use letters, digits and . _ - = , + only")
@@ -115,6 +150,7 @@ class Matrix(BaseModel):
         if not problems:
             names = [name for name, _ in expand_configs(self)]
             problems += _baseline_and_pairs(self, names)
+            problems += _route_trace_engine(self)
         if problems:
             raise errors_at(self, problems)
         return self
@@ -134,6 +170,18 @@ class Matrix(BaseModel):
     def label(self, config: str) -> str:
         """A config's human-readable label (`labels:`), else its name."""
         return self.labels.get(config, config)
+
+
+def _route_trace_engine(matrix: Matrix) -> Problems:
+    """`route_trace: true` where the engine cannot write a trace: refused at the key that asks."""
+    if matrix.engine in ROUTE_TRACE_ENGINES:
+        return []
+    message = (f"engine {matrix.engine!r} cannot write a route trace (only "
+               f"{', '.join(ROUTE_TRACE_ENGINES)} can)")
+    asked: Problems = [(("route_trace",), message)] if matrix.route_trace else []
+    asked += [(("configs", name, "route_trace"), message) for name, spec in matrix.configs.items()
+              if isinstance(spec, ConfigSpec) and spec.route_trace]
+    return asked
 
 
 def _one_of(names: list[str]) -> str:
@@ -217,6 +265,8 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
             raise ConfigError(f"{path}: prompt_file: cannot read {prompt_path}: {exc.strerror}") from None
     else:
         prompt_text = matrix.prompt or ""
+    if matrix.quality is not None:   # a bad probe line: file:line, exit 2, nothing written
+        load_probes(matrix.quality, path)
     return LoadedMatrix(matrix=matrix, path=str(path), text=text,
                         sha256=hashlib.sha256(text.encode()).hexdigest(), prompt_text=prompt_text)
 
@@ -231,6 +281,19 @@ def _flag_value(flag: str, value: object) -> tuple[str, list[str]]:
 
 def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
     """(name, flag string) pairs: `configs` as written, crossed with the `grid` product."""
+    return [(name, flags) for name, flags, _ in expand_config_specs(matrix)]
+
+
+def _flags_and_trace(matrix: Matrix, spec: str | ConfigSpec) -> tuple[str, bool]:
+    if isinstance(spec, ConfigSpec):
+        own = spec.route_trace
+        return spec.flags, matrix.route_trace if own is None else own
+    return spec, matrix.route_trace
+
+
+def expand_config_specs(matrix: Matrix) -> list[tuple[str, str, bool]]:
+    """(name, flag string, route_trace) triples, in `expand_configs`' order: a grid-crossed
+    config traces as its `configs` entry says, a grid-only one as the matrix says."""
     grid_items: list[tuple[str, str]] = []
     if matrix.grid:
         flags = list(matrix.grid)
@@ -240,12 +303,12 @@ def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
             tokens = [t for p in parts for t in p[1]]
             grid_items.append((name, shlex.join(tokens)))
     if not matrix.configs:
-        return grid_items
-    base = list(matrix.configs.items())
+        return [(name, flags, matrix.route_trace) for name, flags in grid_items]
+    base = [(name, *_flags_and_trace(matrix, spec)) for name, spec in matrix.configs.items()]
     if not grid_items:
         return base
-    return [(f"{cname}+{gname}", f"{cflags} {gflags}".strip())
-            for cname, cflags in base for gname, gflags in grid_items]
+    return [(f"{cname}+{gname}", f"{cflags} {gflags}".strip(), trace)
+            for cname, cflags, trace in base for gname, gflags in grid_items]
 
 
 def stored_matrix(text: str | None) -> Matrix | None:

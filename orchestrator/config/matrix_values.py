@@ -180,3 +180,12 @@ class RepeatPolicy(BaseModel):
     @property
     def adaptive(self) -> bool:
         return self.max > self.min
+
+
+class ConfigSpec(BaseModel):
+    """A config in its mapping form, `name: {flags: "--flags", route_trace: true}`; the string
+    form `name: "--flags"` stays the usual one. `route_trace` None follows the matrix's."""
+
+    model_config = ConfigDict(extra="forbid")
+    flags: str = ""
+    route_trace: bool | None = None

@@ -5,7 +5,7 @@ import random
 import shlex
 from dataclasses import dataclass
 
-from orchestrator.config.matrix import Matrix, expand_configs
+from orchestrator.config.matrix import Matrix, expand_config_specs
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,8 @@ class Cell:
     flags: str                 # the flag string as written / generated
     repeat: int                # 0-based repeat index
     order: int = 0             # position in the run order
+    route_trace: bool = False  # the engine writes a route trace (not part of the key: a
+                               # matrix that turns tracing on resumes its earlier cells)
 
     @property
     def key(self) -> str:
@@ -27,19 +29,23 @@ class Cell:
         return shlex.split(self.flags)
 
 
-def _units(configs: list[tuple[str, str]], pairs: list[list[str]]) -> list[list[tuple[str, str]]]:
+Config = tuple[str, str, bool]   # name, flag string, route_trace
+
+
+def _units(configs: list[Config], pairs: list[list[str]]) -> list[list[Config]]:
     """Configs grouped into what runs back to back: a pair at its first member's place, every
     other config alone. `Matrix` has checked that each paired name is a config, once."""
-    by_name = dict(configs)
+    by_name = {config[0]: config for config in configs}
     paired = {name: i for i, pair in enumerate(pairs) for name in pair}
-    units: list[list[tuple[str, str]]] = []
+    units: list[list[Config]] = []
     placed: set[int] = set()
-    for name, flags in configs:
+    for config in configs:
+        name = config[0]
         if name not in paired:
-            units.append([(name, flags)])
+            units.append([config])
         elif paired[name] not in placed:
             placed.add(paired[name])
-            units.append([(n, by_name[n]) for n in pairs[paired[name]]])
+            units.append([by_name[n] for n in pairs[paired[name]]])
     return units
 
 
@@ -52,7 +58,7 @@ def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = N
     `first_order` = where the run order stands), which is one pass over the configs whatever
     the order: an added round is always interleaved."""
     rounds = range(matrix.repeat.min) if rounds is None else rounds
-    configs = expand_configs(matrix)
+    configs = expand_config_specs(matrix)
     units = _units(configs, matrix.pairs)
     models: list[tuple[str, str | None]] = list(matrix.models.items()) or [("-", None)]
     base = matrix.seed if seed is None else seed
@@ -68,6 +74,7 @@ def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = N
         if matrix.order == "shuffled":
             rng.shuffle(block)
         for unit, rep in block:
-            for name, flags in unit:
-                cells.append(Cell(model=model, model_path=path, config=name, flags=flags, repeat=rep))
+            for name, flags, trace in unit:
+                cells.append(Cell(model=model, model_path=path, config=name, flags=flags,
+                                  repeat=rep, route_trace=trace))
     return [Cell(**{**c.__dict__, "order": first_order + i}) for i, c in enumerate(cells)]

@@ -47,6 +47,14 @@ class CellSpec:
     flags: list[str]               # the config's flags, already split shell-like
     csv_path: str                  # absolute path on the device for the per-token CSV
     extra: dict[str, Any] = field(default_factory=dict)
+    # where the engine writes its `# route_trace v1` file (None: no trace); the runner fetches
+    # it after the run (engines that can trace: config/matrix.py ROUTE_TRACE_ENGINES)
+    route_trace_path: str | None = None
+
+    def route_trace_argv(self) -> list[str]:
+        """`--route-trace PATH` when the cell traces (bmoe-cli's flag, which moe-probe and
+        llama-token share), else nothing."""
+        return ["--route-trace", self.route_trace_path] if self.route_trace_path else []
 
 
 class RunParser(abc.ABC):

@@ -13,7 +13,7 @@ STDERR_TAIL = 50
 # able to fill the controller's memory: beyond this many lines only the last ones are kept
 # (the summary lines come last, so they survive).
 MAX_STDOUT_LINES = 100_000
-_WARNING = re.compile(r"warn|O_DIRECT.*(unsupported|not supported|fail)", re.I)
+_WARNING = re.compile(r"warn|O_DIRECT.*(unsupported|not supported|fail)", re.IGNORECASE)
 
 
 _NONE: list[TokenRow] = []
@@ -57,6 +57,18 @@ class BmoeRunParser(RunParser):
         return list(self._warnings)
 
 
+def summary_record(lines: list[str]) -> RunRecord:
+    """A run known only from its stdout summary lines (a matrix driver's `==== NAME ====`
+    section, no per-token CSV): complete when the `generation:` line is there, since the engine
+    prints it once generation finished; no token rows, so tok/s is the engine's own."""
+    parsed = parse_summary_lines(lines)
+    text = parsed.pop("text")
+    done = "generation" in parsed
+    return RunRecord(complete=done, errors=[] if done else ["no 'generation:' summary line"],
+                     text=text, extra={"trailer": None, "lines": parsed, "summary_only": True},
+                     **trailer_fields(None, parsed, {}))
+
+
 def _engine_build(settings: dict[str, object]) -> str | None:
     """The preamble's `engine=` (bmoe preamble v2; llama-token adds its bindings' version)."""
     engine = settings.get("engine")
@@ -74,7 +86,7 @@ class BmoeAdapter(EngineAdapter):
         if not cell.model_path:
             raise ValueError("bmoe-cli needs a model path (-m)")
         return [cell.binary, "-m", cell.model_path, "-p", cell.prompt, "-n", str(cell.tokens),
-                *cell.flags, "--csv", cell.csv_path]
+                *cell.flags, "--csv", cell.csv_path, *cell.route_trace_argv()]
 
     def new_parser(self, prompt: str | None = None) -> RunParser:
         return BmoeRunParser(prompt=prompt)

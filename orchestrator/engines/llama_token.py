@@ -9,6 +9,9 @@ engine_options:
 - `python`: the interpreter on the device that has llama-cpp-python (default `python3`);
   `orch` means the interpreter orch itself runs in, for the `local` device (where
   `orch engines build llama.cpp` installed the bindings).
+
+A cell with `route_trace: true` adds `--route-trace PATH`: the routing llama.cpp computed, read
+from its graph evaluation callback (agent/llama_token.py, RouteCapture).
 """
 from __future__ import annotations
 
@@ -33,4 +36,5 @@ class LlamaTokenAdapter(BmoeAdapter):
         if python == "orch":
             python = sys.executable
         return [python, cell.binary, "-m", cell.model_path, "-p", cell.prompt,
-                "-n", str(cell.tokens), *cell.flags, "--csv", cell.csv_path]
+                "-n", str(cell.tokens), *cell.flags, "--csv", cell.csv_path,
+                *cell.route_trace_argv()]

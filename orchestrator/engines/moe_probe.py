@@ -21,4 +21,5 @@ class MoeProbeAdapter(BmoeAdapter):
         python = str(cell.extra.get("python", "python3"))
         cache_dir = str(cell.extra.get("cache_dir", f"{cell.extra['workdir']}/probe-cache"))
         return [python, cell.binary, "--prompt", cell.prompt, "-n", str(cell.tokens),
-                "--cache-dir", cache_dir, *cell.flags, "--csv", cell.csv_path]
+                "--cache-dir", cache_dir, *cell.flags, "--csv", cell.csv_path,
+                *cell.route_trace_argv()]

@@ -331,21 +331,30 @@ def draw(data: ReportData, doc: Path | None) -> dict[str, list[Plot]]:
     PNGs are written to `<doc stem>_files/` and linked; without, they are embedded as data:
     URIs (a self-contained HTML page)."""
     plt = _pyplot()
-    out_dir = None
-    if doc is not None:
-        out_dir = doc.parent / f"{doc.stem}_files"
-        out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = figure_dir(doc)
     result: dict[str, list[Plot]] = {}
     for group in data.groups:
-        plots = []
-        for kind, fig, caption in figures(data, group):
-            png = _png(fig, plt)
-            if out_dir is None:
-                link = "data:image/png;base64," + base64.b64encode(png).decode("ascii")
-                plots.append(Plot(kind, caption, link))
-            else:
-                path = out_dir / f"{group.slug}-{kind}.png"
-                path.write_bytes(png)
-                plots.append(Plot(kind, caption, quote(f"{out_dir.name}/{path.name}"), path))
-        result[group.slug] = plots
+        result[group.slug] = [emit(fig, plt, out_dir, f"{group.slug}-{kind}", kind, caption)
+                              for kind, fig, caption in figures(data, group)]
     return result
+
+
+def figure_dir(doc: Path | None) -> Path | None:
+    """Where a markdown document's PNGs go (`<doc stem>_files/`, made); None: embed them."""
+    if doc is None:
+        return None
+    out_dir = doc.parent / f"{doc.stem}_files"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
+def emit(fig: Any, plt: Any, out_dir: Path | None, name: str, kind: str,
+         caption: str) -> Plot:
+    """A drawn figure as a Plot (and closed): `<out_dir>/<name>.png` linked relative to the
+    document, or without out_dir a data: URI (a self-contained HTML page)."""
+    png = _png(fig, plt)
+    if out_dir is None:
+        return Plot(kind, caption, "data:image/png;base64," + base64.b64encode(png).decode("ascii"))
+    path = out_dir / f"{name}.png"
+    path.write_bytes(png)
+    return Plot(kind, caption, quote(f"{out_dir.name}/{path.name}"), path)

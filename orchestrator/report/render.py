@@ -32,7 +32,8 @@ from orchestrator import __version__
 from orchestrator.config.matrix import stored_matrix
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
-from orchestrator.report import context, provenance, sections
+from orchestrator.report import ceilings as against_ceilings
+from orchestrator.report import context, provenance, quality, routing, sections
 from orchestrator.report.cells import id_list
 from orchestrator.results import drift, tables
 from orchestrator.results import markdown as md
@@ -125,8 +126,10 @@ def header(data: context.ReportData) -> dict[str, Any]:
     failed = data.failed
     return {
         "title": md.md_escape(data.title),
-        "descriptions": [md.md_escape(m["description"]) for m in matrices
-                         if m.get("description")],
+        "descriptions": [md.md_escape(s.label) for s in data.sessions   # orch import --label
+                         if getattr(s, "label", None)]
+                        + [md.md_escape(m["description"]) for m in matrices
+                           if m.get("description")],
         "what": what, "period": period,
         "sessions": ", ".join(str(s.id) for s in data.sessions),
         "devices": "; ".join(_device_line(n, d) for n, d in data.devices.items()),
@@ -216,6 +219,7 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
     links its figures from `<out stem>_files/` (drawn only with `out`); HTML embeds them as
     data: URIs, so the page is one file. Returns the text."""
     data = context.build(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots)
+    traced, untraceable = routing.build(store, data)   # none traced: the report as before
     drawn, note = None, None
     if plots and out is None and fmt != "html":
         note = "Figures are written only with `-o FILE` (next to the document)."
@@ -226,15 +230,21 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
             note = "No figures: matplotlib is not installed (`pip install 'orch[plots]'`)."
         else:
             from orchestrator.report import plots as plotting
+            from orchestrator.report import route_plots
 
             # HTML is one self-contained file: its figures are embedded, none written beside it
             drawn = plotting.draw(data, None if fmt == "html" else out)
+            route_plots.draw(traced, None if fmt == "html" else out)
     env, user_main = environment(template)
     ctx = document_context(data, drawn, note)
     for group in ctx["groups"]:
         group.update(group_facts_and_pivot(store, data, group["group"]))
+        group.update(against_ceilings.group_context(store, group["group"]))  # orch ceilings
+        group.update(quality.group_context(store, group["group"]))  # quality probes
     ctx["quantile"] = quantile          # the Method paragraph names the p5/p95 method used
     ctx["comparison"] = comparison      # `--compare`: report/compare.py's section(), or None
+    ctx["routing"] = [routing.section_context(s) for s in traced]   # report/routing.py
+    ctx["routing_problems"] = untraceable
     try:
         if fmt == "html" and user_main is not None and _is_html(user_main):
             # the user's page template wraps the built-in markdown body

@@ -1,260 +1,332 @@
-"""`orch import`: existing engine artifacts (a folder of bmoe CSVs, sidecars, logs) -> a session.
+"""`orch import`: a study folder as it is (a tree of bmoe CSVs, sidecars, logs) -> one session.
 
-One run per per-token CSV, named by the file's stem (its config name). Next to a CSV, files with
-the same stem add what they tell: `.metrics` (device pressure sidecar), `.log` (summary lines +
-sidecar, UTF-8 BOM), `.out` (the whole stdout: text and summary lines). The file contents are
-fed through the same adapter parser a live run uses, so imported and measured runs agree.
-A `<tag>.route.csv` expert-routing trace (route-trace.md) is one run with `<tag>.metrics`,
-which is then that run's per-token CSV: its rows go to the `route` table, its preamble and
-layer sizes to the record's extra["route_trace"].
+ONE session per folder given, subfolders included: a run found in a subfolder is named by its
+path, `warmup/gemma_k6` beside the top folder's `gemma_k6`, so same-stem files in different
+subfolders stay two runs (one session per subfolder would split what the study measured as one
+day into sessions `orch table` and the report never show together).
 
-What a measured run gets from its cooldown and first sample, an imported one gets from its
-files, so the same comparability checks (results/drift.py) run on it: the start temperature and
-free RAM from the sidecar's `*_before_*` values, and from a driver log (`driver*.log`: a
-`==== NAME ====` section per run with an `ENTRY STATE: batt=380 dC, memavail=... kB,
-freq=..., waited=180s` line) the cooldown waited and the CPU frequency at entry. A run's
-times are its files' times: it ended when its per-token CSV was last written (the trailer),
-and started that long before as its load, prefill and decode took; never the import time.
+Which file is what: results/import_scan.py; what makes a file unreadable as what it claims:
+results/import_checks.py; matrix stdout sections: results/import_sections.py; entry state
+(driver logs, `.state`): results/import_state.py; one run into the store:
+results/import_run.py. Every file not imported is reported with its reason.
+
+Importing a folder again imports only files that changed (their runs are replaced, never
+duplicated), with the options stored at the first import; `replace=True` re-imports every run
+with the options given now.
 """
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
+import json
 import re
-import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from orchestrator import __version__
-from orchestrator.config.plan import Cell
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store, now
 from orchestrator.engines import get_adapter
-from orchestrator.engines.bmoe_format import (
-    SIDECAR_KEY,
-    parse_metrics_sidecar,
-    split_log,
+from orchestrator.results import import_sections
+from orchestrator.results.import_checks import csv_reason, read_regular, text_reason
+from orchestrator.results.import_run import Planned, write_run
+from orchestrator.results.import_scan import ROUTE_SUFFIX, RunFiles, Scan, scan
+from orchestrator.results.import_state import (
+    driver_entries,
+    driver_log_entries,
+    parse_state,
+    start_state,
 )
-from orchestrator.record import Pressure, RunRecord
-from orchestrator.results.route_trace import RouteTrace, read_route_trace
+from orchestrator.results.route_trace import RouteTrace, parse_route_trace
 from orchestrator.run import controller
-from orchestrator.run.recorder import RunRecorder
 
-ROUTE_SUFFIX = ".route.csv"   # bmoe-cli --route-trace; its run's per-token CSV is <tag>.metrics
+__all__ = ["ROUTE_SUFFIX", "ImportOptions", "ImportReport", "driver_entries", "import_dir",
+           "model_rules"]
+
 MAX_FILE = 512 * 1024 * 1024   # a per-token CSV of a 256-token run is ~50 KB; refuse absurd files
-_SECTION = re.compile(r"^=+ (\S.*?) =+$")
-_ENTRY_ITEM = re.compile(r"(\w+)=(-?\d+)\s*(dC|kB|s)?")
-_ENTRY_KEYS = {"batt": "batt_temp_dC", "memavail": "mem_avail_kb", "freq": "cpu_khz",
-               "waited": "waited_s"}
+ALL_RUNS = "*"                 # model_rules key: the model of every run
+
+
+class ImportOptions(BaseModel):
+    """What `orch import` was told; stored with the session (session.import_options)."""
+
+    device: str = "imported"
+    name: str | None = None
+    label: str | None = None
+    model: dict[str, str] = Field(default_factory=dict)   # see model_rules
 
 
 @dataclass
 class ImportReport:
-    session_id: int
+    session_id: int | None                   # None: nothing imported, no session kept
     imported: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)   # per-file messages, printed to the user
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # (file, reason)
+    problems: list[str] = field(default_factory=list)   # imported runs' parse problems
+    ignored: list[str] = field(default_factory=list)    # options a re-import did not apply
+    kept: int = 0                                       # --replace found nothing: runs kept
+
+    @property
+    def ok(self) -> bool:
+        """Whether the session has runs from this folder (exit 0)."""
+        return bool(self.imported or self.unchanged)
 
 
-def _read_text(path: Path) -> str:
-    data = path.read_bytes()
-    return data.decode("utf-8", errors="replace").lstrip("\ufeff")
+def model_rules(values: Sequence[str]) -> dict[str, str]:
+    """`--model NAME` (every run) and `--model PREFIX=NAME` (runs whose file name starts with
+    `PREFIX_`, e.g. `gptoss=gpt-oss-120b` for gptoss_k2.csv) -> {"*" or PREFIX: NAME}."""
+    rules: dict[str, str] = {}
+    for value in values:
+        prefix, sep, name = value.partition("=")
+        if sep and (not prefix or not name):
+            raise ConfigError(f"--model {value!r}: expected NAME or PREFIX=NAME")
+        rules[prefix if sep else ALL_RUNS] = name if sep else value
+    return rules
 
 
-def _digest(paths: list[Path]) -> str:
-    sha = hashlib.sha256()
-    for path in paths:
-        sha.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return sha.hexdigest()
+def _model(rules: Mapping[str, str], prefix: str | None, preamble: Any) -> str:
+    """The model a run measured: --model, else a --model rule for its file-name prefix, else
+    the CSV preamble's `model=` file name, else the file-name prefix (bench-run.sh writes
+    `<model>_<config>`: qwen_sg.csv), else "-". Runs of one model form one group in tables and
+    reports, with its own baseline: deltas never cross models."""
+    if ALL_RUNS in rules:
+        return rules[ALL_RUNS]
+    if prefix and prefix in rules:
+        return rules[prefix]
+    if preamble:
+        return str(preamble)
+    return prefix or "-"
 
 
-def _find_session(store: Store, source: str) -> int | None:
-    rows = store.fetch(select(schema.session.c.id).where(schema.session.c.kind == "import",
-                                                         schema.session.c.source_dir == source))
-    return rows[0].id if rows else None
+def _find_session(store: Store, source: str) -> Any | None:
+    rows = store.fetch(select(schema.session).where(schema.session.c.kind == "import",
+                                                    schema.session.c.source_dir == source)
+                       .order_by(schema.session.c.id))
+    return rows[0] if rows else None
+
+
+def _options(row: Any, given: dict[str, Any], replace: bool) -> tuple[ImportOptions, list[str]]:
+    """The options this import applies, and those it ignores: a folder imported before keeps
+    its stored options unless `replace` (its runs must not mix two devices or model rules)."""
+    stored = ImportOptions.model_validate(row.import_options) \
+        if row is not None and row.import_options else None
+    if stored is None or replace:
+        return ImportOptions(**given), []
+    ignored = [f"--{k} {v!r} (stored: {getattr(stored, k)!r})" for k, v in given.items()
+               if getattr(stored, k) != v]
+    return stored, ignored
 
 
 def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
-               device: str = "imported", name: str | None = None) -> ImportReport:
+               device: str | None = None, name: str | None = None,
+               model: Mapping[str, str] | None = None, label: str | None = None,
+               replace: bool = False, max_bytes: int = MAX_FILE) -> ImportReport:
+    """Import a folder (recursively) as one session; see the module doc."""
     folder = Path(directory).resolve()
     if not folder.is_dir():
         raise ConfigError(f"{directory}: not a directory")
-    csvs = sorted(p for p in folder.glob("*.csv") if not p.name.endswith(ROUTE_SUFFIX))
-    traces = {p.name[:-len(ROUTE_SUFFIX)]: p for p in folder.glob("*" + ROUTE_SUFFIX)}
-    # a traced run's per-token rows are in <tag>.metrics (route-trace.md §1), one run with its trace
-    csvs += sorted(folder / f"{tag}.metrics" for tag in traces
-                   if tag not in {c.stem for c in csvs} and (folder / f"{tag}.metrics").is_file())
-    if not csvs:
-        raise ConfigError(f"{directory}: no per-token .csv files to import")
     try:
         adapter = get_adapter(engine)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
     source = str(folder)
-    session_id = _find_session(store, source)
-    if session_id is None:
-        session_id = store.create_session(
-            kind="import", name=name or folder.name, matrix_name=name or folder.name,
-            source_dir=source, orch_version=__version__, git_rev=controller.git_revision(),
-            python_version=controller.python_version(), controller_host=controller.host(),
-            started_at=now())
-    elif name:
-        store.update_session(session_id, name=name, matrix_name=name)
-    device_id = store.upsert_device(device, "imported")
-    report = ImportReport(session_id)
-    known = {r.path: r for r in store.fetch(select(schema.imported_file)
-                                            .where(schema.imported_file.c.session_id == session_id))}
-    existing = {r.config: r for r in store.runs(session_id, include_superseded=True)}
-    entries = driver_entries(folder)
-    for order, csv in enumerate(csvs):
-        sidecars = [p for p in (csv.with_suffix(s) for s in (".metrics", ".log", ".out"))
-                    if p.exists() and p != csv]
-        route = traces.get(csv.stem)
-        files = [csv, *sidecars, *([route] if route else [])]
-        digest = _digest(files)
-        stem = csv.stem
-        if stem in known and known[stem].sha256 == digest and stem in existing:
-            report.unchanged.append(stem)
+    row = _find_session(store, source)
+    given = {k: v for k, v in (("device", device), ("name", name), ("label", label),
+                               ("model", dict(model) if model else None)) if v is not None}
+    opts, ignored = _options(row, given, replace)
+    found = scan(folder, max_bytes)
+    report = ImportReport(row.id if row is not None else None, ignored=ignored,
+                          skipped=found.skipped)
+    plans = _plan(found, report)
+    if not plans and row is None:
+        return report
+    sid = row.id if row is not None else store.create_session(
+        kind="import", name=opts.name or folder.name, matrix_name=opts.name or folder.name,
+        source_dir=source, orch_version=__version__, git_rev=controller.git_revision(),
+        python_version=controller.python_version(), controller_host=controller.host(),
+        started_at=now())
+    report.session_id = sid
+    old = store.runs(sid, include_superseded=True)
+    existing = {} if replace else {r.config: r for r in old}
+    known = {} if replace else {r.path: r.sha256 for r in store.fetch(
+        select(schema.imported_file).where(schema.imported_file.c.session_id == sid))}
+    device_id = store.upsert_device(opts.device, "imported")
+    order = max((r.order_index for r in old), default=-1) + 1
+    digests: dict[str, str] = {}
+    for plan in plans:
+        digest = _digest(plan)
+        if known.get(plan.config) == digest and plan.config in existing:
+            report.unchanged.append(plan.config)
             continue
-        try:
-            problems = _import_run(store, adapter, session_id, device_id, csv, sidecars, order,
-                                   existing.get(stem), entries.get(stem), route)
-        except (OSError, ValueError) as exc:
-            report.problems.append(f"{csv.name}: not imported: {exc}")
-            continue
-        report.problems.extend(f"{csv.name}: {p}" for p in problems)
-        store.set_imported_file(session_id, stem, digest)
-        report.imported.append(stem)
-    store.update_session(session_id, ended_at=now())
+        if plan.config in existing:        # a changed file: its run is replaced
+            store.delete_run(existing[plan.config].id)
+        problems = write_run(store, adapter, sid, device_id, plan, order,
+                             lambda pre, p=plan.model_prefix, r=opts.model: _model(r, p, pre),
+                             start_state)
+        order += 1
+        report.problems.extend(f"{plan.shown}: {p}" for p in problems)
+        digests[plan.config] = digest
+        report.imported.append(plan.config)
+    _finish(store, report, sid, row is None, old if replace else None, digests, opts, folder)
     return report
 
 
-def driver_entries(folder: Path) -> dict[str, dict[str, Any]]:
-    """Run name -> what its driver log's ENTRY STATE line says (batt_temp_dC, mem_avail_kb,
-    cpu_khz, waited_s) plus the log's name, from every `driver*.log` of the folder."""
-    entries: dict[str, dict[str, Any]] = {}
-    for log in sorted(folder.glob("driver*.log")):
-        section = None
-        for line in _read_text(log).splitlines():
-            line = line.strip()
-            head = _SECTION.match(line)
-            if head:
-                section = head.group(1)
-            elif line.startswith("ENTRY STATE:") and section:
-                found = {_ENTRY_KEYS[k]: int(v) for k, v, _ in _ENTRY_ITEM.findall(line)
-                         if k in _ENTRY_KEYS}
-                entries[section] = {**found, "log": log.name}
-    return entries
+def _finish(store: Store, report: ImportReport, sid: int, new: bool, replaced: list[Any] | None,
+            digests: dict[str, str], opts: ImportOptions, folder: Path) -> None:
+    """Session bookkeeping after the runs: drop a new session that got nothing; with
+    --replace (`replaced`: the runs before it), drop the old runs only once new ones are in,
+    else keep them and say so."""
+    if not report.ok:
+        if new:
+            store.delete_session(sid)
+            report.session_id = None
+        report.kept = len(replaced or [])
+        return
+    if replaced is not None:
+        for run in replaced:
+            store.delete_run(run.id)
+        store.forget_imported_files(sid)
+    for config, digest in digests.items():
+        store.set_imported_file(sid, config, digest)
+    store.update_session(sid, name=opts.name or folder.name, matrix_name=opts.name or folder.name,
+                         label=opts.label, import_options=opts.model_dump(), ended_at=now())
 
 
-def _times(csv: Path, record: RunRecord) -> tuple[dt.datetime, dt.datetime | None]:
-    """(started, ended) from the files: the CSV was last written when the run ended (its
-    trailer); the start is that minus load, prefill and decode, when the record has them."""
-    ended = dt.datetime.fromtimestamp(csv.stat().st_mtime, dt.timezone.utc)
-    ttft = record.ttft_s if record.ttft_s is not None else \
-        (record.load_s or 0.0) + (record.prefill_s or 0.0)
-    if not record.tokens or not record.decode_tps or not ttft:
-        return ended, None
-    return ended, ended - dt.timedelta(seconds=ttft + record.tokens / record.decode_tps)
+def _digest(plan: Planned) -> str:
+    """What the run was imported from: its files' bytes, its stdout section, its entry state
+    (a driver log or .state file added later changes the run)."""
+    sha = hashlib.sha256()
+    sha.update((plan.csv_text or "").encode() + b"\0")
+    for path, body in plan.sidecars:
+        sha.update(path.name.encode() + b"\0" + body.encode() + b"\0")
+    sha.update("\n".join(plan.stdout).encode() + b"\0")
+    sha.update((plan.trace_digest or "").encode())
+    sha.update(json.dumps([plan.entry, plan.state], sort_keys=True, default=str).encode())
+    return sha.hexdigest()
 
 
-def _start_state(sidecar: dict[str, Any] | None,
-                 entry: dict[str, Any] | None) -> tuple[dict[str, int] | None, int | None]:
-    """(temp_start, mem_avail_start_kb) as a measured run stores them, from the sidecar's
-    before-values, else the driver log's entry state."""
-    side, entry = sidecar or {}, entry or {}
-    temps = {"cpu_temp_mC": side.get("cpu_temp_before_mC"),
-             "batt_temp_dC": side.get("batt_temp_before_dC", entry.get("batt_temp_dC"))}
-    temps = {k: int(v) for k, v in temps.items() if isinstance(v, (int, float))}
-    free = side.get("mem_avail_before_kb", entry.get("mem_avail_kb"))
-    return temps or None, int(free) if isinstance(free, (int, float)) else None
-
-
-def _import_run(store: Store, adapter: Any, session_id: int, device_id: int, csv: Path,
-                sidecars: list[Path], order: int, previous: Any,
-                entry: dict[str, Any] | None, route: Path | None = None) -> list[str]:
-    if csv.stat().st_size > MAX_FILE:
-        raise ValueError(f"larger than {MAX_FILE >> 20} MiB")
-    trace = _trace(route) if route is not None else None
-    text = _read_text(csv)
-    if "step," not in text:
-        raise ValueError("no header row starting 'step,' (not a per-token CSV, or binary)")
-    sidecar: dict[str, Any] | None = None
-    out_lines: list[str] = []
-    for path in sidecars:
-        body = _read_text(path)
-        if path.suffix == ".metrics":
-            sidecar = parse_metrics_sidecar(body)
-        elif path.suffix == ".log":   # summary lines, then the sidecar's key=value lines
-            metrics = split_log(body)["metrics"]
-            if sidecar is None and any(v is not None for v in metrics.values()):
-                sidecar = metrics
-            out_lines.extend(l for l in body.splitlines() if not SIDECAR_KEY.match(l.strip()))
-        else:
-            out_lines.extend(body.splitlines())
-    if previous is not None:   # re-import of a changed file: replace, never duplicate
-        store.delete_run(previous.id)
-    run_id = store.create_run(uid=uuid.uuid4().hex[:16], session_id=session_id,
-                              device_id=device_id, cell_key=_cell(csv, "-").key, model="-",
-                              config=csv.stem, flags=None, repeat_index=0, order_index=order,
-                              status="running", engine=adapter.name, superseded=False,
-                              remote_dir=str(csv))
-    parser = adapter.new_parser()
-    recorder = RunRecorder(store, run_id, parser)
-    for line in text.splitlines():
-        recorder.handle("C\t" + line)
-    for line in out_lines:
-        recorder.handle("O\t" + line)
-    recorder.flush()
-    record = parser.record()
-    if sidecar is not None:
-        # the device pressure a measured run gets from the agent's samples
-        record.pressure = Pressure.from_sidecar(sidecar)
-        record.extra["sidecar"] = sidecar
-    if entry is not None:
-        record.extra["driver"] = entry
-    if trace is not None:
-        record.extra["route_trace"] = trace.meta()
-        store.insert_route(run_id, trace.rows)
-    model = _model_name(csv, record.settings.get("model"))
-    status = "ok" if record.complete else "interrupted"
-    cause = None if record.complete else "no '# summary' trailer: the run was killed or the file cut"
-    ended, started = _times(csv, record)
-    temps, free_kb = _start_state(sidecar, entry)
-    store.update_run(run_id, status=status, cause=cause, summary=record.stored(),
-                     text=record.text or None, engine_build=record.engine_build, model=model,
-                     cell_key=_cell(csv, model).key,
-                     flags=" ".join(f"{k}={v}" for k, v in record.settings.items()) or None,
-                     started_at=started, ended_at=ended, temp_start=temps,
-                     mem_avail_start_kb=free_kb,
-                     cooldown_s=(entry or {}).get("waited_s"))
-    return [e for e in record.errors if "no '# summary' trailer" not in e]
-
-
-def _trace(route: Path) -> RouteTrace:
-    if route.stat().st_size > MAX_FILE:
-        raise ValueError(f"{route.name}: larger than {MAX_FILE >> 20} MiB")
+def _read_text(path: Path) -> tuple[str | None, str | None]:
+    """(text, None) or (None, why it cannot be read as text)."""
     try:
-        return read_route_trace(route)
-    except ValueError as exc:
-        raise ValueError(f"{route.name}: {exc}") from None
+        data = read_regular(path)
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    reason = text_reason(data)
+    if reason:
+        return None, reason
+    return data.decode("utf-8", errors="replace").lstrip("\ufeff"), None
 
 
-def _model_name(csv: Path, preamble_model: Any) -> str:
-    """The model a run measured: the CSV preamble's `model=` file name, else
-    the part of the file name before its first `_` (bench-run.sh writes `<model>_<config>`:
-    qwen_sg.csv, gemma_base_ov.csv), else "-". Runs of one model form one group in tables
-    and reports, with its own baseline: deltas never cross models."""
-    if preamble_model:
-        return str(preamble_model)
-    prefix, sep, _ = csv.stem.partition("_")
-    return prefix if sep and prefix else "-"
+def _rel(found_path: Path, config: str) -> str:
+    """A file's name as the user sees it: under the run's subfolder."""
+    folder = config.rpartition("/")[0]
+    return f"{folder}/{found_path.name}" if folder else found_path.name
 
 
-def _cell(csv: Path, model: str) -> Cell:
-    """An imported run is the one repeat of the cell (its model, config = the file's stem)."""
-    return Cell(model=model, model_path=None, config=csv.stem, flags="", repeat=0)
+def _plan(found: Scan, report: ImportReport) -> list[Planned]:
+    """Read what the scan found; every file that cannot be used goes to report.skipped."""
+    skip = report.skipped.append
+    plans: list[Planned] = []
+    entries: dict[str, dict[str, dict[str, Any]]] = {}
+    for rel, logs in found.driver_logs.items():
+        for log in logs:
+            text, why = _read_text(log)
+            got = driver_log_entries(log.name, text) if text is not None else {}
+            stems = {r.csv.stem for r in found.runs if r.config.rpartition("/")[0] == rel}
+            if why or not set(got) & stems:
+                skip((f"{rel}/{log.name}" if rel else log.name,
+                      why or "driver log whose sections name no run of its folder"))
+            entries.setdefault(rel, {}).update(got)
+    for files in found.runs:
+        plan = _plan_run(files, entries.get(files.config.rpartition("/")[0], {}), skip)
+        if plan is not None:
+            plans.append(plan)
+    _plan_stdouts(found, plans, skip)
+    return plans
+
+
+def _plan_run(files: RunFiles, entries: dict[str, dict[str, Any]], skip: Any) -> Planned | None:
+    text, why = _read_text(files.csv)
+    why = why or (csv_reason(text) if text is not None else None)
+    if why or text is None:
+        skip((_rel(files.csv, files.config), why))
+        return None
+    stem = files.config.rpartition("/")[2]
+    prefix, sep, _ = stem.partition("_")
+    plan = Planned(files.config, files.csv, prefix if sep and prefix else None, text,
+                   entry=entries.get(stem), shown=_rel(files.csv, files.config))
+    for side in files.sidecars:
+        body, why = _read_text(side)
+        if body is None:
+            skip((_rel(side, files.config), f"{why} (sidecar; the run imports without it)"))
+        else:
+            plan.sidecars.append((side, body))
+    if files.state is not None:
+        body, why = _read_text(files.state)
+        if body is None:
+            skip((_rel(files.state, files.config), f"{why} (state file)"))
+        else:
+            plan.state = {**parse_state(body), "file": files.state.name}
+    if files.route is not None:
+        plan.trace, plan.trace_digest, why = _trace(files.route)
+        if plan.trace is None:
+            skip((_rel(files.route, files.config), f"not a readable route trace: {why}"))
+            skip((_rel(files.csv, files.config), (f"the traced run's route trace is unreadable: "
+                                                 f"{files.route.name}: {why}")))
+            return None
+    return plan
+
+
+def _trace(route: Path) -> tuple[RouteTrace | None, str | None, str | None]:
+    """(the trace, its bytes' sha256, None), or (None, None, why it cannot be read)."""
+    try:
+        data = read_regular(route)
+        why = text_reason(data)
+        if why is None:
+            trace = parse_route_trace(data.decode("utf-8", errors="replace"))
+            return trace, hashlib.sha256(data).hexdigest(), None
+    except (OSError, ValueError) as exc:
+        why = str(exc)
+    return None, None, why
+
+
+def _plan_stdouts(found: Scan, plans: list[Planned], skip: Any) -> None:
+    """Matrix stdout files: sections that are a CSV run's stdout join it; the others with
+    summary lines become summary-only runs (results/import_sections.py)."""
+    for rel, path in found.stdouts:
+        shown = f"{rel}/{path.name}" if rel else path.name
+        text, why = _read_text(path)
+        if text is None:
+            skip((shown, why))
+            continue
+        secs, empty = import_sections.sections(path, text)
+        if not secs:
+            skip((shown, (f"no {path.stem}.csv (not a sidecar) and no engine summary lines "
+                         "(not a matrix stdout)")))
+            continue
+        for tag in empty:
+            skip((f"{shown} [{tag}]", "section without engine summary lines"))
+        here = [p for p in plans if p.csv_text is not None and p.config.rpartition("/")[0] == rel]
+        trailers = {p.config: import_sections.trailer(p.csv_text or "") for p in here}
+        head = re.split(r"[-_]", path.stem, maxsplit=1)
+        prefix = head[0] if len(head) > 1 and head[0] else None
+        taken = {p.config for p in plans}
+        for sec in secs:
+            name = sec.name if sec.name != "(before the first section)" else path.stem
+            owner = next((p for p in here if import_sections.same_run(
+                sec, p.config.rpartition("/")[2], trailers[p.config])), None)
+            if owner is not None:
+                if not any(s.suffix in (".out", ".log") for s, _ in owner.sidecars):
+                    owner.stdout = sec.lines     # its text and summary lines
+                continue
+            config = f"{rel}/{name}" if rel else name
+            if config in taken:
+                config = f"{rel}/{path.stem}/{name}" if rel else f"{path.stem}/{name}"
+            taken.add(config)
+            plans.append(Planned(config, path, prefix, stdout=sec.lines,
+                                 shown=f"{shown} [{sec.name}]"))

@@ -84,23 +84,54 @@ def _overlap_lag(member: np.ndarray, lag: int, k: int) -> float:
     return float((both.sum(axis=2) / k).mean(axis=1).mean()) * 100
 
 
+def decode_cells(trace: RouteTrace) -> tuple[list[int], np.ndarray]:
+    """(the MoE layers, their decode cells as an (L, N, k) array of expert ids): row l is
+    layer layers[l]'s D_l in step order, slots in router rank order."""
+    layers = trace.moe_layers()
+    rows = trace.rows
+    return layers, _cells(rows[rows["phase"] == 1], layers, trace.top_k)
+
+
+def _concentration(member: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per layer: distinct experts, top-8 share % and experts for 80% of the activations."""
+    n = member.shape[1]
+    distinct = member.any(axis=1).sum(axis=1)
+    ranked = -np.sort(-member.sum(axis=1), axis=1)               # per-expert counts, descending
+    share = ranked.cumsum(axis=1) / (n * k)
+    for_80 = (share < 0.8 - 1e-12).sum(axis=1) + 1
+    top8 = ranked[:, :8].sum(axis=1) / (n * k) * 100
+    return distinct, top8, for_80
+
+
+def layer_figures(trace: RouteTrace) -> pd.DataFrame:
+    """One row per MoE layer, the per-layer values that routing_figures averages (§3):
+    layer, expert_mib (one expert), distinct_experts, top8_share_pct, experts_for_80pct,
+    temporal_pct (overlap with the previous token, lag 1)."""
+    layers, ids = decode_cells(trace)
+    k = trace.top_k
+    member = _membership(ids, trace.n_expert)
+    distinct, top8, for_80 = _concentration(member, k)
+    both = member[:, 1:] & member[:, :-1]
+    temporal = (both.sum(axis=2) / k).mean(axis=1) * 100 if ids.shape[1] > 1 \
+        else np.full(len(layers), np.nan)
+    return pd.DataFrame({
+        "layer": layers,
+        "expert_mib": [trace.layer_bytes[l][0] / MIB for l in layers],
+        "distinct_experts": distinct, "top8_share_pct": top8,
+        "experts_for_80pct": for_80, "temporal_pct": temporal})
+
+
 def routing_figures(trace: RouteTrace) -> dict[str, Any]:
     """The figures computed from the trace alone (route-trace.md §3)."""
     k, n_expert = trace.top_k, trace.n_expert
-    layers = trace.moe_layers()
+    layers, ids = decode_cells(trace)
     rows = trace.rows
     decode = rows[rows["phase"] == 1]
-    ids = _cells(decode, layers, k)
     n = ids.shape[1]
     member = _membership(ids, n_expert)
     expert_bytes = np.array([trace.layer_bytes[l][0] for l in layers], dtype=np.float64)
     dense_bytes = sum(d for _, d in trace.layer_bytes.values())
-    distinct = member.any(axis=1).sum(axis=1)
-    counts = member.sum(axis=1)                                  # (L, n_expert) per-expert
-    ranked = -np.sort(-counts, axis=1)
-    share = ranked.cumsum(axis=1) / (n * k)
-    for_80 = (share < 0.8 - 1e-12).sum(axis=1) + 1
-    top8 = ranked[:, :8].sum(axis=1) / (n * k) * 100
+    distinct, top8, for_80 = _concentration(member, k)
     at = {layer: i for i, layer in enumerate(layers)}
     bank = float((expert_bytes * n_expert).sum()) / MIB
     touched = float((expert_bytes * distinct).sum()) / MIB
@@ -307,7 +338,7 @@ def replay_markdown(replayed: dict[str, Any]) -> str:
     table = Table(["budget MiB", "policy", "decode hit %", "cumulative hit %", "MiB read"],
                   ["---:", "---", "---:", "---:", "---:"])
     for row in replayed["replay"]:
-        table.rows.append([display(row["budget_mib"], 0), row["policy"],
+        table.rows.append([f'{row["budget_mib"]:g}', row["policy"],   # as the user gave it
                            display(row["hit_pct_decode"], 3), display(row["hit_pct_cum"], 3),
                            display(row["read_mib"], 1)])
     cycle = display(replayed["token_cycle_mib"], 0)

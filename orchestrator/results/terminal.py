@@ -98,6 +98,10 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
                   + f", {stats.get('n', 0)} tokens, engine {row.engine}")
     console.print(f"flags: {row.flags or '(none)'}", highlight=False)
+    from orchestrator.results.import_state import start_facts
+
+    for line in start_facts(row, (row.summary or {}).get("extra")):
+        console.print(line, highlight=False, markup=False)
     table = Table(show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -16,6 +16,7 @@ from orchestrator.engines import CellSpec, EngineAdapter
 from orchestrator.run.agent_client import AgentClient, Job, file_sha256
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
+from orchestrator.run.route_collect import collect_route_trace, trace_path
 from orchestrator.run.validity import run_messages, sample_dicts, summarise
 from orchestrator.transports.base import (
     AccessDenied,
@@ -138,7 +139,8 @@ class DeviceRunner:
         spec = CellSpec(binary=binary_path, model_path=cell.model_path,
                         prompt=self.loaded.prompt_text, tokens=matrix.tokens,
                         flags=cell.argv_flags, csv_path=f"{jobdir}/tokens.csv",
-                        extra={"workdir": self.transport.workdir, **matrix.engine_options})
+                        extra={"workdir": self.transport.workdir, **matrix.engine_options},
+                        route_trace_path=trace_path(jobdir) if cell.route_trace else None)
         argv = self.adapter.build_argv(spec)
         run_id = self.store.create_run(
             uid=uid, session_id=self.session_id, device_id=self.device_id, cell_key=cell.key,
@@ -186,7 +188,8 @@ class DeviceRunner:
         status, cause = classify(recorder, self.mem_total_kb)
         if status != STATUS_OK and recorder.exit is None and recorder.protocol_errors:
             cause = f"{cause}; {recorder.protocol_errors[0]}"
-        return self._finish(run_id, recorder, status, cause)
+        trace = trace_path(jobdir) if cell.route_trace else None
+        return self._finish(run_id, recorder, status, cause, trace)
 
     def _stream_until_exit(self, recorder: RunRecorder, jobdir: str) -> None:
         """Follow the spool until the X line, through lost links: the link policy's retry
@@ -233,16 +236,22 @@ class DeviceRunner:
             outage.end()
 
     def _finish(self, run_id: int, recorder: RunRecorder, status: str,
-                cause: str | None) -> CellOutcome:
+                cause: str | None, trace: str | None = None) -> CellOutcome:
         record = recorder.parser.record()
         if record.engine_build is None:
             record.engine_build = self.engine_version()
+        trace_warning = None
+        if trace is not None and recorder.exit is not None:  # the engine has ended: its file too
+            trace_warning = collect_route_trace(self.transport, self.store, run_id, trace, record,
+                                                required=status == STATUS_OK)
         # load and frequency while the engine ran: from every stored sample (a resumed run
         # replays its early lines without keeping them in the recorder)
         validity = summarise(sample_dicts(self.store.frame("sample", [run_id])), self.facts)
         if validity.samples:
             record.extra["validity"] = validity.stored()
         warnings = recorder.warnings + recorder.parser.warnings() + run_messages(validity)
+        if trace_warning:
+            warnings.append(trace_warning)
         first = recorder.first_sample or {}
         temps = {k: v for k, v in first.items() if k.endswith("_mC") or k.endswith("_dC")}
         values: dict[str, Any] = dict(

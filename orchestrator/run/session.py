@@ -4,8 +4,9 @@ from __future__ import annotations
 import random
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import select
 
@@ -18,6 +19,7 @@ from orchestrator.db import schema
 from orchestrator.db.store import Store, now
 from orchestrator.engines import get_adapter
 from orchestrator.plugins import PluginError
+from orchestrator.quality.running import run_quality
 from orchestrator.run import controller
 from orchestrator.run.adaptive import judge
 from orchestrator.run.cooldown import Reading, wait_for_condition
@@ -127,6 +129,8 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
                 rounds += 1
             store.update_session(session_id, repeat_stop=result.repeat_stop)
             progress.note(f"adaptive repeats: {result.repeat_stop}")
+        # quality probes: after every speed cell, in their own table (orchestrator/quality)
+        run_quality(runner, loaded, progress)
         store.update_session(session_id, ended_at=now())
         progress.finish()
     return result
@@ -282,7 +286,7 @@ def _collect(runner: DeviceRunner, earlier: object, cell: Cell) -> CellOutcome |
         state = runner.client.status(earlier.remote_dir)
     except TransportError:
         return None
-    if not (state.startswith("done") or state.startswith("running")):
+    if not state.startswith(("done", "running")):
         return None
     runner.store.update_run(earlier.id, status="running", cause=None)
     return runner.follow(earlier.id, earlier.remote_dir, earlier.spool_lines or 0, cell)

@@ -1,0 +1,181 @@
+"""Run a matrix's quality probes on a device: every (model, config) answers every probe once.
+
+Each probe is one engine invocation built by the engine's own adapter (its normal argv, the
+probe's prompt where the matrix prompt goes, `quality.tokens` tokens, the config's flags),
+started and followed through the same agent as a speed cell. Nothing of it goes into the
+`run` / `token` / `sample` tables: the reply and its grade go to `quality`, so probe runs can
+never enter a speed statistic. The probes run after every speed cell of the session, so they
+cannot warm or heat the device under a measured cell either.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from orchestrator.config.matrix import LoadedMatrix, expand_configs
+from orchestrator.config.plan import Cell
+from orchestrator.db import schema
+from orchestrator.db.store import Store, now
+from orchestrator.engines import CellSpec
+from orchestrator.quality.grading import grade
+from orchestrator.quality.probes import Probe, load_probes
+from orchestrator.run.agent_client import Job
+from orchestrator.run.progress import Progress
+from orchestrator.run.runner import STATUS_OK, DeviceRunner, classify
+from orchestrator.run.stream import Exit, ProtocolError, parse_line
+from orchestrator.transports.base import TransportError
+
+MAX_ATTACHES = 20     # re-attaches of one probe whose follower ended before the X line
+
+
+@dataclass
+class _Collected:
+    """What `classify` (run/runner.py) reads from a recorder, for one probe invocation."""
+
+    exit: Exit | None = None
+    warnings: list[str] = field(default_factory=list)
+    last_sample: dict[str, int] | None = None
+    lines: int = 0
+
+
+@dataclass
+class QualitySummary:
+    ran: int = 0
+    skipped: int = 0          # already answered in this session (--resume)
+    failed: int = 0
+
+
+def _done(store: Store, session_id: int) -> set[tuple[str, str, str]]:
+    table = schema.quality
+    rows = store.fetch(select(table.c.model, table.c.config, table.c.probe_id)
+                       .where(table.c.session_id == session_id, table.c.status == STATUS_OK))
+    return {(r.model, r.config, r.probe_id) for r in rows}
+
+
+def run_quality(runner: DeviceRunner, loaded: LoadedMatrix, progress: Progress) -> QualitySummary:
+    """Every probe for every (model, config) of the matrix that has not already been answered
+    ok in this session. No-op without `quality:`."""
+    spec = loaded.matrix.quality
+    summary = QualitySummary()
+    if spec is None:
+        return summary
+    probes = load_probes(spec, loaded.path)
+    done = _done(runner.store, runner.session_id)
+    models = list(loaded.matrix.models.items()) or [("-", None)]
+    for model, path in models:
+        for config, flags in expand_configs(loaded.matrix):
+            todo = [p for p in probes if (model, config, p.id) not in done]
+            summary.skipped += len(probes) - len(todo)
+            if not todo:
+                continue
+            cell = Cell(model=model, model_path=path, config=config, flags=flags, repeat=0)
+            correct = 0
+            for probe in todo:
+                status, right = _run_probe(runner, cell, probe, spec.grader, spec.tokens)
+                summary.ran += 1
+                summary.failed += status != STATUS_OK
+                correct += right
+            progress.note(f"quality {model} {config}: {correct}/{len(todo)} correct"
+                          + (f" ({len(probes) - len(todo)} answered earlier)"
+                             if len(todo) < len(probes) else ""))
+    return summary
+
+
+def _store_start(store: Store, values: dict[str, Any]) -> int:
+    """A fresh row for the probe, replacing an earlier attempt (--resume of a failed one)."""
+    table = schema.quality
+    with store.lock, store.engine.begin() as conn:
+        conn.execute(table.delete().where(table.c.session_id == values["session_id"],
+                                          table.c.model == values["model"],
+                                          table.c.config == values["config"],
+                                          table.c.probe_id == values["probe_id"]))
+        return conn.execute(table.insert().values(**values)).inserted_primary_key[0]
+
+
+def _update(store: Store, row_id: int, **values: Any) -> None:
+    table = schema.quality
+    with store.lock, store.engine.begin() as conn:
+        conn.execute(table.update().where(table.c.id == row_id).values(**values))
+
+
+def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
+               tokens: int) -> tuple[str, bool]:
+    """One probe invocation: (status, correct)."""
+    matrix = runner.loaded.matrix
+    uid = uuid.uuid4().hex[:16]
+    jobdir = runner.client.job_dir(uid)
+    binary_path, _ = runner.binary()
+    spec = CellSpec(binary=binary_path, model_path=cell.model_path, prompt=probe.prompt,
+                    tokens=tokens, flags=cell.argv_flags, csv_path=f"{jobdir}/tokens.csv",
+                    extra={"workdir": runner.transport.workdir, **matrix.engine_options})
+    argv = runner.adapter.build_argv(spec)
+    row_id = _store_start(runner.store, {
+        "session_id": runner.session_id, "device_id": runner.device_id, "model": cell.model,
+        "config": cell.config, "flags": cell.flags, "probe_id": probe.id,
+        "prompt": probe.prompt, "expected": probe.expected, "grader": grader,
+        "status": "running", "argv": argv, "uid": uid, "remote_dir": jobdir,
+        "started_at": now()})
+    job = Job(run_uid=uid, argv=argv, env=dict(matrix.env),
+              interval_ms=max(50, int(matrix.sample_interval * 1000)), timeout_s=matrix.timeout,
+              csv=spec.csv_path if runner.adapter.writes_csv else None)
+    parser = runner.adapter.new_parser(prompt=probe.prompt)
+    seen = _Collected()
+    try:
+        runner.client.push_job(job)
+        runner.client.start(jobdir)
+        _follow(runner, jobdir, parser, seen)
+    except KeyboardInterrupt:
+        try:
+            runner.client.kill(jobdir)
+        except TransportError:
+            pass
+        _update(runner.store, row_id, status="interrupted", cause="stopped by the user",
+                ended_at=now())
+        raise
+    except TransportError as exc:
+        _update(runner.store, row_id, status="failed", cause=f"device: {exc}", ended_at=now())
+        return "failed", False
+    status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]
+    reply = parser.record().text
+    graded = grade(grader, reply, probe.expected)
+    correct = graded.correct and status == STATUS_OK
+    _update(runner.store, row_id, status=status, cause=cause, reply=reply, answer=graded.answer,
+            correct=correct if status == STATUS_OK else None,
+            rc=seen.exit.rc if seen.exit is not None else None, ended_at=now())
+    return status, correct
+
+
+def _follow(runner: DeviceRunner, jobdir: str, parser: Any, seen: _Collected) -> None:
+    """Feed the job's spool to the adapter's parser until the agent's X line; re-attach from
+    the last line seen while the agent says the job is alive."""
+    for _ in range(MAX_ATTACHES):
+        for line in runner.client.attach(jobdir, seen.lines):
+            seen.lines += 1
+            _take(line, parser, seen)
+            if seen.exit is not None:
+                return
+            if runner.stop is not None and runner.stop.is_set():
+                raise KeyboardInterrupt
+        if not runner.client.status(jobdir).startswith(("running", "done")):
+            return
+
+
+def _take(line: str, parser: Any, seen: _Collected) -> None:
+    if line.startswith("C\t"):
+        parser.feed("C", line[2:])
+        return
+    try:
+        event = parse_line(line)
+    except ProtocolError:
+        return
+    if event.tag in ("O", "E"):
+        parser.feed(event.tag, event.text)
+    elif event.tag == "S" and event.sample is not None:
+        seen.last_sample = event.sample.values
+    elif event.tag == "W":
+        seen.warnings.append(event.text)
+    elif event.tag == "X":
+        seen.exit = event.exit

@@ -1,0 +1,175 @@
+"""Stored hardware ceilings (`orch ceilings`): read them, judge a config against them, and
+print them.
+
+The verdict follows the two studies: a config whose read rate reaches IO_BOUND_SHARE (80%) of
+the device's I/O ceiling is I/O-bound (flash cannot deliver much more); one whose decode rate
+reaches COMPUTE_BOUND_SHARE (80%) of the dense-model compute ceiling is compute-bound; below
+both it is neither (the engine leaves both resources idle: stalls, management, a poor overlap).
+The I/O ceiling is the best storage rate measured (the lanes x size sweep's best cell, or the
+sequential median when that is higher): an engine with parallel read lanes can reach it, as the
+phone study's 2-lane flash saturation shows. The ideal tok/s if I/O were free is 1 / compute
+seconds per token (the phone study's figure), when the record has compute time per token.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from sqlalchemy import select
+
+from orchestrator.db import schema
+from orchestrator.db.store import Store
+from orchestrator.results.values import DASH, is_missing
+
+IO_BOUND_SHARE = 0.80
+COMPUTE_BOUND_SHARE = 0.80
+
+
+@dataclass
+class Judgement:
+    """One config against its device's ceilings; None where a figure is missing."""
+
+    decode_tps: float | None
+    compute_tps: float | None
+    read_mibps: float | None
+    io_mibps: float | None
+    ideal_tps: float | None
+
+    @property
+    def compute_share(self) -> float | None:
+        return _share(self.decode_tps, self.compute_tps)
+
+    @property
+    def io_share(self) -> float | None:
+        return _share(self.read_mibps, self.io_mibps)
+
+    @property
+    def verdict(self) -> str:
+        io, comp = self.io_share, self.compute_share
+        if io is None and comp is None:
+            return DASH
+        bound = [name for name, share, limit in (("I/O-bound", io, IO_BOUND_SHARE),
+                                                 ("compute-bound", comp, COMPUTE_BOUND_SHARE))
+                 if share is not None and share >= limit]
+        return " and ".join(bound) if bound else "neither"
+
+
+def _share(value: float | None, ceiling: float | None) -> float | None:
+    if is_missing(value) or is_missing(ceiling) or not ceiling:
+        return None
+    return float(value) / float(ceiling)
+
+
+def io_ceiling(row: Any) -> float | None:
+    """The I/O ceiling of a stored row: the best storage rate it measured (MiB/s)."""
+    figures = [x for x in (row.best_mibps, row.seq_mibps) if not is_missing(x)]
+    return max(figures) if figures else None
+
+
+def judge(values: dict[str, Any], row: Any) -> Judgement:
+    """A config's aggregated statistics (report/context.py ConfigAgg.values: mean tok/s,
+    read_mib_per_token, compute_s_per_token) against a ceiling row."""
+    tps = values.get("mean")
+    per_token = values.get("read_mib_per_token")
+    read = None if is_missing(per_token) or is_missing(tps) else float(per_token) * float(tps)
+    compute_s = values.get("compute_s_per_token")
+    ideal = None if is_missing(compute_s) or not compute_s else 1.0 / float(compute_s)
+    return Judgement(None if is_missing(tps) else float(tps), row.compute_tps, read,
+                     io_ceiling(row), ideal)
+
+
+def _rows(store: Store, device_names: Iterable[str] | None = None) -> list[Any]:
+    c, d = schema.ceiling, schema.device
+    stmt = (select(c, d.c.name.label("device")).join(d, c.c.device_id == d.c.id)
+            .order_by(d.c.name, c.c.measured_at.desc()))
+    if device_names is not None:
+        stmt = stmt.where(d.c.name.in_(list(device_names)))
+    return store.fetch(stmt)
+
+
+def latest(store: Store, device_names: Iterable[str] | None = None) -> dict[str, Any]:
+    """device name -> its newest ceiling row."""
+    out: dict[str, Any] = {}
+    for row in _rows(store, device_names):
+        out.setdefault(row.device, row)
+    return out
+
+
+def _aware(t: dt.datetime) -> dt.datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
+def nearest(store: Store, device: str, when: dt.datetime | None) -> Any | None:
+    """The device's ceiling row measured closest in time to `when` (its newest without one):
+    a device's ceilings change with firmware, fill level and host load."""
+    rows = _rows(store, [device])
+    if not rows or when is None:
+        return rows[0] if rows else None
+    return min(rows, key=lambda r: abs(_aware(r.measured_at) - _aware(when)))
+
+
+# ---- the terminal ----------------------------------------------------------------------
+
+def _f(value: Any, pattern: str) -> str:
+    return DASH if is_missing(value) else pattern % value
+
+
+def summary_table(row: Any, title: str) -> Table:
+    """One device's ceilings: storage, knee, memory, compute, notes."""
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("ceiling")
+    table.add_column("value")
+    samples = ", ".join(_f(s.get("mibps"), "%.0f") for s in row.seq_samples or [])
+    mode = "O_DIRECT" if row.direct else "buffered (O_DIRECT not used)"
+    table.add_row("storage, sequential", f"{_f(row.seq_mibps, '%.1f')} MiB/s median "
+                  f"(samples {samples or DASH}; {mode}; {row.path} on {row.fstype or '?'})")
+    table.add_row("storage, best lanes x size", f"{_f(row.best_mibps, '%.1f')} MiB/s")
+    knee = (f"{row.knee_lanes} lane(s) at {row.knee_read_kib} KiB reads"
+            if row.knee_lanes is not None else DASH)
+    table.add_row("knee (95% of the best)", knee)
+    dram = row.dram or {}
+    table.add_row("memory (DRAM read)", f"{_f(row.dram_gibps, '%.2f')} GiB/s median, best "
+                  f"{_f(dram.get('best_gibps'), '%.2f')} ({dram.get('threads', '?')} threads)")
+    table.add_row("compute (dense decode)", f"{_f(row.compute_tps, '%.2f')} tok/s"
+                  f" — {row.compute_note or ''}")
+    table.add_row("measured", f"{row.measured_at:%Y-%m-%d %H:%M:%S} UTC, {row.abi} probes "
+                  f"{row.probe_sha}")
+    for note in row.notes or []:
+        table.add_row("note", f"⚠ {note}")
+    return table
+
+
+def lanes_table(row: Any) -> Table | None:
+    """Read MiB/s per read size (rows) and lanes (columns)."""
+    cells = row.lanes or []
+    if not cells:
+        return None
+    lanes = sorted({c["lanes"] for c in cells})
+    sizes = sorted({c["read_kib"] for c in cells})
+    at = {(c["read_kib"], c["lanes"]): c["mibps"] for c in cells}
+    table = Table(title=f"{row.device}: read MiB/s", title_justify="left")
+    table.add_column("read size", justify="right")
+    for n in lanes:
+        table.add_column(f"{n} lane{'s' if n > 1 else ''}", justify="right")
+    for kib in sizes:
+        label = f"{kib // 1024} MiB" if kib % 1024 == 0 else f"{kib} KiB"
+        table.add_row(label, *(_f(at.get((kib, n)), "%.0f") for n in lanes))
+    return table
+
+
+def print_ceilings(console: Console, store: Store, names: Iterable[str]) -> None:
+    """The newest ceilings of each named device, or how to measure them."""
+    names = list(names)
+    found = latest(store, names)
+    for name in names:
+        row = found.get(name)
+        if row is None:
+            console.print(f"{name}: no ceilings stored (orch ceilings --device {name})")
+            continue
+        console.print(summary_table(row, f"{name} ceilings ({row.day})"))
+        if (lanes := lanes_table(row)) is not None:
+            console.print(lanes)

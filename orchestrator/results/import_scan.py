@@ -1,0 +1,141 @@
+"""Which files of a study folder `orch import` reads, and why it reads no others.
+
+The folder is walked recursively. Every regular file is classified by its name (what it holds is
+checked when it is read, results/import_checks.py); every other entry gets a reason:
+- `<stem>.csv`: a run's per-token CSV; `<stem>.metrics` / `.log` / `.out` beside it are its
+  sidecars (pressure values, summary lines, whole stdout);
+- `<tag>.route.csv`: a routing trace, one run with `<tag>.metrics` as its per-token CSV;
+- `driver*.log`: a matrix driver's log, read for each run's ENTRY STATE line;
+- a `.out` / `.log` without a CSV of its stem: a matrix driver's stdout, whose
+  `==== NAME ====` sections may be summary-only runs (decided when read);
+- `<tag>.state`: device state before/after the run `<tag>`.
+Nothing that is not a regular file is opened (a FIFO would block the import forever), so the
+type is taken from stat() first; symlinked folders are not followed (no loops).
+"""
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROUTE_SUFFIX = ".route.csv"   # bmoe-cli --route-trace; its run's per-token CSV is <tag>.metrics
+SIDECAR_SUFFIXES = (".metrics", ".log", ".out")
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+
+
+@dataclass
+class RunFiles:
+    """The files of one run found in one folder."""
+
+    config: str                       # the run's name: its stem, under its subfolder
+    csv: Path                         # the per-token CSV (a traced run's <tag>.metrics)
+    sidecars: list[Path] = field(default_factory=list)
+    route: Path | None = None
+    state: Path | None = None
+
+
+@dataclass
+class Scan:
+    runs: list[RunFiles] = field(default_factory=list)
+    stdouts: list[tuple[str, Path]] = field(default_factory=list)   # (subfolder, file)
+    driver_logs: dict[str, list[Path]] = field(default_factory=dict)  # subfolder -> logs
+    skipped: list[tuple[str, str]] = field(default_factory=list)     # (relative path, reason)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def scan(folder: Path, max_bytes: int) -> Scan:
+    """Every file under `folder`, classified (see the module doc)."""
+    out = Scan()
+    _walk(folder, folder, out, max_bytes)
+    return out
+
+
+def _walk(top: Path, folder: Path, out: Scan, max_bytes: int) -> None:
+    rel = folder.relative_to(top).as_posix()
+    rel = "" if rel == "." else rel
+    files: dict[str, Path] = {}
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        out.skipped.append((rel or ".", f"unreadable folder: {exc.strerror or exc}"))
+        return
+    for entry in entries:
+        name = f"{rel}/{entry.name}" if rel else entry.name
+        if entry.is_symlink() and entry.is_dir():
+            out.skipped.append((name, "symlink to a folder, not followed"))
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            _walk(top, Path(entry.path), out, max_bytes)
+            continue
+        try:
+            info = os.stat(entry.path)       # follows a symlink to what would be opened
+        except OSError as exc:
+            out.skipped.append((name, f"unreadable: {exc.strerror or exc}"))
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            out.skipped.append((name, f"not a regular file ({_kind(info.st_mode)}), not opened"))
+        elif info.st_size > max_bytes:
+            out.skipped.append((name, (f"too large ({info.st_size >> 20} MiB > "
+                                      f"{max_bytes >> 20} MiB limit)")))
+        elif not os.access(entry.path, os.R_OK):
+            out.skipped.append((name, "unreadable: permission denied"))
+        else:
+            files[entry.name] = Path(entry.path)
+    _classify(rel, files, out)
+
+
+def _classify(rel: str, files: dict[str, Path], out: Scan) -> None:
+    def named(stem: str) -> str:
+        return f"{rel}/{stem}" if rel else stem
+
+    runs: dict[str, RunFiles] = {}
+    used: set[str] = set()
+    for fname, path in files.items():
+        if fname.endswith(ROUTE_SUFFIX):
+            tag = fname[:-len(ROUTE_SUFFIX)]
+            metrics = f"{tag}.metrics"
+            if f"{tag}.csv" in files:
+                runs.setdefault(tag, RunFiles(named(tag), files[f"{tag}.csv"])).route = path
+            elif metrics in files:
+                runs.setdefault(tag, RunFiles(named(tag), files[metrics])).route = path
+                used.add(metrics)
+            else:
+                out.skipped.append((named(fname), (f"route trace without its {metrics} (the "
+                                                  "traced run's per-token CSV)")))
+                continue
+            used.add(fname)
+        elif fname.endswith(".csv"):
+            runs.setdefault(path.stem, RunFiles(named(path.stem), path)).csv = path
+            used.add(fname)
+    for stem, run in runs.items():
+        for suffix in SIDECAR_SUFFIXES:
+            side = files.get(stem + suffix)
+            if side is not None and side != run.csv:
+                run.sidecars.append(side)
+                used.add(side.name)
+        state = files.get(stem + ".state")
+        if state is not None:
+            run.state = state
+            used.add(state.name)
+    for fname, path in files.items():
+        if fname in used:
+            continue
+        if fname.startswith("driver") and fname.endswith(".log"):
+            out.driver_logs.setdefault(rel, []).append(path)
+        elif path.suffix in (".out", ".log"):
+            out.stdouts.append((rel, path))
+        elif path.suffix == ".metrics":
+            out.skipped.append((named(fname), f"sidecar without its CSV (no {path.stem}.csv)"))
+        elif path.suffix == ".state":
+            out.skipped.append((named(fname), (f"state file without its run (no {path.stem}.csv "
+                                              f"or {path.stem}{ROUTE_SUFFIX})")))
+        else:
+            out.skipped.append((named(fname), ("unknown kind (not a per-token .csv, a sidecar "
+                                              ".metrics/.log/.out, a driver log, a matrix "
+                                              "stdout or a .state file)")))
+    out.runs.extend(runs[k] for k in sorted(runs))

@@ -1,0 +1,40 @@
+"""A traced cell's `# route_trace v1` file (route-trace.md §1), fetched from the device after
+the run and stored with it: rows into the `route` table, preamble and layer sizes into the
+record's extra["route_trace"] (as `orch import` stores an imported trace), so `orch routes RUN`
+reads a measured run and an imported one alike.
+
+A trace that is missing or does not parse costs the run a warning, never the run: its tokens
+and summary are measured and stored either way.
+"""
+from __future__ import annotations
+
+from orchestrator.db.store import Store
+from orchestrator.record import RunRecord
+from orchestrator.results.route_trace import parse_route_trace
+from orchestrator.transports.base import RemoteFileNotFound, Transport, TransportError
+
+TRACE_NAME = "route.csv"
+
+
+def trace_path(jobdir: str) -> str:
+    """Where a traced cell's engine writes its trace: next to the per-token CSV."""
+    return f"{jobdir}/{TRACE_NAME}"
+
+
+def collect_route_trace(transport: Transport, store: Store, run_id: int, path: str,
+                        record: RunRecord, required: bool = True) -> str | None:
+    """Fetch, parse and store the trace at `path`; None when stored, else the run's warning.
+    `required` False (a run that did not end ok): a missing file is no news, no warning."""
+    try:
+        data = transport.get_bytes(path)
+    except RemoteFileNotFound:
+        return f"route trace: the engine wrote no {path}" if required else None
+    except TransportError as exc:
+        return f"route trace: could not fetch {path}: {exc}"
+    try:
+        trace = parse_route_trace(data.decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        return f"route trace: {path} not stored: {exc}"
+    store.insert_route(run_id, trace.rows)
+    record.extra["route_trace"] = trace.meta()
+    return None
