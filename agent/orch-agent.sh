@@ -5,7 +5,7 @@
 # dash and bash. Hence: no awk/dd/tr/expr/bc (toybox lacks them), no python, no arrays, and
 # no `printf` in hot paths (it is not a builtin in mksh). The sampling loop forks nothing
 # but one `sleep` per interval: a fork per value costs ~10x more CPU on the measured device.
-AGENT_VERSION=1.2.1
+AGENT_VERSION=1.3.0
 
 # Paths are overridable for tests and unusual devices.
 MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
@@ -57,7 +57,57 @@ sup_alive() {
   SPID=
   read -r SPID 2>/dev/null <"$JOBDIR/pid"
   case $SPID in ''|*[!0-9]*) return 1 ;; esac
-  alive "$SPID"
+  alive "$SPID" && same_start "$SPID" "$JOBDIR/sup.start"
+}
+
+# same_start PID FILE: PID's start time is the one FILE recorded (no FILE yet: a job just
+# started, or one of an older agent; then alive is all there is to know).
+same_start() {
+  want=
+  read -r want 2>/dev/null <"$2" || return 0
+  st=
+  read -r st 2>/dev/null <"/proc/$1/stat"
+  proc_start "$st"
+  [ -z "$want" ] || [ "$PSTART" = "$want" ]
+}
+
+# engine_alive: the engine recorded in JOBDIR/engine.pid still runs (EP = its pid).
+engine_alive() {
+  EP=
+  read -r EP 2>/dev/null <"$JOBDIR/engine.pid"
+  case $EP in ''|*[!0-9]*) return 1 ;; esac
+  alive "$EP" && same_start "$EP" "$JOBDIR/engine.start"
+}
+
+# job_state: STATE = done | running PID | orphan PID | dead | absent for JOBDIR. `orphan`:
+# the supervisor is gone but the engine runs on (nobody spools it). `dead` needs evidence:
+# neither runs, and the spool's last line is no X line (then it is `done`).
+job_state() {
+  if [ -f "$JOBDIR/done" ]; then STATE=done
+  elif sup_alive; then STATE="running $SPID"
+  elif engine_alive; then STATE="orphan $EP"
+  elif [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then
+    last=
+    [ -s "$JOBDIR/spool" ] && last=$(tail -n 1 "$JOBDIR/spool" 2>/dev/null)
+    case $last in "X$TAB"*) STATE=done ;; *) STATE=dead ;; esac
+  else STATE=absent
+  fi
+}
+
+# live_jobs RUNSDIR [EXCEPT]: LIVE = one "running|orphan<TAB>DIR<TAB>PID" line per job dir
+# under RUNSDIR whose supervisor or engine still runs (any session's), EXCEPT left out.
+live_jobs() {
+  LIVE=
+  for d in "$1"/*; do
+    [ "$d" = "$2" ] && continue
+    [ -f "$d/pid" ] && [ ! -f "$d/done" ] || continue
+    JOBDIR=$d
+    if sup_alive; then LIVE="$LIVE${LIVE:+
+}running$TAB$d$TAB$SPID"
+    elif engine_alive; then LIVE="$LIVE${LIVE:+
+}orphan$TAB$d$TAB$EP"
+    fi
+  done
 }
 
 # list_zones: ZONES = "N:c N: ..." for every readable thermal_zoneN/temp, listed once; the
@@ -218,6 +268,13 @@ drain() {
   eval "P_$2=\$p"
 }
 
+# ms_secs MS: SECS = MS milliseconds as seconds with three decimals (what sleep takes)
+ms_secs() {
+  SECS=$(($1 % 1000))
+  case ${#SECS} in 1) SECS=00$SECS ;; 2) SECS=0$SECS ;; esac
+  SECS=$(($1 / 1000)).$SECS
+}
+
 # open_csv: the engine may create its CSV late; open it (fd 5) as soon as it exists.
 # `command exec` keeps a failed open from exiting the shell.
 open_csv() {
@@ -236,12 +293,13 @@ drain_all() {
 supervise() {
   cd "$JOBDIR" || exit 2
   now_ms; UP0=$NOW
-  INTERVAL=1000 TIMEOUT=0 CSV= CWD= RUN=
+  INTERVAL=1000 TIMEOUT=0 TIMEOUT_MS= CSV= CWD= RUN=
   if [ -r meta ]; then
     while IFS= read -r l || [ -n "$l" ]; do
       case $l in
         interval_ms=*) INTERVAL=${l#*=} ;;
         timeout_s=*) TIMEOUT=${l#*=} ;;
+        timeout_ms=*) TIMEOUT_MS=${l#*=} ;;
         csv=*) CSV=${l#*=} ;;
         cwd=*) CWD=${l#*=} ;;
         run=*) RUN=${l#*=} ;;
@@ -254,6 +312,12 @@ supervise() {
   p=
   read -r p 2>/dev/null <pid
   [ "$p" = "$$" ] || { say "$$" >pid.new && mv -f pid.new pid; }
+  # pid + start time name this supervisor for good: after a reboot or a long time the pid
+  # may belong to another process, which must not pass for a live job.
+  st=
+  read -r st 2>/dev/null </proc/self/stat
+  proc_start "$st"
+  say "$PSTART" >sup.start
   t0=$(date +%s%N 2>/dev/null)
   case $t0 in ''|*[!0-9]*) t0=$(date +%s)000 ;; *) t0=${t0%??????} ;; esac
   say "H${TAB}proto=1${TAB}agent=$AGENT_VERSION${TAB}run=$RUN${TAB}t0=$t0"
@@ -263,9 +327,13 @@ supervise() {
   esac
   [ "$INTERVAL" -lt 10 ] && INTERVAL=10
   case $TIMEOUT in ''|*[!0-9]*) say "W${TAB}bad timeout_s '$TIMEOUT', using 0"; TIMEOUT=0 ;; esac
-  f=$((INTERVAL % 1000))
-  case ${#f} in 1) f=00$f ;; 2) f=0$f ;; esac
-  SLP=$((INTERVAL / 1000)).$f
+  # timeout_ms (sub-second timeouts) wins over timeout_s when given
+  case $TIMEOUT_MS in
+    '') TIMEOUT_MS=$((TIMEOUT * 1000)) ;;
+    *[!0-9]*) say "W${TAB}bad timeout_ms '$TIMEOUT_MS', using timeout_s"; TIMEOUT_MS=$((TIMEOUT * 1000)) ;;
+  esac
+  ms_secs "$INTERVAL"
+  SLP=$SECS
   case $CSV in ''|/*) ;; *) CSV=$JOBDIR/$CSV ;; esac
   case $CWD in '') CWD=$JOBDIR ;; /*) ;; *) CWD=$JOBDIR/$CWD ;; esac
   if [ -r env ]; then
@@ -297,40 +365,102 @@ supervise() {
   list_freqs
   : >"$JOBDIR/stdout"
   : >"$JOBDIR/stderr"
-  # The engine: env exported only in this subshell (an env line cannot change the agent's
-  # PATH or IFS); `exec setsid` keeps the pid, and makes the engine a process-group leader
-  # (a `&` child of a non-interactive shell is not one, so setsid does not fork).
+  # The engine runs under a watcher subshell that `wait`s for it: the engine's end is seen
+  # at once, not at the next sample. The watcher signals USR1 to this supervisor, whose trap
+  # kills the sleep it waits for (a signal landing between the test of WOKE and `wait` finds
+  # SL set, so no interval is slept through), then exits with the engine's status.
+  SL= WOKE=
+  trap 'WOKE=1; [ -n "$SL" ] && kill "$SL" 2>/dev/null' USR1
+  rm -f engine.pid
   (
-    if [ -r env ]; then
-      while IFS= read -r l || [ -n "$l" ]; do
-        case ${l%%=*} in ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) continue ;; esac
-        case $l in *=*) export "${l%%=*}=${l#*=}" ;; esac
-      done <env
-    fi
-    cd "$CWD" 2>>"$JOBDIR/stderr" || exit 126   # the reason shows up as an E line
-    exec $SETSID "$@" </dev/null >"$JOBDIR/stdout" 2>"$JOBDIR/stderr"
+    # The engine: env exported only in this subshell (an env line cannot change the agent's
+    # PATH or IFS); `exec setsid` keeps the pid, and makes the engine the leader of its own
+    # session and process group (a `&` child of a non-interactive shell is not a group
+    # leader, so setsid does not fork): its group is what timeouts, `kill` and the stray
+    # cleanup signal.
+    (
+      if [ -r env ]; then
+        while IFS= read -r l || [ -n "$l" ]; do
+          case ${l%%=*} in ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) continue ;; esac
+          case $l in *=*) export "${l%%=*}=${l#*=}" ;; esac
+        done <env
+      fi
+      cd "$CWD" 2>>"$JOBDIR/stderr" || exit 126   # the reason shows up as an E line
+      exec $SETSID "$@" </dev/null >"$JOBDIR/stdout" 2>"$JOBDIR/stderr"
+    ) &
+    ep=$!
+    st=
+    read -r st 2>/dev/null <"/proc/$ep/stat"
+    proc_start "$st"
+    say "$PSTART" >engine.start
+    say "$ep" >engine.pid
+    wait "$ep"
+    rc=$?
+    say "$rc" >engine.rc
+    # Signal the supervisor only while it is still our parent (no stale pid is signalled).
+    st=
+    read -r st 2>/dev/null </proc/self/stat
+    ppid_of "$st"
+    [ "$PPID_OF" = "$$" ] && kill -USR1 "$$" 2>/dev/null
+    exit "$rc"
   ) &
-  EPID=$!
-  say "$EPID" >engine.pid
+  WPID=$!
+  # engine.pid is written by the watcher; a line without its newline is not complete yet.
+  EPID=
+  # (The watcher may finish between a failed read and the alive check: read once more.)
+  until read -r EPID 2>/dev/null <engine.pid; do
+    alive "$WPID" || { read -r EPID 2>/dev/null <engine.pid; break; }
+  done
+  case $EPID in ''|*[!0-9]*) EPID=$WPID ;; esac
   exec 3<"$JOBDIR/stdout" 4<"$JOBDIR/stderr"
 
-  GONE= CAUSE= TERM_AT= START0=
+  GONE= CAUSE= TERM_AT= START0= WOKEN=
   while :; do
     drain_all
     sample
     [ -n "$GONE" ] && break
+    # the watcher said the engine has ended: one more sample (this one may predate it)
+    [ -n "$WOKEN" ] && break
+    [ -n "$WOKE" ] && WOKEN=1
     t=$((NOW - UP0))
-    if [ "$TIMEOUT" -gt 0 ] && [ -z "$TERM_AT" ] && [ "$t" -ge $((TIMEOUT * 1000)) ]; then
+    if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ "$t" -ge "$TIMEOUT_MS" ]; then
       CAUSE=timeout TERM_AT=$t
       kill -TERM -"$EPID" 2>/dev/null || kill -TERM "$EPID" 2>/dev/null
     fi
     if [ -n "$TERM_AT" ] && [ $((t - TERM_AT)) -ge 3000 ]; then
       kill -KILL -"$EPID" 2>/dev/null || kill -KILL "$EPID" 2>/dev/null
     fi
-    sleep "$SLP" || sleep 1   # a sleep without fractions must not turn this into a busy loop
+    [ -n "$WOKE" ] && continue
+    # a timeout that falls before the next sample is kept: sleep only until it
+    w=$SLP
+    if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ $((TIMEOUT_MS - t)) -lt "$INTERVAL" ]; then
+      r=$((TIMEOUT_MS - t))
+      [ "$r" -lt 10 ] && r=10
+      ms_secs "$r"
+      w=$SECS
+    fi
+    sleep "$w" &
+    SL=$!
+    [ -n "$WOKE" ] && kill "$SL" 2>/dev/null
+    # a sleep without fractions must not turn this into a busy loop
+    wait "$SL" || [ -n "$WOKE" ] || sleep 1
+    SL=
   done
-  wait "$EPID"
+  # The watcher's USR1 may still be on its way: ignored now, so it cannot cut this wait short.
+  trap '' USR1
+  wait "$WPID"
   rc=$?
+  # The engine's status as the watcher saw it: bash's `wait` may answer -1 for a child that
+  # it reaped while a trap ran. A line without its newline is not complete yet.
+  r=
+  until read -r r 2>/dev/null <engine.rc; do
+    alive "$WPID" || { read -r r 2>/dev/null <engine.rc; break; }
+  done
+  case $r in ''|*[!0-9]*) ;; *) rc=$r ;; esac
+  # What the engine left in its process group (a child it forked and did not wait for)
+  # must not outlive the cell: TERM, KILL after 3 s, and a W line saying so.
+  STRAYS=
+  [ -n "$SETSID" ] && kill_strays "$EPID"
   # The engine has ended: everything it wrote is in the files now. Drain, then flush the
   # last lines that had no newline, then X, then `done`.
   drain_all
@@ -339,6 +469,7 @@ supervise() {
     [ -n "$p" ] && say "$tag$TAB$p"
   done
   [ -n "$CSV" ] && [ -z "$CSV_OPEN" ] && say "W${TAB}csv never appeared: $CSV"
+  [ -n "$STRAYS" ] && say "W${TAB}$STRAYS"
   sig=0
   [ "$rc" -gt 128 ] && sig=$((rc - 128))
   # SIGKILL from the kernel for memory leaves a line in its log (OOM killer, Android's
@@ -352,6 +483,61 @@ supervise() {
   [ -n "$CAUSE" ] && x="$x${TAB}cause=$CAUSE"
   say "$x"
   : >"$JOBDIR/done"
+}
+
+# proc_start STAT: PSTART = the start time (field 22) of a /proc/PID/stat line; with the pid
+# it names one process for good (a pid is reused, a pid with its start time is not).
+proc_start() {
+  PSTART=
+  case $1 in *') '*) stat_fields ${1##*) } ;; *) return ;; esac
+  PSTART=$START
+}
+
+# ppid_of STAT: PPID_OF = the parent pid (field 4) of a /proc/PID/stat line.
+ppid_of() {
+  PPID_OF=
+  case $1 in *') '*) set -- ${1##*) }; PPID_OF=$2 ;; esac
+}
+
+# group_members: MEMBERS = "PID(comm) ..." of the live (not zombie) processes in group PG,
+# from /proc with builtins only. Zombies are left out: they are dead, and a container's init
+# may take its time to reap what was reparented to it.
+group_members() {
+  MEMBERS=
+  for d in /proc/[0-9]*; do
+    st=
+    read -r st 2>/dev/null <"$d/stat" || continue
+    case $st in *') '*) ;; *) continue ;; esac
+    c=${st#*\(}
+    c=${c%\)*}
+    set -- ${st##*) }
+    [ "$3" = "$PG" ] && [ "$1" != Z ] && MEMBERS="$MEMBERS ${d#/proc/}($c)"
+  done
+  MEMBERS=${MEMBERS# }
+}
+
+# kill_strays PGID: TERM what is left of the engine's group, KILL it after 3 s, and say so.
+kill_strays() {
+  kill -0 -"$1" 2>/dev/null || return 0
+  PG=$1
+  group_members
+  [ -n "$MEMBERS" ] || return 0
+  left=$MEMBERS how=TERM
+  kill -TERM -"$1" 2>/dev/null
+  now_ms; k0=$NOW
+  while [ -n "$MEMBERS" ]; do
+    now_ms
+    if [ $((NOW - k0)) -ge 3000 ]; then
+      how="TERM, KILL after 3 s: $MEMBERS"
+      kill -KILL -"$1" 2>/dev/null
+      i=0   # KILL cannot be caught: gone at once, unless stuck in the kernel (D state)
+      while [ $i -lt 20 ] && [ -n "$MEMBERS" ]; do sleep 0.05 || sleep 1; i=$((i + 1)); group_members; done
+      break
+    fi
+    sleep 0.1 || sleep 1
+    group_members
+  done
+  STRAYS="stray processes: the engine left $left in its process group $1; killed ($how)"
 }
 
 # oom_line PID: OOMLINE = the last kernel log line that says PID was killed for memory.
@@ -552,6 +738,14 @@ start() {
   [ -f "$JOBDIR/args/000" ] || die "start: $JOBDIR/args/000 missing"
   if [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then die "start: $JOBDIR already started"; fi
   command -v setsid >/dev/null || die "start: no setsid on PATH"
+  # One engine per device: another live job (of any session) is reported, exit 4, unless
+  # the controller says `force`.
+  if [ "$1" != force ]; then
+    me=$JOBDIR
+    live_jobs "${JOBDIR%/*}" "$me"
+    JOBDIR=$me
+    if [ -n "$LIVE" ]; then say "busy"; say "$LIVE"; exit 4; fi
+  fi
   shb=${ORCH_AGENT_SHELL:-$(readlink "/proc/$$/exe" 2>/dev/null)}
   [ -x "$shb" ] || shb=sh
   setsid "$shb" "$0" _supervise "$JOBDIR" </dev/null >>"$JOBDIR/agent.log" 2>&1 &
@@ -572,17 +766,18 @@ cmd=$1
 case $cmd in
   version) say "$AGENT_VERSION" ;;
   facts) list_zones; facts ;;
-  start) jobdir "$2"; start ;;
+  start) jobdir "$2"; start "${3:-}" ;;
   _supervise) jobdir "$2"; supervise ;;
   attach) jobdir "$2"; attach "${3:-0}" ;;
   status)
     if [ -z "$2" ] || [ ! -d "$2" ]; then say absent; exit 0; fi
     jobdir "$2"
-    if [ -f "$JOBDIR/done" ]; then say done
-    elif sup_alive; then say "running $SPID"
-    elif [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then say dead
-    else say absent
-    fi ;;
+    job_state
+    say "$STATE" ;;
+  jobs)
+    # jobs RUNSDIR: the live jobs under RUNSDIR, then "end" (an empty answer is no answer).
+    [ -d "${2:-}" ] && { live_jobs "${2%/}"; [ -n "$LIVE" ] && say "$LIVE"; }
+    say end ;;
   kill) jobdir "$2"; kill_job ;;
   _bench_samples)
     # _bench_samples N PID: N samples of PID back to back, no sleep (bench/agent_overhead).
@@ -593,6 +788,6 @@ case $cmd in
     i=0
     while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
   cooldown) shift; cooldown "$@" ;;
-  *) die "usage: orch-agent.sh version | facts | start JOBDIR | attach JOBDIR SKIP |" \
-      "status JOBDIR | kill JOBDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;
+  *) die "usage: orch-agent.sh version | facts | start JOBDIR [force] | attach JOBDIR SKIP |" \
+      "status JOBDIR | jobs RUNSDIR | kill JOBDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;
 esac

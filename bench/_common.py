@@ -28,8 +28,8 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:          # benches import orchestrator from this checkout

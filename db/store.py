@@ -24,8 +24,16 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+)
 
+from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 
 DEFAULT_DB = "orch.db"
@@ -54,6 +62,17 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+class StoreError(ConfigError):
+    """`--db` names no usable store (a directory, a bad URL, a missing driver, a server that
+    does not answer): one line and exit 2, before anything runs."""
+
+
+def _first_line(exc: BaseException) -> str:
+    """A DBAPI error's message without SQLAlchemy's statement and background-link lines."""
+    inner = getattr(exc, "orig", None) or exc
+    return (str(inner).strip().splitlines() or [type(inner).__name__])[0]
 
 
 def migrate(engine: Engine) -> None:
@@ -140,15 +159,39 @@ class Store:
         self.lock = threading.RLock()
 
     @classmethod
-    def open(cls, db: str | None = None) -> "Store":
+    def open(cls, db: str | None = None, create: bool = True) -> "Store":
+        """The store at `db` (--db / ORCH_DB / ./orch.db), migrated. `create=False` (commands
+        that only read) refuses a SQLite file that does not exist instead of creating an
+        empty one. Every way the URL can be unusable is a StoreError, one line."""
         url = resolve_url(db)
-        parsed = make_url(url)
+        try:
+            parsed = make_url(url)
+        except ArgumentError as exc:
+            raise StoreError(f"--db {db!r}: not a database URL or file path ({exc})") from None
         if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url)
+            path = Path(parsed.database).expanduser()
+            if path.is_dir():
+                raise StoreError(f"--db {path}: is a directory, not a database file")
+            if not create and not path.exists():
+                raise StoreError(f"no database at {path} (run or import something first, "
+                                 f"or give --db)")
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreError(f"--db {path}: cannot create its folder: {exc.strerror}") from None
+        try:
+            engine = create_engine(url)
+        except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+            raise StoreError(f"--db {parsed.render_as_string(hide_password=True)}: "
+                             f"{type(exc).__name__}: {_first_line(exc)}") from None
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
-        migrate(engine)
+        try:
+            migrate(engine)
+        except (DBAPIError, OSError) as exc:
+            engine.dispose()
+            raise StoreError(f"--db {parsed.render_as_string(hide_password=True)}: cannot open "
+                             f"the store: {_first_line(exc)}") from None
         return cls(engine)
 
     @property

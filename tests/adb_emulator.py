@@ -11,11 +11,14 @@ Path mapping: device paths are REAL absolute paths on this machine. The fake roo
   .root/system/bin             the ONLY entry of PATH: toybox applet symlinks, sh -> mksh,
                                `getprop` and `dumpsys` shims (mksh scripts)
   .root/data/local/tmp         == .data_dir (stands for /data/local/tmp; orch's workdir)
-  .root/sdcard -> .sdcard_dir  a dir under /dev/shm; as root it is a private ramfs mount,
-                               which refuses O_DIRECT (EINVAL), as some FUSE file systems do
-                               (a phone's /sdcard FUSE usually accepts it and serves reads
-                               through a page cache: pathcheck.py flags both); this kernel's
-                               tmpfs accepts O_DIRECT; `.sdcard_refuses_odirect` tells which
+  .root/sdcard -> .sdcard_dir  a dir under /dev/shm; where FUSE can be mounted it is, as on a
+                               phone, a FUSE mount (bindfs, tests/fuse_mount.py) of
+                               .root/data/media/0 (== .sdcard_backing): O_DIRECT is accepted
+                               there and reads go through the backing file's page cache
+                               (docs/path-check.md). Else, as root, a private ramfs mount (which
+                               refuses O_DIRECT), else the plain tmpfs dir. `.sdcard_fs` says
+                               which (fuse, ramfs, tmpfs), `.sdcard_fuse_error` why not FUSE,
+                               `.sdcard_refuses_odirect` whether O_DIRECT opens fail there
   .root/sys/class/thermal/thermal_zone{0,1,2}/{type,temp}   $ORCH_THERMAL_DIR, temp in mC
   .root/sys/class/power_supply/battery/temp                 $ORCH_BATTERY_DIR, temp in dC
   .root/proc/meminfo                                        $ORCH_MEMINFO
@@ -40,8 +43,10 @@ import uuid
 
 try:
     from .adb_sync import serve_sync
+    from .fuse_mount import FuseMount
 except ImportError:  # imported as a top-level module (tests/ on sys.path)
     from adb_sync import serve_sync
+    from fuse_mount import FuseMount
 
 A_CNXN, A_OPEN, A_OKAY, A_CLSE, A_WRTE = (
     struct.unpack("<I", c)[0] for c in (b"CNXN", b"OPEN", b"OKAY", b"CLSE", b"WRTE"))
@@ -310,13 +315,31 @@ class EmulatedPhone:
         self.set_meminfo()
         _remove_stale_sdcards()
         self.sdcard_dir = tempfile.mkdtemp(prefix=f"orch-emu-sdcard-{os.getpid()}-", dir="/dev/shm")
-        self._sdcard_mounted = mount_sdcard and os.geteuid() == 0 and subprocess.run(
-            ["mount", "-t", "ramfs", "-o", "mode=0775", "orch-emu-sdcard", self.sdcard_dir],
-            capture_output=True).returncode == 0
+        self._mount_sdcard(mount_sdcard)
         if os.path.lexists(j(self.root, "sdcard")):
             os.unlink(j(self.root, "sdcard"))
         os.symlink(self.sdcard_dir, j(self.root, "sdcard"))
         self.sdcard_refuses_odirect = _odirect_refused(self.sdcard_dir)
+
+    def _mount_sdcard(self, mount: bool) -> None:
+        """/sdcard as on a phone: FUSE over data/media/0; else ramfs (root); else tmpfs."""
+        self.sdcard_backing = os.path.join(self.root, "data", "media", "0")
+        os.makedirs(self.sdcard_backing, exist_ok=True)
+        self.sdcard_fs, self.sdcard_fuse_error = "tmpfs", "mount_sdcard=False"
+        self._sdcard_fuse: FuseMount | None = None
+        self._sdcard_mounted = False
+        if not mount:
+            return
+        try:
+            self._sdcard_fuse = FuseMount(self.sdcard_backing, self.sdcard_dir).mount()
+            self.sdcard_fs, self.sdcard_fuse_error = "fuse", None
+            return
+        except OSError as e:
+            self.sdcard_fuse_error = str(e)
+        self._sdcard_mounted = os.geteuid() == 0 and subprocess.run(
+            ["mount", "-t", "ramfs", "-o", "mode=0775", "orch-emu-sdcard", self.sdcard_dir],
+            check=False, capture_output=True).returncode == 0
+        self.sdcard_fs = "ramfs" if self._sdcard_mounted else "tmpfs"
 
     def write_props(self) -> None:
         """Rewrite the file the getprop shim reads (call after changing `.props` in place)."""
@@ -494,8 +517,12 @@ class EmulatedPhone:
             if not pids:
                 break
             time.sleep(0.05)
+        if self._sdcard_fuse is not None:
+            self._sdcard_fuse.unmount()
+            self._sdcard_fuse = None
         if self._sdcard_mounted:
-            subprocess.run(["umount", "-l", self.sdcard_dir], capture_output=True)
+            subprocess.run(["umount", "-l", self.sdcard_dir], check=False, capture_output=True,
+                           timeout=10)
             self._sdcard_mounted = False
         shutil.rmtree(self.sdcard_dir, ignore_errors=True)
         if self._own_root:
@@ -533,7 +560,8 @@ def _remove_stale_sdcards() -> None:
     for name in os.listdir("/dev/shm"):
         parts = name.split("-")
         if name.startswith("orch-emu-sdcard-") and len(parts) > 4 and not os.path.exists(f"/proc/{parts[3]}"):
-            subprocess.run(["umount", "-l", f"/dev/shm/{name}"], capture_output=True)
+            subprocess.run(["umount", "-l", f"/dev/shm/{name}"], check=False, capture_output=True,
+                           timeout=10)
             shutil.rmtree(f"/dev/shm/{name}", ignore_errors=True)
 
 

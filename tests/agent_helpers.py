@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -162,13 +163,34 @@ def attach(shell: Shell, jobdir: Path, skip: int = 0, timeout: float = 60) -> tu
 
 def run_job(shell: Shell, jobdir: Path, args: Iterable[str | bytes],
             meta: Mapping[str, object] | None = None, env: Iterable[str] | None = None,
-            extra_env: Mapping[str, str] | None = None, timeout: float = 60) -> JobResult:
-    """Write a job, start it, follow it with `attach JOBDIR 0` until it ends; parsed lines."""
+            extra_env: Mapping[str, str] | None = None, timeout: float = 60,
+            release: tuple[Path, int] | None = None) -> JobResult:
+    """Write a job, start it, follow it with `attach JOBDIR 0` until it ends; parsed lines.
+
+    release=(FILE, N): FILE is created once the spool holds N S lines, for an engine that
+    waits for FILE: a test that wants N samples waits for them, not for a time that a busy
+    machine may not give the agent."""
     meta = {"interval_ms": 100, "run": jobdir.name, **(meta or {})}
     write_job(jobdir, args, meta, env)
     start_job(shell, jobdir, extra_env)
+    releaser = None
+    if release is not None:
+        releaser = threading.Thread(target=_release_after_samples, args=(jobdir, *release, timeout),
+                                    daemon=True)
+        releaser.start()
     rc, out = attach(shell, jobdir, 0, timeout=timeout)
+    if releaser is not None:
+        releaser.join(timeout)
     return JobResult(jobdir, parse_lines(out), rc, out, spool_lines(jobdir))
+
+
+def _release_after_samples(jobdir: Path, file: Path, samples: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if sum(1 for line in spool_lines(jobdir) if line[:1] == ["S"]) >= samples:
+            break
+        time.sleep(0.05)
+    file.touch()
 
 
 # -- cleanup ---------------------------------------------------------------------------------

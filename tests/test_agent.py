@@ -180,6 +180,7 @@ while [ $i -le 4 ]; do
   sleep 0.2
   i=$((i + 1))
 done
+while [ ! -e release ]; do sleep 0.05; done   # the test releases it after 5 samples
 printf '%s\n' 'back\slash \t -e $x' "col1	col2"
 printf 'last stdout no newline'
 printf 'last stderr no newline' >&2
@@ -193,6 +194,7 @@ def test_job_stream(shell, jobs):
     (job / "engine.sh").write_text(ENGINE)
     res = run_job(shell, job, ["sh", str(job / "engine.sh"), "out.csv"],
                   meta={"csv": "work/out.csv", "cwd": "work"},
+                  release=(job / "work" / "release", 5),
                   env=["FOO=bar baz", "1BAD=x", "HOSTILE=$(touch PWNED) `x` 'q' \\n;"])
     check_well_formed(res)
     assert kv(res.lines[0][1:])["agent"] == shell.run("version").stdout.decode().strip()
@@ -228,7 +230,9 @@ def test_bad_cwd_is_reported(shell, jobs):
 
 
 def test_thermal_and_battery(shell, jobs, fake_sys):
-    res = run_job(shell, jobs(), ["sleep", "0.5"], extra_env=fake_sys)
+    job = jobs()
+    res = run_job(shell, job, ["sh", "-c", "while [ ! -e release ]; do sleep 0.05; done"],
+                  extra_env=fake_sys, release=(job / "release", 3))
     check_well_formed(res)
     samples = [kv(s[1:]) for s in res.tagged("S")]
     assert len(samples) >= 3
@@ -257,8 +261,10 @@ def test_load_and_frequency_samples(shell, jobs, tmp_path):
     cpudir = _fake_cpufreq(tmp_path / "cpu", [576000, 1804800, 2841600])
     loadavg = tmp_path / "loadavg"
     loadavg.write_text("4.07 3.50 2.01 5/467 12345\n")
-    res = run_job(shell, jobs(), ["sleep", "0.4"],
-                  extra_env={"ORCH_CPU_DIR": str(cpudir), "ORCH_LOADAVG": str(loadavg)})
+    job = jobs()
+    res = run_job(shell, job, ["sh", "-c", "while [ ! -e release ]; do sleep 0.05; done"],
+                  extra_env={"ORCH_CPU_DIR": str(cpudir), "ORCH_LOADAVG": str(loadavg)},
+                  release=(job / "release", 2))
     check_well_formed(res)
     samples = [kv(s[1:]) for s in res.tagged("S")]
     assert len(samples) >= 2
@@ -394,13 +400,15 @@ def test_attach_while_running_and_supervisor_killed(shell, jobs):
     assert lines == spool_lines(job)[: len(lines)]
     rc, out = attach(shell, job, 2, timeout=20)
     assert rc == 3 and parse_lines(out) == spool_lines(job)[2:]
-    assert shell.run("status", job).stdout.decode().strip() == "dead"
-    # the engine survived its supervisor (it is detached); `kill` ends its group
+    # the engine survived its supervisor (it is detached): an orphan, not dead (16B: a
+    # re-run beside it would run two engines); `kill` ends its group, then it is dead
     epid = int((job / "engine.pid").read_text())
     assert alive(epid)
+    assert shell.run("status", job).stdout.decode().split() == ["orphan", str(epid)]
     res = shell.run("kill", job, timeout=20)
     assert res.returncode == 0, res.stderr
     wait_for(lambda: not alive(epid), timeout=5)
+    assert shell.run("status", job).stdout.decode().strip() == "dead"
 
 
 def test_kill_and_status(shell, jobs, tmp_path):
@@ -432,9 +440,9 @@ def test_toybox_only_path(tmp_path):
         assert not (bindir / tool).exists(), tool
     probe = subprocess.run(
         ["env", "-i", f"PATH={bindir}", shell.interpreter, "-c",
-         "for t in awk dd tr expr python3; do command -v $t && exit 1; done; "
-         "command -v sleep; command -v setsid"],
-        capture_output=True, timeout=10)
+         ("for t in awk dd tr expr python3; do command -v $t && exit 1; done; "
+          "command -v sleep; command -v setsid")],
+        check=False, capture_output=True, timeout=10)
     assert probe.returncode == 0, probe.stdout
     for line in probe.stdout.decode().split():
         assert os.path.realpath(line) == os.path.realpath("/usr/bin/toybox")

@@ -106,7 +106,7 @@ def test_without_the_plugin_its_names_are_unknown(workspace):
     (workspace / "devices.yaml").write_text("devices: {}\n")
     code, out = orch_cli(workspace, "run", "m.yaml")
     assert code == 2
-    assert "m.yaml: engine: unknown engine 'shbench' (known: bmoe, " in out
+    assert "m.yaml:2: engine: unknown engine 'shbench' (known: bmoe, " in out
 
 
 def test_a_broken_plugin_names_its_entry_point(monkeypatch):

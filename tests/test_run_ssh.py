@@ -1,9 +1,11 @@
 """`orch run` on an SSH device (a real sshd on 127.0.0.1): results, link loss, resume, host keys."""
 from __future__ import annotations
 
+import sqlite3
 import textwrap
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -45,13 +47,12 @@ SLOW = """\
 
 def _wait_tokens(db: Path, at_least: int, deadline: float) -> None:
     while time.monotonic() < deadline:
-        if db.exists():
-            try:
-                count = Store.open(str(db)).fetch(text("SELECT count(*) FROM token"))[0][0]
-            except Exception:  # noqa: BLE001 - the schema may not exist yet
-                count = 0
-            if count >= at_least:
-                return
+        try:  # read-only and without Store.open: never races orch's own schema migration
+            with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
+                if conn.execute("SELECT count(*) FROM token").fetchone()[0] >= at_least:
+                    return
+        except sqlite3.Error:  # no file or no schema yet
+            pass
         time.sleep(0.1)
     raise AssertionError("tokens never arrived")
 

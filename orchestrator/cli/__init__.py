@@ -11,16 +11,19 @@ from orchestrator.cli import (
     data,
     devices,
     engines,
+    history,
     quality,
     report,
     routes,
     run,
 )
+from orchestrator.cli.options import DEBUG, OrchGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OrchGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="orch")
-def main() -> None:
+@click.option("--debug", is_flag=True, help="Show the Python traceback of an unexpected error.")
+def main(debug: bool) -> None:
     """orch: run LLM inference benchmark matrices on local, SSH and adb devices, store every
     token and sample in SQLite, and report the numbers.
 
@@ -35,12 +38,20 @@ def main() -> None:
       orch import DIR --engine bmoe         # existing engine artifacts into the store
       orch calibrate -d phone               # idle temperature baseline for cooldowns
       orch ceilings -d phone                # storage, memory (and compute) ceilings
+
+    \b
+    Exit codes:
+      0    every run ok
+      1    a run or device failed, or an unexpected error (one line; --debug for the traceback)
+      2    bad input: matrix, inventory, options or --db (checked before anything is written)
+      130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
     """
+    DEBUG["on"] = debug
 
 
 for command in (run.run, run.runs, run.show, devices.devices, calibrate.calibrate, data.import_cmd,
                 data.table, data.export, engines.engines, engines.models, report.report,
-                report.compare, routes.routes, ceilings.ceilings, quality.quality):
+                report.compare, history.history, routes.routes, ceilings.ceilings, quality.quality):
     main.add_command(command)
 
 if __name__ == "__main__":  # pragma: no cover

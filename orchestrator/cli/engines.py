@@ -21,22 +21,27 @@ def engines() -> None:
 @click.option("--jobs", "-j", type=click.IntRange(1), default=2, show_default=True,
               help="Parallel compile jobs.")
 @click.option("--force", is_flag=True, help="Rebuild even when the cache has this version.")
-@click.option("--bindings/--no-bindings", default=True, show_default=True,
+@click.option("--bindings/--no-bindings", default=None,
               help="Also pip-install llama-cpp-python (same version, without compiling "
                    "llama.cpp again) for the Python orch runs in; the llama-token engine "
-                   "needs it.")
+                   "needs it. Default: only for the version orch pins (another version's "
+                   "bindings would replace them).")
 @click.option("--abi", type=click.Choice(["x86_64", "arm64", "all"]), default="all",
               show_default=True, help="probes: the ABI(s) to build for.")
-def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings: bool,
-              abi: str) -> None:
+def build_cmd(engine: str, version: str | None, jobs: int, force: bool,
+              bindings: bool | None, abi: str) -> None:
     """Build ENGINE into the cache and print where it is.
 
     \b
-    llama.cpp: downloads the pinned llama-cpp-python sdist with pip (it vendors llama.cpp's
-    source), compiles llama-bench, llama-completion and libllama with cmake + ninja into
-    $ORCH_LLAMA_CACHE/<version> (default ~/.cache/orch/llama.cpp/<version>); a finished build
-    is reused. Needs cmake, ninja and g++ (Debian: apt-get install cmake ninja-build g++).
-    About 4 minutes on 2 cores.
+    llama.cpp: downloads the llama-cpp-python sdist of --version (default: the pinned one)
+    with pip (it vendors llama.cpp's source), compiles llama-bench, llama-completion and
+    libllama with cmake + ninja into $ORCH_LLAMA_CACHE/<version> (default
+    ~/.cache/orch/llama.cpp/<version>), one directory per version side by side; a finished
+    build is reused. Its BUILT stamp records the version, the llama.cpp commit (from the
+    sdist's CHANGELOG, also compiled in as the build commit llama-bench reports), the cmake
+    flags and the time it took. A matrix runs it with `binary: {build: llama.cpp@V}`.
+    Needs cmake, ninja and g++ (Debian: apt-get install cmake ninja-build g++). About 6
+    minutes on 2 cores.
 
     \b
     probes: the static C probes of `orch ceilings` (iobench, membench) for --abi: x86_64 with
@@ -59,7 +64,7 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings
 
     try:
         done = build(version or LLAMA_CPP_VERSION, jobs=jobs, force=force, log=log)
-        if bindings:
+        if bindings or (bindings is None and done.version == LLAMA_CPP_VERSION):
             install_bindings(done, log=log)
     except BuildError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -67,6 +72,27 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool, bindings
     click.echo(f"llama-bench:      {done.binary('llama-bench')}")
     click.echo(f"llama-completion: {done.binary('llama-completion')}")
     click.echo(f"libllama:         {done.lib_dir}  (LLAMA_CPP_LIB_PATH)")
+    stamp = done.identity()
+    click.echo(f"llama.cpp commit: {stamp.get('llama_cpp_commit') or 'unknown'} "
+               f"(llama-bench reports {stamp.get('reported_build') or 'unknown'}); built in "
+               f"{stamp.get('seconds', '?')} s")
+
+
+@engines.command("builds")
+def builds_cmd() -> None:
+    """List the llama.cpp builds in the cache: version, llama.cpp commit, the build its
+    llama-bench reports (run.engine_build of its runs), build time and cmake flags."""
+    from orchestrator.tools.llamacpp_build import cache_root, cached_builds
+
+    found = cached_builds()
+    if not found:
+        click.echo(f"no llama.cpp build in {cache_root()} (orch engines build llama.cpp)")
+    for b in found:
+        s = b.identity()
+        flags = " ".join(f for f in s.get("cmake_flags", []) if "INSTALL_RPATH" not in f)
+        click.echo(f"{b.version}: llama.cpp {s.get('llama_cpp_commit') or '?'}, reports "
+                   f"{s.get('reported_build') or '?'}, built {s.get('built_at', '?')} in "
+                   f"{s.get('seconds', '?')} s, {b.root}\n  {flags}")
 
 
 def _build_probes(abi: str, force: bool) -> None:

@@ -29,20 +29,60 @@ def inventory_option(func: Callable[..., Any]) -> Callable[..., Any]:
                              "~/.config/orch/devices.yaml; `local` always exists).")(func)
 
 
+# Exit codes (README "Exit codes"; `orch --help`): 0 ok, 1 a failed run or device or an
+# unexpected error, 2 bad input (matrix, inventory, options, --db; nothing written), 130 Ctrl-C,
+# 143 SIGTERM.
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INT, EXIT_TERM = 0, 1, 2, 130, 143
+
+# `orch --debug ...`: unexpected errors show their traceback (set by the group's option)
+DEBUG = {"on": False}
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(message, err=True)
+    sys.exit(code)
+
+
+def handle_errors(call: Callable[[], Any]) -> Any:
+    """Run `call`; every error a user can meet ends as one line on stderr and an exit code.
+    Click's own exits and usage errors pass through (click prints them); anything unexpected
+    names its type and message and points at --debug, which re-raises it instead."""
+    from orchestrator.transports.base import TransportError
+
+    try:
+        return call()
+    except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        raise
+    except ConfigError as exc:
+        _fail(f"error: {exc}", EXIT_BAD_INPUT)
+    except TransportError as exc:
+        _fail(f"device error: {exc}", EXIT_FAILED)
+    except KeyboardInterrupt:
+        _fail("interrupted", EXIT_INT)
+    except OSError as exc:   # an unwritable -o, a full disk, a file that vanished
+        if DEBUG["on"]:
+            raise
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"error: {where}{exc.strerror or exc}", EXIT_FAILED)
+    except Exception as exc:
+        if DEBUG["on"]:
+            raise
+        text = str(exc).strip().splitlines()
+        _fail(f"error: {type(exc).__name__}: {text[0] if text else '(no message)'} "
+              f"(run with --debug for the traceback)", EXIT_FAILED)
+
+
 def friendly(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn the library's user-facing errors into a message and an exit code, not a trace."""
-    from orchestrator.transports.base import TransportError
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except ConfigError as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(2)
-        except TransportError as exc:
-            click.echo(f"device error: {exc}", err=True)
-            sys.exit(1)
+        return handle_errors(lambda: func(*args, **kwargs))
     return wrapper
 
 
+class OrchGroup(click.Group):
+    """The `orch` group: every command runs under handle_errors, with or without @friendly."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return handle_errors(lambda: super(OrchGroup, self).invoke(ctx))

@@ -74,6 +74,10 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
               help="A device to compare (repeatable): its newest session of --matrix, or its "
                    "newest session.")
 @click.option("--matrix", "-m", help="For --device: the newest session of this matrix.")
+@click.option("--builds", "builds", nargs=2, metavar="A B", help="Compare two engine builds "
+              "(a llama.cpp cache version such as 0.3.30, an engine build or a commit prefix): "
+              "each build's runs in the newest session that has them (of --matrix, on "
+              "--device when given); A is the reference.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]),
               help="Print markdown, csv or json instead of the terminal table.")
 @click.option("--out", "-o", type=click.Path(dir_okay=False),
@@ -83,17 +87,20 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
 @db_option
 @friendly
 def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | None,
-            fmt: str | None, out: str | None, template: str | None, db: str | None) -> None:
+            builds: tuple[str, ...] | None, fmt: str | None, out: str | None,
+            template: str | None, db: str | None) -> None:
     """Compare two or more sides (devices or sessions, two sessions of one device included)
     config by config: each side's mean tok/s with its 95% interval, and each side's ratio to
     the first (the reference) with its 95% interval, Welch p-value, Holm-corrected p-value
     and verdict, plus a geometric-mean summary. Configs are matched by model and config;
-    those on one side only are listed."""
+    those on one side only are listed with why the other has none (its runs failed, or it
+    never ran). --builds A B: the sides are two engine builds."""
     from orchestrator.db.store import Store
     from orchestrator.report.compare import compare as run_compare
 
     text = run_compare(Store.open(db), sessions, devices, matrix, fmt=fmt,
-                       out=Path(out) if out else None, console=console, template=template)
+                       out=Path(out) if out else None, console=console, template=template,
+                       builds=builds or ())
     if out:
         console.print(f"wrote {out}", highlight=False)
     elif text is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
 
 import click
@@ -23,19 +24,39 @@ from orchestrator.cli.options import (
 @click.option("--resume", is_flag=True,
               help="Continue the latest session of this matrix on the device: collect runs "
                    "that finished while orch was away, re-run cells that did not end ok.")
-@click.option("--link-grace", type=float, default=120.0, show_default=True, metavar="SECONDS",
+@click.option("--link-grace", type=click.FloatRange(0, 86400), default=120.0, show_default=True,
+              metavar="SECONDS",
               help="How long to wait for a device that dropped off before a run is interrupted.")
+@click.option("--force", is_flag=True,
+              help="Start cells even while another orch job runs on the device (two engines "
+                   "then share it: the measurements are not clean).")
+@click.option("--yes", "-y", is_flag=True,
+              help="Run a plan of over 1,000 cells without asking (needed without a terminal).")
 @inventory_option
 @db_option
 @friendly
 def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: float,
-        inventory: str | None, db: str | None) -> None:
+        force: bool, yes: bool, inventory: str | None, db: str | None) -> None:
     """Run MATRIX_FILE's cells on a device and store the results.
 
     Progress shows per cell the config, tokens so far and tok/s; a table of the runs follows.
     Cells continue past a failed cell. Exit code 0 when every cell ended ok, 1 otherwise,
-    2 for a bad matrix or inventory (nothing is written then).
+    2 for a bad matrix, inventory, engine option or --db (all checked before the store or a
+    device is touched: nothing is written then), 130 on Ctrl-C, 143 on SIGTERM. A plan over
+    1,000 cells asks first (--yes to skip; refused without a terminal). `timeout: 0` in a
+    matrix means no timeout. With --resume, a cell whose flags changed since it ran is run
+    again (its old run is superseded), not kept. A device where an orch job still runs is
+    refused (--resume collects this session's, --force starts beside it). Ctrl-C or SIGTERM
+    stops the engine, marks its run interrupted (--resume re-runs it) and ends the session.
     """
+    from orchestrator.run.lifecycle import stop_on_signals
+
+    with stop_on_signals():
+        _run(matrix_file, devices, resume, link_grace, force, yes, inventory, db)
+
+
+def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: float,
+         force: bool, yes: bool, inventory: str | None, db: str | None) -> None:
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.matrix import load_matrix
     from orchestrator.db.store import Store
@@ -45,22 +66,30 @@ def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: fl
 
     loaded = load_matrix(matrix_file)
     inv = load_inventory(inventory)
+    from orchestrator.cli.preflight import check_engine, confirm_size, device_names
     from orchestrator.run.session import run_devices
 
-    names = inv.names() if devices == ("all",) else list(dict.fromkeys(devices))
-    for name in names:
-        inv.get(name)
+    names = device_names(inv, devices)
+    check_engine(loaded)
+    confirm_size(loaded, len(names), yes)
     store = Store.open(db)
     board = Board(errors)
     try:
-        results = run_devices(store, inv, loaded, names, board, resume=resume,
+        results = run_devices(store, inv, loaded, names, board, resume=resume, force=force,
                               link=LinkPolicy(grace_s=link_grace),
                               command="orch " + shlex.join(sys.argv[1:]))
+    except KeyboardInterrupt:
+        board.close()
+        _stopped(matrix_file)
     finally:
         board.close()
     ok = True
     for name in names:
-        result = results[name]
+        result = results.get(name)
+        if result is None:   # its thread died without a result (an unexpected error)
+            click.echo(f"{name}: the run ended without a result (see the error above)", err=True)
+            ok = False
+            continue
         if isinstance(result, BaseException):
             click.echo(f"{name}: {result}", err=True)
             ok = False
@@ -68,6 +97,18 @@ def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: fl
         print_session_table(console, store, result.session_id)
         ok = ok and all(o.status == "ok" for o in result.outcomes)
     sys.exit(0 if ok else 1)
+
+
+def _stopped(matrix_file: str) -> None:
+    """One line and 128 + the signal (130 Ctrl-C, 143 SIGTERM): the engine was stopped, its
+    run marked interrupted and the session ended by the runner before this."""
+    from orchestrator.run.lifecycle import STOPPING
+
+    signum = STOPPING.signum or signal.SIGINT
+    click.echo(f"orch run: stopped by {signal.Signals(signum).name}: the running cell is marked "
+               f"interrupted and the session ended; `orch run {shlex.quote(matrix_file)} "
+               f"--resume` re-runs it", err=True)
+    sys.exit(128 + signum)
 
 
 @click.command()
@@ -80,7 +121,7 @@ def runs(session: int | None, limit: int, db: str | None) -> None:
     from orchestrator.db.store import Store
     from orchestrator.results.terminal import print_runs
 
-    print_runs(console, Store.open(db), session, limit)
+    print_runs(console, Store.open(db, create=False), session, limit)
 
 
 @click.command()
@@ -92,4 +133,4 @@ def show(run_id: int, db: str | None) -> None:
     from orchestrator.db.store import Store
     from orchestrator.results.terminal import print_run
 
-    print_run(console, Store.open(db), run_id)
+    print_run(console, Store.open(db, create=False), run_id)

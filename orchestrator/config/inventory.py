@@ -6,12 +6,26 @@ error reads `file:line: devices.NAME.key: ...`."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-from orchestrator.config.yamlfile import ConfigError, load_yaml, validate
+from orchestrator.config.yamlfile import (
+    ConfigError,
+    Problems,
+    errors_at,
+    load_yaml,
+    validate,
+)
 from orchestrator.plugins import device_kind, device_kind_names
 from orchestrator.transports.base import DeviceEntry
 
@@ -37,10 +51,42 @@ def _entry(value: Any) -> Any:
     return device_kind(kind).entry_model.model_validate(value)
 
 
+# A device name becomes a path component (the local workdir, job directories): no `/`, no
+# `..`, nothing a shell or a file system treats specially.
+DEVICE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
+
+
+def entry_problems(name: str, entry: DeviceEntry) -> Problems:
+    """What the transports' own models leave open: the device name, every `*port` field
+    within 1..65535, and a workdir that is absolute (or under ~) with no `..` component."""
+    problems: Problems = []
+    if not DEVICE_NAME.match(name):
+        problems.append((("devices", name), (f"device name {name!r}: use letters, digits and "
+                                             ". _ - only, not starting with a dot")))
+    for key, value in entry.model_dump().items():
+        if key.endswith("port") and isinstance(value, int) and not 1 <= value <= 65535:
+            problems.append((("devices", name, key), f"{value} is not a port (1..65535)"))
+    workdir = entry.workdir
+    if workdir is not None:
+        if not workdir.startswith(("/", "~")):
+            problems.append((("devices", name, "workdir"), "must be absolute (/...) or under ~"))
+        elif ".." in workdir.split("/") or any(c in workdir for c in "\0\n\r"):
+            problems.append((("devices", name, "workdir"),
+                             "must not contain `..`, a newline or NUL"))
+    return problems
+
+
 class InventoryFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     devices: dict[str, Annotated[DeviceEntry, BeforeValidator(_entry)]] = \
         Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _confined(self) -> InventoryFile:
+        problems = [p for name, entry in self.devices.items() for p in entry_problems(name, entry)]
+        if problems:
+            raise errors_at(self, problems)
+        return self
 
 
 class Inventory:

@@ -31,6 +31,7 @@ from orchestrator.config.yamlfile import (
     ConfigError,
     Problems,
     errors_at,
+    line_of,
     load_yaml,
     validate,
 )
@@ -38,9 +39,15 @@ from orchestrator.quality.probes import load_probes
 from orchestrator.quality.spec import QualitySpec
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
+MAX_TOKENS = 10_000_000         # tokens per cell: more is a typo
+MAX_SEED = 2**63 - 1            # the store keeps the seed in a 64-bit integer column
+MAX_CELLS = 1_000_000           # cells a matrix may plan at all (beyond: refused at load)
+ASK_CELLS = 1_000               # `orch run` asks for --yes above this many cells
 # Engines that write a `# route_trace v1` file when given `--route-trace PATH` (route-trace.md):
 # bmoe-cli itself, and orch's moe-probe and llama-token.
 ROUTE_TRACE_ENGINES = ("bmoe", "llama-token", "moe-probe")
+NUL_PROMPT = ("contains a NUL byte, which no argv element can carry (every other byte, CR "
+              "included, reaches the engine as written)")
 
 
 class Matrix(BaseModel):
@@ -53,15 +60,15 @@ class Matrix(BaseModel):
     models: dict[str, str | ModelFile] = Field(default_factory=dict)
     prompt: str | None = None
     prompt_file: str | None = None
-    tokens: int = Field(default=64, gt=0)
+    tokens: int = Field(default=64, gt=0, le=MAX_TOKENS)
     configs: dict[str, str | ConfigSpec] = Field(default_factory=dict)
     grid: dict[str, Annotated[list[str | int | float | bool], Field(min_length=1)]] = \
         Field(default_factory=dict)
     repeat: RepeatPolicy = Field(default_factory=lambda: RepeatPolicy(min=1, max=1))
     order: Literal["as-written", "interleaved", "shuffled"] = "as-written"
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     cooldown: Cooldown = Field(default_factory=Cooldown)
-    timeout: float = 600.0
+    timeout: float = 600.0      # per cell, seconds (sub-second allowed); 0 = no timeout
     env: dict[str, str] = Field(default_factory=dict)
     # the config the others are compared with: one name for every model, or model -> config;
     # default: the first config
@@ -83,6 +90,17 @@ class Matrix(BaseModel):
             raise ValueError("use letters, digits and . _ - = , + only")
         return value
 
+    @field_validator("binary", mode="before")
+    @classmethod
+    def _cached_build(cls, value: Any, info: Any) -> Any:
+        """`binary: {build: llama.cpp@V}`: the llama.cpp build cache's binary of version V
+        (`orch engines build llama.cpp --version V`) for this engine."""
+        if not (isinstance(value, dict) and "build" in value):
+            return value
+        from orchestrator.tools.llamacpp_build import cached_binary
+
+        return {"device": cached_binary(str(value["build"]), info.data.get("engine"))}
+
     @field_validator("path_check", mode="before")
     @classmethod
     def _bare_off(cls, value: Any) -> Any:
@@ -92,6 +110,20 @@ class Matrix(BaseModel):
     @classmethod
     def _duration(cls, value: Any) -> float:
         return parse_duration(value)
+
+    @field_validator("sample_interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        if value < 0.01:
+            raise ValueError("at least 0.01 s (10ms) between samples")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_bytes(cls, value: str | None) -> str | None:
+        if value is not None and "\0" in value:
+            raise ValueError(NUL_PROMPT)
+        return value
 
     @field_validator("configs", mode="before")
     @classmethod
@@ -145,8 +177,13 @@ class Matrix(BaseModel):
             problems.append((("prompt_file",), "give `prompt` or `prompt_file`, not both"))
         if not self.configs and not self.grid:
             problems.append(((), "give at least one of `configs` or `grid`"))
+        elif self.planned_cells() > MAX_CELLS:
+            problems.append((("grid",) if self.grid else ("configs",),
+                             (f"plans {self.planned_cells():,} cells (configs x grid x models "
+                              f"x repeat); at most {MAX_CELLS:,}")))
         else:
             problems += _duplicate_config_names(self)
+            problems += _flag_strings(self)
         if not problems:
             names = [name for name, _ in expand_configs(self)]
             problems += _baseline_and_pairs(self, names)
@@ -154,6 +191,15 @@ class Matrix(BaseModel):
         if problems:
             raise errors_at(self, problems)
         return self
+
+    def planned_cells(self) -> int:
+        """How many cells the matrix plans at most (repeat.max rounds), by arithmetic: a grid
+        too large to expand is refused before it is expanded."""
+        grid = 1
+        for values in self.grid.values():
+            grid *= len(values)
+        return (max(1, len(self.configs)) * grid * max(1, len(self.models))
+                * self.repeat.max)
 
     def config_names(self) -> list[str]:
         return [name for name, _ in expand_configs(self)]
@@ -170,6 +216,32 @@ class Matrix(BaseModel):
     def label(self, config: str) -> str:
         """A config's human-readable label (`labels:`), else its name."""
         return self.labels.get(config, config)
+
+
+def _flag_strings(matrix: Matrix) -> Problems:
+    """Every flag string split now, as the runner will split it: an unbalanced quote is a
+    load error at its key, not a traceback after the earlier cells ran."""
+    problems: Problems = []
+    for name, spec in matrix.configs.items():
+        flags = spec.flags if isinstance(spec, ConfigSpec) else spec
+        loc: tuple[str | int, ...] = ("configs", name, "flags") if isinstance(spec, ConfigSpec) \
+            else ("configs", name)
+        problems += [(loc, message) for message in flag_problems(flags)]
+    for flag, values in matrix.grid.items():   # grid values are quoted by orch: only NUL
+        problems += [(("grid", flag, j), "contains a NUL byte, which no argv element can carry")
+                     for j, value in enumerate(values) if "\0" in f"{flag}{value}"]
+    return problems
+
+
+def flag_problems(flags: str) -> list[str]:
+    """What is wrong with one flag string (empty: it splits into argv elements)."""
+    if "\0" in flags:
+        return ["contains a NUL byte, which no argv element can carry"]
+    try:
+        shlex.split(flags)
+    except ValueError as exc:   # "No closing quotation", "No escaped character"
+        return [f"cannot be split into flags: {str(exc).lower()} in {flags!r}"]
+    return []
 
 
 def _route_trace_engine(matrix: Matrix) -> Problems:
@@ -258,17 +330,28 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
         raise ConfigError(f"{path}:1: expected a mapping with name, engine, configs, ...")
     matrix = validate(Matrix, data, node, path)
     if matrix.prompt_file is not None:
-        prompt_path = (path.parent / matrix.prompt_file)
-        try:
-            prompt_text = prompt_path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: prompt_file: cannot read {prompt_path}: {exc.strerror}") from None
+        prompt_text = read_prompt_file(path, node, matrix.prompt_file)
     else:
         prompt_text = matrix.prompt or ""
     if matrix.quality is not None:   # a bad probe line: file:line, exit 2, nothing written
         load_probes(matrix.quality, path)
     return LoadedMatrix(matrix=matrix, path=str(path), text=text,
                         sha256=hashlib.sha256(text.encode()).hexdigest(), prompt_text=prompt_text)
+
+
+def read_prompt_file(path: Path, node: Any, name: str) -> str:
+    """The prompt file's bytes as they are: no newline translation (CR and CRLF reach the
+    engine), any encoding (bytes that are not UTF-8 are carried as surrogate escapes and
+    written back as the same bytes); only NUL is refused."""
+    prompt_path = path.parent / name
+    where = f"{path}:{line_of(node, ('prompt_file',)) or 1}: prompt_file"
+    try:
+        raw = prompt_path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read {prompt_path}: {exc.strerror}") from None
+    if b"\0" in raw:
+        raise ConfigError(f"{where}: {prompt_path} {NUL_PROMPT}")
+    return raw.decode("utf-8", errors="surrogateescape")
 
 
 def _flag_value(flag: str, value: object) -> tuple[str, list[str]]:

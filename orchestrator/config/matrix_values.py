@@ -3,6 +3,7 @@
 and the repeat policy. `matrix.py` puts them together and checks the rules across keys."""
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -12,10 +13,14 @@ from orchestrator.config.yamlfile import Problems, errors_at
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+# The longest duration a matrix may give (a week): beyond it a value is a typo, and the agent's
+# millisecond arithmetic must stay far inside what a 32-bit shell (mksh) can count.
+MAX_DURATION_S = 7 * 24 * 3600.0
 
 
 def parse_duration(value: Any) -> float:
-    """`45`, `45s`, `2m`, `500ms` -> seconds."""
+    """`45`, `45s`, `2m`, `500ms`, `0.5` -> seconds, finite, 0 .. MAX_DURATION_S (YAML's
+    `.inf` and `.nan` are floats too: refused here, not discovered by a run that never ends)."""
     if isinstance(value, bool):
         raise ValueError("expected a duration such as 45s")
     if isinstance(value, (int, float)):
@@ -25,8 +30,12 @@ def parse_duration(value: Any) -> float:
         if not match:
             raise ValueError(f"expected a duration such as 45s, got {value!r}")
         seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ValueError(f"expected a finite duration, got {value!r}")
     if seconds < 0:
         raise ValueError("a duration cannot be negative")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"at most {MAX_DURATION_S / 86400:g} days, got {seconds:g} s")
     return seconds
 
 
@@ -138,6 +147,9 @@ class ModelFile(BaseModel):
     local: str
 
 
+MAX_REPEAT = 1000   # rounds per config: more is a typo (and a plan too large to hold)
+
+
 class RepeatPolicy(BaseModel):
     """How many times each config runs: `repeat: 3` (exactly 3), or adaptive,
     `repeat: {min: 3, max: 10, until: 2%}`: after `min` interleaved rounds, more rounds run
@@ -145,8 +157,8 @@ class RepeatPolicy(BaseModel):
     `max` rounds have run (Phoronix's dynamic run count, judged by intervals)."""
 
     model_config = ConfigDict(extra="forbid")
-    min: int = Field(ge=1)
-    max: int = Field(ge=1)
+    min: int = Field(ge=1, le=MAX_REPEAT)
+    max: int = Field(ge=1, le=MAX_REPEAT)
     until: float | None = None          # target half-width of the 95% interval, % of the mean
 
     @model_validator(mode="before")

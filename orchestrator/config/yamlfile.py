@@ -78,6 +78,11 @@ def _line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
     return line
 
 
+def line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
+    """The 1-based line of a key path in a composed YAML tree (None without a tree)."""
+    return _line_of(node, loc) if node is not None else None
+
+
 def _describe(error: dict[str, Any]) -> str:
     kind = error.get("type", "")
     if kind == "string_type":
@@ -141,6 +146,14 @@ def _parse(text: str) -> tuple[Any, yaml.Node | None]:
         return loader.construct_document(node), node
     finally:
         loader.dispose()
+
+
+def node_tree(text: str) -> yaml.Node | None:
+    """The composed node tree of YAML text that loaded before (for `line_of`)."""
+    try:
+        return _parse(text)[1]
+    except yaml.YAMLError:
+        return None
 
 
 def load_yaml(path: Path) -> tuple[Any, yaml.Node | None, str]:

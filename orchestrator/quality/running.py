@@ -125,7 +125,7 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
     seen = _Collected()
     try:
         runner.client.push_job(job)
-        runner.client.start(jobdir)
+        runner.client.start(jobdir, force=runner.force)
         _follow(runner, jobdir, parser, seen)
     except KeyboardInterrupt:
         try:

@@ -12,8 +12,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from orchestrator.results import ab
 from orchestrator.results.ab import interval_text
-from orchestrator.results.formatting import STATS, Formatter
+from orchestrator.results.formatting import STATS, Formatter, ratio
+from orchestrator.results.uncertainty import Comparison, Interval
 from orchestrator.results.values import DASH, is_missing
 
 
@@ -73,3 +75,25 @@ def spread_cell(spread: Mapping[str, Any] | None) -> str:
 def ci_cell(values: Mapping[str, Any]) -> str:
     """The 95% interval of a config's mean over its runs' means: "12.10–12.52"."""
     return interval_text(values.get("mean_ci_low"), values.get("mean_ci_high"))
+
+
+# ---- the cells of a comparison (orch compare, the report's regressions section) -----------
+def mean_cell(interval: Interval | None) -> str:
+    """A side's mean tok/s with its 95% interval, "12.31 [12.10–12.52]"; the bare mean for
+    one run."""
+    if interval is None or interval.mean is None:
+        return DASH
+    return ab.mean_cell(interval, headline=False)
+
+
+def interval_cell(c: Comparison | None) -> str:
+    return DASH if c is None else ab.interval_text(c.low, c.high, ratio)
+
+
+def verdict_cell(c: Comparison | None) -> str:
+    """From the Holm-corrected test; a dash where nothing was tested (a single run)."""
+    if c is None or c.p_adjusted is None:
+        return DASH
+    if c.significant and c.ratio is not None and c.ratio != 1.0:
+        return "faster" if c.ratio > 1.0 else "slower"
+    return "no significant difference"

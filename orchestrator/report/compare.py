@@ -16,39 +16,28 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
 from orchestrator.report import render
-from orchestrator.report.cells import id_list
+from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict_cell
 from orchestrator.results import ab
-from orchestrator.results.comparison import ConfigRow, SideComparison, build, records
+from orchestrator.results.comparison import (
+    ConfigRow,
+    SideComparison,
+    absence_records,
+    build,
+    build_side,
+    records,
+)
 from orchestrator.results.formatting import ratio, when
 from orchestrator.results.markdown import Table, md_escape
 from orchestrator.results.query import Side, select_sides
 from orchestrator.results.session_tables import failure_line
-from orchestrator.results.uncertainty import ALPHA, CONFIDENCE, Comparison, Interval
+from orchestrator.results.uncertainty import ALPHA, CONFIDENCE
 from orchestrator.results.values import DASH
 
 # ---- cells (the A/B tables' cell formats, results/ab.py, so both read alike) -------------
 
-def mean_cell(interval: Interval | None) -> str:
-    """A side's mean tok/s with its 95% interval, "12.31 [12.10–12.52]"; the bare mean for
-    one run."""
-    if interval is None or interval.mean is None:
-        return DASH
-    return ab.mean_cell(interval, headline=False)
-
-
-def interval_cell(c: Comparison | None) -> str:
-    return DASH if c is None else ab.interval_text(c.low, c.high, ratio)
-
-
-def verdict_cell(c: Comparison | None) -> str:
-    """From the Holm-corrected test; a dash where nothing was tested (a single run)."""
-    if c is None or c.p_adjusted is None:
-        return DASH
-    if c.significant and c.ratio is not None and c.ratio != 1.0:
-        return "faster" if c.ratio > 1.0 else "slower"
-    return "no significant difference"
 
 
 # ---- the table ---------------------------------------------------------------------------
@@ -103,11 +92,21 @@ def only_lines(comp: SideComparison) -> list[str]:
     """Plain lines: the configs each side has alone (no ratio for them)."""
     lines = []
     for side_index, side in enumerate(comp.sides):
-        names = [r.config if r.model == "-" else f"{r.model} {r.config}"
-                 for r in comp.only if r.present == [side_index]]
+        names = [_name(r) for r in comp.only if r.present == [side_index]]
         if names:
             lines.append(f"Only on {side.label}: {', '.join(names)}")
+    for i, side in enumerate(comp.sides):
+        # a config whose runs failed is not a config that never ran: said apart
+        failed = [f"{_name(r)} (runs {id_list(r.failed[i])})" for r in comp.only
+                  if r.absence(i) == "failed"]
+        if failed:
+            lines.append(f"Failed on {side.label}, not missing (the others above never ran "
+                         f"there): {', '.join(failed)}")
     return lines
+
+
+def _name(row: ConfigRow) -> str:
+    return row.config if row.model == "-" else f"{row.model} {row.config}"
 
 
 def left_out_lines(comp: SideComparison) -> list[str]:
@@ -177,15 +176,23 @@ def shared_lines(comp: SideComparison) -> list[str]:
 # ---- entry points ------------------------------------------------------------------------
 
 def from_store(store: Store, sessions: Sequence[str], devices: Sequence[str],
-               matrix: str | None) -> SideComparison:
-    """The sides (results/query.py: select_sides) and their comparison."""
+               matrix: str | None, builds: Sequence[str] = ()) -> SideComparison:
+    """The sides (results/query.py: select_sides; with builds, one side per engine build:
+    comparison.build_side) and their comparison."""
+    if builds:
+        if sessions or len(devices) > 1:
+            raise ConfigError("--builds compares builds (on one --device): no --session, "
+                              "one --device at most")
+        device = devices[0] if devices else None
+        return build(store, [build_side(store, b, device, matrix) for b in builds])
     return build(store, select_sides(store, sessions, devices, matrix))
 
 
 def text(comp: SideComparison, fmt: str, template: str | Path | None = None) -> str:
     """The comparison as markdown (compare.md.j2), csv or json."""
     if fmt == "json":
-        return json.dumps(records(comp), ensure_ascii=False, indent=1) + "\n"
+        return json.dumps(records(comp) + absence_records(comp), ensure_ascii=False,
+                          indent=1) + "\n"
     if fmt == "csv":
         return pd.DataFrame(records(comp)).to_csv(index=False)
     env, user_main = render.environment(template)
@@ -203,10 +210,11 @@ def title(comp: SideComparison) -> str:
 
 def compare(store: Store, sessions: Sequence[str] = (), devices: Sequence[str] = (),
             matrix: str | None = None, fmt: str | None = None, out: Path | None = None,
-            console: Console | None = None, template: str | Path | None = None) -> str | None:
+            console: Console | None = None, template: str | Path | None = None,
+            builds: Sequence[str] = ()) -> str | None:
     """`orch compare`: with no format, the rich table on `console` (and markdown to `out`);
     with one, that text, written to `out` or returned for stdout."""
-    comp = from_store(store, sessions, devices, matrix)
+    comp = from_store(store, sessions, devices, matrix, builds)
     if fmt is None and console is not None:
         print_rich(console, comp, f"mean tok/s: {title(comp)}")
     result = text(comp, fmt or "md", template) if fmt is not None or out is not None else None

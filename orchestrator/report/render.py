@@ -35,6 +35,7 @@ from orchestrator.db.store import Store
 from orchestrator.report import ceilings as against_ceilings
 from orchestrator.report import context, provenance, quality, routing, sections
 from orchestrator.report.cells import id_list
+from orchestrator.report.regressions import sections as regression_sections
 from orchestrator.results import drift, tables
 from orchestrator.results import markdown as md
 from orchestrator.results.formatting import cell, gib_from_kb, pct, ratio, when
@@ -245,6 +246,7 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
     ctx["comparison"] = comparison      # `--compare`: report/compare.py's section(), or None
     ctx["routing"] = [routing.section_context(s) for s in traced]   # report/routing.py
     ctx["routing_problems"] = untraceable
+    ctx["regressions"] = regression_sections(store, rows)   # earlier sessions of the matrix
     try:
         if fmt == "html" and user_main is not None and _is_html(user_main):
             # the user's page template wraps the built-in markdown body

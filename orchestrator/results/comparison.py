@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import select
+
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.results.query import Side, runs_stats
 from orchestrator.results.uncertainty import (
@@ -40,6 +44,14 @@ class ConfigRow:
     means: list[Interval | None]            # per side; None where it has no ok run of it
     run_ids: list[list[int]]                # per side: the ok runs behind the mean
     vs_reference: list[Comparison | None]   # per other side (sides[1:]), Holm-corrected
+    failed: list[list[int]] = field(default_factory=list)   # per side: its runs not ok
+
+    def absence(self, side: int) -> str | None:
+        """Why side `side` has no figure for it: "failed" (runs that did not end ok) or
+        "never run"; None when it has one."""
+        if self.means[side] is not None:
+            return None
+        return "failed" if self.failed and self.failed[side] else "never run"
 
     @property
     def present(self) -> list[int]:
@@ -112,6 +124,12 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
                 left_out.append((side, r))
         per_side.append(configs)
     per_side = _unknown_models_matched(per_side)
+    failed: list[dict[Key, list[int]]] = [
+        {} for _ in sides]     # per side: the runs of a config that did not end ok
+    for i, side in enumerate(sides):
+        for r in side.rows:
+            if r.status != "ok":
+                failed[i].setdefault((r.model or "-", r.config), []).append(r.id)
     keys = list(dict.fromkeys(k for configs in per_side for k in configs))
     raw = [[compare([m for _, m in per_side[0][key]], [m for _, m in c[key]], paired=False)
             if key in per_side[0] and key in c else None for c in per_side[1:]]
@@ -121,7 +139,8 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
                        means=[mean_interval([m for _, m in c[key]]) if key in c else None
                               for c in per_side],
                        run_ids=[[rid for rid, _ in c.get(key, [])] for c in per_side],
-                       vs_reference=[next(corrected) if c is not None else None for c in row])
+                       vs_reference=[next(corrected) if c is not None else None for c in row],
+                       failed=[f.get(key, []) for f in failed])
              for key, row in zip(keys, raw)]
     summary, counts = [], []
     for j in range(len(sides) - 1):
@@ -130,6 +149,37 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
         summary.append(geometric_mean(ratios))
         counts.append(len(ratios))
     return SideComparison(list(sides), table, summary, counts, left_out)
+
+
+def build_side(store: Store, build: str, device: str | None = None,
+               matrix: str | None = None) -> Side:
+    """`--builds A B`: the runs of engine build `build` (a llama.cpp cache version such as
+    0.3.30, an engine_build string, or a commit prefix; history.build_matches) in the newest
+    session that has any (of `matrix`, on `device`, when given). A build that ran on several
+    devices there needs --device."""
+    from orchestrator.results.history import build_matches
+
+    run, dev, ses = schema.run, schema.device, schema.session
+    stmt = (select(run.c.session_id).select_from(run).join(dev, run.c.device_id == dev.c.id)
+            .join(ses, run.c.session_id == ses.c.id).where(run.c.superseded.is_(False)))
+    if device is not None:
+        stmt = stmt.where(dev.c.name == device)
+    if matrix is not None:
+        stmt = stmt.where(ses.c.matrix_name == matrix)
+    sessions = sorted({r.session_id for r in store.fetch(stmt.distinct())}, reverse=True)
+    for sid in sessions:
+        rows = [r for r in store.runs(sid) if build_matches(r, build)
+                and (device is None or r.device == device)]
+        if not rows:
+            continue
+        devices = list(dict.fromkeys(r.device for r in rows))
+        if len(devices) > 1:
+            raise ConfigError(f"build {build} ran on {', '.join(devices)} in session {sid}: "
+                              f"give --device")
+        return Side(f"build {build}", devices[0], store.session_row(sid), rows)
+    where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
+                                device and f" on {device}") if x)
+    raise ConfigError(f"no runs of build {build}{where} in {store.url}")
 
 
 def geometric_mean(values: Sequence[float]) -> float | None:
@@ -175,6 +225,15 @@ def _record(kind: str, model: str | None, config: str | None, reference: str, ot
         "method": c.method if c is not None else None,
         "n_reference": n_a, "n_other": n_b, "configs": None,
     }
+
+
+def absence_records(comp: SideComparison) -> list[dict[str, Any]]:
+    """`absent` records: a config with a figure on some side but none on this one, and why
+    (`failed`: its runs there did not end ok; `never run`)."""
+    return [{"kind": "absent", "model": row.model, "config": row.config, "side": side.label,
+             "why": row.absence(i), "failed_runs": row.failed[i] if row.failed else []}
+            for row in comp.rows for i, side in enumerate(comp.sides)
+            if row.absence(i) is not None]
 
 
 def _mean(interval: Any, field: str) -> float | None:

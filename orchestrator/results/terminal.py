@@ -111,6 +111,33 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(table)
     for warning in row.warnings or []:
         console.print(f"[yellow]warning:[/] {warning}")
+    if row.status != "ok":
+        for line in failure_details(store, row):
+            console.print(line, highlight=False, markup=False)
+
+
+STDERR_TAIL = 10   # lines of the engine's stderr `orch show` prints for a run that failed
+
+
+def failure_details(store: Store, row: Any) -> list[str]:
+    """Why a run did not end ok, in the engine's words: the parse errors its output gave
+    (a bad CSV line, a missing summary) and the last lines of its stderr."""
+    from sqlalchemy import select
+
+    from orchestrator.db import schema
+
+    summary = row.summary or {}
+    lines = [f"parse error: {error}" for error in summary.get("errors") or []]
+    tail = list(summary.get("stderr_tail") or [])
+    if not tail:
+        out = schema.output
+        found = store.fetch(select(out.c.line).where(out.c.run_id == row.id, out.c.stream == "E")
+                            .order_by(out.c.seq.desc()).limit(STDERR_TAIL))
+        tail = [r.line for r in reversed(found)]
+    if tail:
+        lines.append(f"engine stderr (last {min(len(tail), STDERR_TAIL)} lines):")
+        lines += [f"  {line}" for line in tail[-STDERR_TAIL:]]
+    return lines
 
 
 def print_devices(console: Console, inventory: Any, names: list[str], probe: bool,

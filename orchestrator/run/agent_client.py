@@ -1,7 +1,9 @@
 """Drive the device agent through any transport: install it, read facts, push and start jobs,
 follow their spool (DESIGN §2). The thermal cooldown (cooldown.py) streams the agent's
 `cooldown` command with this client's agent path; the steps that need no agent use the
-transport directly: model files (model_push.py) and the model path check (pathcheck.py)."""
+transport directly: model files (model_push.py) and the model path check (pathcheck.py).
+Every method but attach (the runner follows it) and kill (Ctrl-C must not wait for a link)
+rides out link loss through run/link_retry.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,8 +11,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
+from orchestrator.run.link_retry import LinkRetry, retry_link
 from orchestrator.run.stream import LineSplitter, facts_from_lines
-from orchestrator.transports.base import Transport, TransportError, sha256_file
+from orchestrator.transports.base import (
+    CommandResult,
+    Transport,
+    TransportError,
+    sha256_file,
+)
 
 AGENT_NAME = "orch-agent.sh"
 
@@ -37,6 +45,11 @@ class Job:
     env: dict[str, str]
     interval_ms: int = 1000
     timeout_s: float = 0
+
+    @property
+    def timeout_ms(self) -> int:
+        """The timeout in whole milliseconds, at least 1 when any (0: none)."""
+        return max(1, round(self.timeout_s * 1000)) if self.timeout_s > 0 else 0
     csv: str | None = None
 
 
@@ -57,21 +70,25 @@ class AgentClient:
         source = agent_source()
         digest = file_sha256(source)
         remote = f"{self.transport.workdir}/agent/orch-agent-{digest[:12]}.sh"
-        self.transport.push_if_changed(source, remote, mode=0o755)
+        retry_link(self.transport, "the agent's install",
+                   lambda: self.transport.push_if_changed(source, remote, mode=0o755))
         return remote
 
     def install_file(self, local: Path, subdir: str = "bin") -> str:
         """Push a helper file (e.g. moe_probe.py) under a content-addressed name."""
         digest = file_sha256(local)
         remote = f"{self.transport.workdir}/{subdir}/{local.stem}-{digest[:12]}{local.suffix}"
-        self.transport.push_if_changed(local, remote, mode=0o755)
+        retry_link(self.transport, f"the push of {local.name}",
+                   lambda: self.transport.push_if_changed(local, remote, mode=0o755))
         return remote
 
     def _agent(self, *args: str) -> list[str]:
         return [self.transport.shell, self.agent_path, *args]
 
     def facts(self) -> dict[str, str]:
-        result = self.transport.run(self._agent("facts"), timeout=60)
+        argv = self._agent("facts")
+        result = retry_link(self.transport, "the device facts",
+                            lambda: self.transport.run(argv, timeout=60))
         if result.rc != 0:
             raise TransportError(f"{self.transport.name}: agent facts failed (rc {result.rc}): "
                                  f"{result.stderr.decode(errors='replace').strip()[:500]}")
@@ -83,19 +100,44 @@ class AgentClient:
     def push_job(self, job: Job) -> str:
         """Write the job directory: one file per argv element, so any byte reaches the engine."""
         jobdir = self.job_dir(job.run_uid)
-        put = self.transport.put_bytes
-        for index, arg in enumerate(job.argv):
-            put(arg.encode("utf-8"), f"{jobdir}/args/{index:03d}")
-        put("".join(f"{k}={v}\n" for k, v in job.env.items()).encode(), f"{jobdir}/env")
         meta = {"run": job.run_uid, "interval_ms": job.interval_ms,
-                "timeout_s": int(job.timeout_s) if job.timeout_s else 0}
+                # whole seconds, rounded up (int() made 0.5 s "no timeout"); timeout_ms is the
+                # exact value for an agent that reads it (16C)
+                "timeout_s": -(-job.timeout_ms // 1000), "timeout_ms": job.timeout_ms}
         if job.csv:
             meta["csv"] = job.csv
-        put("".join(f"{k}={v}\n" for k, v in meta.items()).encode(), f"{jobdir}/meta")
+        # surrogateescape: a prompt file's non-UTF-8 bytes go back out as the same bytes
+        files = [(arg.encode("utf-8", "surrogateescape"), f"{jobdir}/args/{index:03d}")
+                 for index, arg in enumerate(job.argv)]
+        files.append(("".join(f"{k}={v}\n" for k, v in job.env.items()).encode(), f"{jobdir}/env"))
+        files.append(("".join(f"{k}={v}\n" for k, v in meta.items()).encode(), f"{jobdir}/meta"))
+        sent = [0]   # files written: a repeat after a lost link goes on from the first unsure one
+
+        def push() -> None:
+            for data, remote in files[sent[0]:]:
+                self.transport.put_bytes(data, remote)
+                sent[0] += 1
+        retry_link(self.transport, f"the job files of {job.run_uid}", push)
         return jobdir
 
-    def start(self, jobdir: str) -> None:
-        result = self.transport.run(self._agent("start", jobdir), timeout=60)
+    def start(self, jobdir: str, force: bool = False) -> None:
+        """Start the job. Not repeatable as such (a second supervisor would run the engine
+        twice), so a repeat after a lost link relies on the agent: it refuses a job dir that
+        has a pid or spool file ("already started"), which then means our first try worked."""
+        argv = self._agent("start", jobdir, *(["force"] if force else []))  # force: 16B
+        retry = LinkRetry(self.transport, f"the start of {jobdir}")
+
+        def start() -> tuple[CommandResult, bool]:
+            result = self.transport.run(argv, timeout=60)
+            return result, retry.repeat and b"already started" in result.stderr + result.stdout
+        result, already = retry.call(start)
+        if already:
+            return
+        if result.rc == 4 and result.stdout.startswith(b"busy"):   # 16B: another live job
+            from orchestrator.run.lifecycle import DeviceBusy
+            raise DeviceBusy(f"{self.transport.name}: another orch job runs on the device "
+                             f"({_after_first_line(result.stdout)[:300]})"
+                             f"; not starting a second engine beside it (--force would)")
         if result.rc != 0 or not result.stdout.startswith(b"started"):
             raise TransportError(f"{self.transport.name}: agent could not start the job: "
                                  f"{(result.stdout + result.stderr).decode(errors='replace')[:500]}")
@@ -107,8 +149,15 @@ class AgentClient:
             yield from splitter.feed(chunk)
 
     def status(self, jobdir: str) -> str:
-        result = self.transport.run(self._agent("status", jobdir), timeout=30)
+        argv = self._agent("status", jobdir)
+        result = retry_link(self.transport, f"the status of {jobdir}",
+                            lambda: self.transport.run(argv, timeout=30))
         return result.stdout.decode(errors="replace").strip() or "absent"
 
     def kill(self, jobdir: str) -> None:
         self.transport.run(self._agent("kill", jobdir), timeout=30)
+
+
+def _after_first_line(answer: bytes) -> str:
+    """What the agent said after its first line (`busy`): the live job, or "" when nothing."""
+    return answer.decode(errors="replace").partition("\n")[2].strip()

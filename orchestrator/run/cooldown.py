@@ -3,16 +3,20 @@
 A timer is the wrong instrument for cooldown: a fixed wait does not reliably reach a thermal
 baseline, so a long matrix drifts. The agent's `cooldown` subcommand polls the sensor with
 builtins and reports T lines (readings) and one R line (met | max | nosensor); the controller
-only shows them and records the outcome with the run.
+only shows them and records the outcome with the run. A lost link restarts the agent's
+cooldown on a new connection (run/link_retry.py) for what is left of `max`: waiting is safe
+to repeat, and the time and readings before the loss count.
 """
 from __future__ import annotations
 
 import statistics
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from orchestrator.config.matrix import Cooldown
 from orchestrator.run.agent_client import AgentClient
+from orchestrator.run.link_retry import LinkRetry
 from orchestrator.run.stream import LineSplitter
 from orchestrator.transports.base import TransportError
 
@@ -47,21 +51,41 @@ def _ints(fields: list[str]) -> dict[str, int]:
 def run_agent_cooldown(client: AgentClient, sensor: str, until_mC: int, min_s: float,
                        max_s: float, interval_s: float,
                        on_reading: Callable[[Reading], None] | None = None) -> CooldownResult:
+    """The agent's cooldown, streamed; across a lost link it starts again on the new
+    connection with min and max shortened by the time already waited."""
+    readings: list[Reading] = []
+    began = time.monotonic()
+    retry = LinkRetry(client.transport, "the cooldown")
+
+    def attempt() -> CooldownResult:
+        offset_ms = int((time.monotonic() - began) * 1000)
+        left_min, left_max = max(0.0, min_s - offset_ms / 1000), max(0.0, max_s - offset_ms / 1000)
+        result = _cooldown_once(client, sensor, until_mC, left_min, left_max, interval_s,
+                                offset_ms, readings, on_reading, retry.alive)
+        result.waited_s += offset_ms / 1000.0
+        return result
+    return retry.call(attempt)
+
+
+def _cooldown_once(client: AgentClient, sensor: str, until_mC: int, min_s: float, max_s: float,
+                   interval_s: float, offset_ms: int, readings: list[Reading],
+                   on_reading: Callable[[Reading], None] | None,
+                   alive: Callable[[], None]) -> CooldownResult:
     argv = [client.transport.shell, client.agent_path, "cooldown", sensor, str(int(until_mC)),
             str(int(min_s * 1000)), str(int(max_s * 1000)), str(max(50, int(interval_s * 1000)))]
-    readings: list[Reading] = []
     splitter = LineSplitter()
     for chunk in client.transport.stream(argv):
+        alive()   # the link works: a later loss is a new outage
         for line in splitter.feed(chunk):
             parts = line.split("\t")
             if parts[0] == "T" and len(parts) >= 2 and parts[1].isdigit():
-                reading = Reading(int(parts[1]), _ints(parts[2:]))
+                reading = Reading(offset_ms + int(parts[1]), _ints(parts[2:]))
                 readings.append(reading)
                 if on_reading is not None:
                     on_reading(reading)
             elif parts[0] == "R" and len(parts) >= 3:
                 value = int(parts[3]) if len(parts) > 3 and parts[3].lstrip("-").isdigit() else None
-                return CooldownResult(parts[1], int(parts[2]) / 1000.0, value, readings)
+                return CooldownResult(parts[1], int(parts[2]) / 1000.0, value, list(readings))
     raise TransportError(f"{client.transport.name}: the agent's cooldown ended without a result")
 
 

@@ -1,7 +1,8 @@
 """Model files of a matrix on a device: push the local ones, and know each one's size and
 sha256 for provenance (device-path models too: hashed on the device). A 20 GB model is pushed
 and hashed once: transports skip a file whose size and sha256 match, and cache the device-side
-sha256 next to it."""
+sha256 next to it. A lost link is ridden out (run/link_retry.py): the push resumes from what
+arrived (transports), the device-side stat and hash are asked again."""
 from __future__ import annotations
 
 import time
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from orchestrator.config.matrix import LoadedMatrix, ModelFile
 from orchestrator.run.agent_client import file_sha256
+from orchestrator.run.link_retry import LinkRetry, retry_link
 from orchestrator.run.progress import Progress
 from orchestrator.transports.base import Transport, TransportError
 
@@ -36,15 +38,19 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
             remote = f"{transport.workdir}/models/{local.name}"
             size = local.stat().st_size
             shown = [0.0]
+            retry = LinkRetry(transport, f"the push of {local.name}", progress.note)
 
-            def report(done: int, total: int, label: str = local.name) -> None:
+            def report(done: int, total: int, label: str = local.name,
+                       retry: LinkRetry = retry, shown: list[float] = shown) -> None:
+                retry.alive()   # bytes moved: a later cut is a new outage, with its own grace
                 # at most one line every 2 s: a 20 GB push takes minutes
                 if time.monotonic() - shown[0] >= 2 or done >= total:
                     shown[0] = time.monotonic()
                     progress.note(f"pushing {label}: {done / 1048576:,.0f} of "
                                   f"{total / 1048576:,.0f} MiB")
 
-            pushed = transport.push_if_changed(local, remote, 0o644, report)
+            pushed = retry.call(lambda local=local, remote=remote, report=report:
+                                transport.push_if_changed(local, remote, 0o644, report))
             if not pushed:
                 progress.note(f"model {local.name}: unchanged on the device, not pushed")
             infos[name] = ModelInfo(remote, size, file_sha256(local))
@@ -56,7 +62,11 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
             # (`<file>.orch-sha256`, keyed by size and mtime), so a 20 GB model costs one
             # read per device, not one per session; None when the file or sha256sum is missing
             progress.note(f"model {name}: sha256 on the device (cached after the first time)")
-            infos[name] = ModelInfo(path, transport.remote_size(path), transport.remote_sha256(path))
+            infos[name] = retry_link(
+                transport, f"the sha256 of {path}",
+                lambda path=path: ModelInfo(path, transport.remote_size(path),
+                                            transport.remote_sha256(path)),
+                progress.note)
     if not matrix.models:
         return loaded, infos
     resolved = matrix.model_copy(update={"models": paths})

@@ -7,14 +7,15 @@ exactly the line after the last stored one: no row lost, none duplicated.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import update
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store, bulk_insert
 from orchestrator.engines.base import TOKEN_COLUMNS, RunParser, TokenRow
-from orchestrator.run.stream import Exit, ProtocolError, parse_line
+from orchestrator.run.stream import Exit, GarbledExit, ProtocolError, parse_line
 
 TOKEN_KEYS = ("run_id", "seq") + TOKEN_COLUMNS + ("extra",)
 TokenCallback = Callable[[TokenRow, int], None]
@@ -36,6 +37,7 @@ class RunRecorder:
         self.sample_seq = 0
         self.output_seq = 0
         self.exit: Exit | None = None
+        self.garbled: str | None = None   # the X line came but could not be read
         self.first_sample: dict[str, int] | None = None
         self.last_sample: dict[str, int] | None = None
         self.warnings: list[str] = []
@@ -57,6 +59,10 @@ class RunRecorder:
         else:
             try:
                 event = parse_line(line)
+            except GarbledExit as exc:   # the engine ended; how is unknown: not ok
+                self.protocol_errors.append(str(exc))
+                self.garbled = str(exc)
+                return
             except ProtocolError as exc:
                 self.protocol_errors.append(str(exc))
                 return
@@ -105,10 +111,15 @@ class RunRecorder:
             self.exit = event.exit
         # Checking the clock on every line costs more than the row itself; every 64 lines
         # keeps batches at most ~flush_seconds old at any realistic token rate.
-        if not self.lines & 63 or tag != "C":
-            if len(self._tokens) + len(self._samples) >= self._flush_rows or \
-                    time.monotonic() - self._last_flush >= self._flush_seconds:
-                self.flush()
+        if (not self.lines & 63 or tag != "C") and (
+                len(self._tokens) + len(self._samples) >= self._flush_rows
+                or time.monotonic() - self._last_flush >= self._flush_seconds):
+            self.flush()
+
+    @property
+    def ended(self) -> bool:
+        """The agent's X line has arrived (readable or not): nothing follows it."""
+        return self.exit is not None or self.garbled is not None
 
     def flush(self) -> None:
         """Store what is buffered and the line count it reaches, in one transaction."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from orchestrator.db.store import Store
 from orchestrator.record import RunRecord
 from orchestrator.results.route_trace import parse_route_trace
+from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import RemoteFileNotFound, Transport, TransportError
 
 TRACE_NAME = "route.csv"
@@ -26,7 +27,7 @@ def collect_route_trace(transport: Transport, store: Store, run_id: int, path: s
     """Fetch, parse and store the trace at `path`; None when stored, else the run's warning.
     `required` False (a run that did not end ok): a missing file is no news, no warning."""
     try:
-        data = transport.get_bytes(path)
+        data = retry_link(transport, f"the fetch of {path}", lambda: transport.get_bytes(path))
     except RemoteFileNotFound:
         return f"route trace: the engine wrote no {path}" if required else None
     except TransportError as exc:

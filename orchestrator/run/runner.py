@@ -6,14 +6,17 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell
 from orchestrator.db.store import Store, now
 from orchestrator.engines import CellSpec, EngineAdapter
 from orchestrator.run.agent_client import AgentClient, Job, file_sha256
+from orchestrator.run.device_jobs import job_state
+from orchestrator.run.lifecycle import STOPPING, USER_STOP, DeviceBusy
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.run.route_collect import collect_route_trace, trace_path
@@ -49,6 +52,9 @@ def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[st
     """Status vocabulary of DESIGN §4 from what the stream said. `oom` needs evidence: the
     kernel's log line the agent found (cause=oom), or a SIGKILL while free RAM was near zero."""
     exit_ = recorder.exit
+    garbled = getattr(recorder, "garbled", None)
+    if exit_ is None and garbled:
+        return "failed", f"the engine ended but the agent's X line is unreadable ({garbled})"
     if exit_ is None:
         return "interrupted", "the stream ended without the agent's X line"
     if exit_.cause == "timeout":
@@ -81,6 +87,7 @@ class DeviceRunner:
     progress: Progress
     link: LinkPolicy = field(default_factory=LinkPolicy)
     stop: threading.Event | None = None          # set by Ctrl-C when several devices run
+    force: bool = False                          # --force: start beside another live job
     sleep: Callable[[float], None] = time.sleep
 
     def __post_init__(self) -> None:
@@ -160,12 +167,32 @@ class DeviceRunner:
                   csv=spec.csv_path if self.adapter.writes_csv else None)
         try:
             self.client.push_job(job)
-            self.client.start(jobdir)
+            self.client.start(jobdir, force=self.force)
+        except KeyboardInterrupt:
+            self._stopped(run_id, jobdir)
+            raise
+        except DeviceBusy as exc:   # another orch started an engine meanwhile: stop here
+            self.store.update_run(run_id, status="failed", cause=f"not started: {exc}",
+                                  ended_at=now())
+            raise
         except TransportError as exc:
             self.store.update_run(run_id, status="failed", cause=f"could not start: {exc}",
                                   ended_at=now())
             return CellOutcome(run_id, "failed", 0, str(exc))
         return self.follow(run_id, jobdir, stored_lines=0, cell=cell)
+
+    def _stopped(self, run_id: int, jobdir: str, recorder: RunRecorder | None = None) -> None:
+        """Ctrl-C or SIGTERM: stop the engine, keep what was streamed, mark the run
+        interrupted with USER_STOP (so --resume re-runs it instead of collecting our kill)."""
+        if recorder is not None:
+            recorder.flush()
+        try:
+            self.client.kill(jobdir)
+        except TransportError:
+            pass
+        how = getattr(STOPPING, "name", None)
+        self.store.update_run(run_id, status="interrupted",
+                              cause=USER_STOP + (f" ({how})" if how else ""), ended_at=now())
 
     def follow(self, run_id: int, jobdir: str, stored_lines: int, cell: Cell) -> CellOutcome:
         """Stream the job's spool into the store until its X line, surviving link loss."""
@@ -176,13 +203,7 @@ class DeviceRunner:
         try:
             self._stream_until_exit(recorder, jobdir)
         except KeyboardInterrupt:
-            recorder.flush()
-            try:
-                self.client.kill(jobdir)
-            except TransportError:
-                pass
-            self.store.update_run(run_id, status="interrupted", cause="stopped by the user",
-                                  ended_at=now())
+            self._stopped(run_id, jobdir, recorder)
             raise
         recorder.flush()
         status, cause = classify(recorder, self.mem_total_kb)
@@ -224,14 +245,15 @@ class DeviceRunner:
             for line in self.client.attach(jobdir, skip):
                 outage.end()  # the link works
                 recorder.handle(line)
-                if recorder.exit is not None:
+                if recorder.ended:
                     return
                 if self.stop is not None and self.stop.is_set():
                     raise KeyboardInterrupt
             # The follower ended without X: ask the agent whether the run is still alive
-            # (adb's v1 shell reports a dropped device as a normal end of output).
-            state = self.client.status(jobdir)
-            if not state.startswith(("running", "done")):
+            # (adb's v1 shell reports a dropped device as a normal end of output). An unclear
+            # answer raises TransportError: the link policy retries, it is not an ending.
+            state, _ = job_state(self.client, jobdir)
+            if state not in ("running", "done"):
                 return
             outage.end()
 
@@ -253,11 +275,11 @@ class DeviceRunner:
         if trace_warning:
             warnings.append(trace_warning)
         first = recorder.first_sample or {}
-        temps = {k: v for k, v in first.items() if k.endswith("_mC") or k.endswith("_dC")}
-        values: dict[str, Any] = dict(
-            status=status, cause=cause, ended_at=now(), summary=record.stored(),
-            text=record.text, engine_build=record.engine_build,
-            warnings=warnings or None, mem_avail_start_kb=first.get("mem_avail_kb"))
+        temps = {k: v for k, v in first.items() if k.endswith(("_mC", "_dC"))}
+        values: dict[str, Any] = {
+            "status": status, "cause": cause, "ended_at": now(), "summary": record.stored(),
+            "text": record.text, "engine_build": record.engine_build,
+            "warnings": warnings or None, "mem_avail_start_kb": first.get("mem_avail_kb")}
         if temps and not (self.store.run_row(run_id).temp_start or {}):
             values["temp_start"] = temps  # no cooldown reading: the first sample's
         if recorder.exit is not None:

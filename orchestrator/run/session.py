@@ -5,6 +5,7 @@ import random
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +17,7 @@ from orchestrator.config.matrix import Cooldown, LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
+from orchestrator.db.session_lock import SessionBusy, session_lock
 from orchestrator.db.store import Store, now
 from orchestrator.engines import get_adapter
 from orchestrator.plugins import PluginError
@@ -23,6 +25,12 @@ from orchestrator.quality.running import run_quality
 from orchestrator.run import controller
 from orchestrator.run.adaptive import judge
 from orchestrator.run.cooldown import Reading, wait_for_condition
+from orchestrator.run.device_jobs import (
+    check_device_free,
+    job_state,
+    settle_orphaned_runs,
+)
+from orchestrator.run.lifecycle import USER_STOP
 from orchestrator.run.model_push import prepare_models
 from orchestrator.run.pathcheck import check_model_paths
 from orchestrator.run.progress import Board, Progress
@@ -49,7 +57,11 @@ def _resume_state(store: Store, session_id: int) -> dict[str, object]:
 def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device: str,
                progress: Progress, resume: bool = False, link: LinkPolicy | None = None,
                command: str | None = None, sleep: Callable[[float], None] | None = None,
-               stop: threading.Event | None = None) -> SessionResult:
+               stop: threading.Event | None = None, force: bool = False) -> SessionResult:
+    """One session of the matrix on one device. The session is locked while it runs (a second
+    --resume of it is refused: SessionBusy), a device with a live orch job of another session
+    is refused (DeviceBusy, unless `force`), and Ctrl-C / SIGTERM end the session (its running
+    cell is marked interrupted by the runner) before the KeyboardInterrupt goes on."""
     matrix = loaded.matrix
     try:
         adapter = get_adapter(matrix.engine, matrix.engine_options)
@@ -73,66 +85,98 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
     elif matrix.order == "shuffled" and seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
 
-    with transport:
-        runner = DeviceRunner(store, transport, adapter, loaded, 0, device_id, progress,
-                              link=link, stop=stop,
-                              **({"sleep": sleep} if sleep else {}))
-        facts = runner.client.facts()
-        store.upsert_device(device, entry.kind, facts)
-        runner.facts = dict(facts)
-        if str(facts.get("mem_total_kb", "")).isdigit():
-            runner.mem_total_kb = int(facts["mem_total_kb"])
-        baseline = store.device_by_name(device).idle_baseline
-        if matrix.cooldown.is_condition:
-            try:
-                matrix.cooldown.threshold_mC(baseline)
-            except ValueError as exc:
-                raise ConfigError(f"{loaded.path}: {exc}: run `orch calibrate --device "
-                                  f"{device}` first, or give an absolute `until: 40C`") from None
-        loaded, model_info = prepare_models(transport, loaded, progress)
-        runner.loaded = loaded
-        runner.model_info = model_info
-        path_warnings = check_model_paths(transport, loaded)  # ConfigError when refused
-        for warning in path_warnings:
-            progress.note(warning)
-        if session_id is None:
-            session_id = store.create_session(
-                kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,
-                matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
-                git_rev=controller.git_revision(), python_version=controller.python_version(),
-                controller_host=controller.host(), command=command or " ".join(sys.argv),
-                seed=seed)
-        runner.session_id = session_id
-        result = SessionResult(session_id)
-        previous = _resume_state(store, session_id) if resume else {}
-        policy = matrix.repeat
-        # --resume first completes every round that was started (an adaptive session may
-        # have added some), and only then judges whether another is needed
-        started = max((r.repeat_index for r in previous.values()), default=-1) + 1
-        rounds = max(policy.min, min(started, policy.max))
-        cells = plan_cells(loaded.matrix, seed)
-        per_round = len(plan_cells(loaded.matrix, seed, range(policy.min, policy.min + 1)))
-        for k in range(policy.min, rounds):
-            cells += _extra_round(loaded.matrix, seed, k, per_round)
-        run = _CellLoop(runner, progress, matrix.cooldown, baseline, store, path_warnings,
-                        result, previous)
-        run.cells(cells, device)
-        if policy.adaptive:
-            while True:
-                verdict = judge(store, session_id, policy)
-                if verdict.met or rounds >= policy.max:
-                    result.repeat_stop = verdict.reason(rounds, policy)
-                    break
-                progress.note(f"adaptive repeats: round {rounds + 1} "
-                              f"(widest 95% interval ±{verdict.widest:.2f}% > ±{policy.until:g}%)")
-                run.cells(_extra_round(loaded.matrix, seed, rounds, per_round), device)
-                rounds += 1
-            store.update_session(session_id, repeat_stop=result.repeat_stop)
-            progress.note(f"adaptive repeats: {result.repeat_stop}")
-        # quality probes: after every speed cell, in their own table (orchestrator/quality)
-        run_quality(runner, loaded, progress)
-        store.update_session(session_id, ended_at=now())
-        progress.finish()
+    locks = ExitStack()
+    begun: dict[str, int] = {}   # the session, once it exists: Ctrl-C ends it
+    if session_id is not None:   # --resume: before anything else, so two never interleave
+        locks.enter_context(session_lock(store.engine, session_id))
+    try:
+        with locks, transport:
+            return _run_session(store, transport, adapter, loaded, device, entry, device_id,
+                                progress, session_id, seed, locks, begun, resume, link,
+                                command, sleep, stop, force)
+    except KeyboardInterrupt:
+        if "id" in begun:
+            store.update_session(begun["id"], ended_at=now())
+        raise
+
+
+def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatrix, device: str,
+                 entry: Any, device_id: int, progress: Progress, session_id: int | None,
+                 seed: int | None, locks: ExitStack, begun: dict[str, int], resume: bool,
+                 link: LinkPolicy,
+                 command: str | None, sleep: Callable[[float], None] | None,
+                 stop: threading.Event | None, force: bool) -> SessionResult:
+    matrix = loaded.matrix
+    runner = DeviceRunner(store, transport, adapter, loaded, 0, device_id, progress,
+                          link=link, stop=stop, force=force,
+                          **({"sleep": sleep} if sleep else {}))
+    facts = runner.client.facts()
+    store.upsert_device(device, entry.kind, facts)
+    runner.facts = dict(facts)
+    if str(facts.get("mem_total_kb", "")).isdigit():
+        runner.mem_total_kb = int(facts["mem_total_kb"])
+    baseline = store.device_by_name(device).idle_baseline
+    if matrix.cooldown.is_condition:
+        try:
+            matrix.cooldown.threshold_mC(baseline)
+        except ValueError as exc:
+            raise ConfigError(f"{loaded.path}: {exc}: run `orch calibrate --device "
+                              f"{device}` first, or give an absolute `until: 40C`") from None
+    loaded, model_info = prepare_models(transport, loaded, progress)
+    runner.loaded = loaded
+    runner.model_info = model_info
+    path_warnings = check_model_paths(transport, loaded)  # ConfigError when refused
+    for warning in path_warnings:
+        progress.note(warning)
+    previous = _resume_state(store, session_id) if resume and session_id is not None else {}
+    own = {r.remote_dir for r in previous.values() if r.remote_dir}
+    live, notes = check_device_free(store, runner.client, device, loaded.path, resume,
+                                    force, own)
+    for note in notes:
+        progress.note(note)
+    settled = settle_orphaned_runs(store, device_id, live | own, session_id)
+    if settled:
+        progress.note(f"runs {', '.join(map(str, settled))} of an orch that ended early are "
+                      f"marked interrupted (--resume of their session collects them)")
+    if session_id is None:
+        session_id = store.create_session(
+            kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,
+            matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
+            git_rev=controller.git_revision(), python_version=controller.python_version(),
+            controller_host=controller.host(), command=command or " ".join(sys.argv),
+            seed=seed)
+        locks.enter_context(session_lock(store.engine, session_id))
+    begun["id"] = session_id
+    runner.session_id = session_id
+    result = SessionResult(session_id)
+    policy = matrix.repeat
+    # --resume first completes every round that was started (an adaptive session may
+    # have added some), and only then judges whether another is needed
+    started = max((r.repeat_index for r in previous.values()), default=-1) + 1
+    rounds = max(policy.min, min(started, policy.max))
+    cells = plan_cells(loaded.matrix, seed)
+    per_round = len(plan_cells(loaded.matrix, seed, range(policy.min, policy.min + 1)))
+    for k in range(policy.min, rounds):
+        cells += _extra_round(loaded.matrix, seed, k, per_round)
+    run = _CellLoop(runner, progress, matrix.cooldown, baseline, store, path_warnings,
+                    result, previous, live)
+    run.cells(cells, device)
+    if policy.adaptive:
+        while True:
+            verdict = judge(store, session_id, policy)
+            if verdict.met or rounds >= policy.max:
+                result.repeat_stop = verdict.reason(rounds, policy)
+                break
+            progress.note(f"adaptive repeats: round {rounds + 1} "
+                          f"(widest 95% interval ±{verdict.widest:.2f}% > ±{policy.until:g}%)")
+            run.cells(_extra_round(loaded.matrix, seed, rounds, per_round), device)
+            rounds += 1
+        store.update_session(session_id, repeat_stop=result.repeat_stop)
+        progress.note(f"adaptive repeats: {result.repeat_stop}")
+    # quality probes: after every speed cell, in their own table (orchestrator/quality)
+    run_quality(runner, loaded, progress)
+    store.update_session(session_id, ended_at=now())
+    progress.finish()
     return result
 
 
@@ -157,6 +201,7 @@ class _CellLoop:
     path_warnings: list[Any]
     result: SessionResult
     previous: dict[str, Any]
+    live: set[str] = field(default_factory=set)   # job dirs of this session still running
     first: bool = True
     planned: int = 0
 
@@ -164,10 +209,15 @@ class _CellLoop:
         todo: list[tuple[Cell, Any]] = []
         for cell in cells:
             earlier = self.previous.get(cell.key)
+            if earlier is not None and (earlier.flags or "") != cell.flags:
+                earlier = _changed(earlier)  # the config's flags changed: re-run (16C)
             if earlier is not None and earlier.status == "ok":
                 self.result.skipped += 1
                 continue
             todo.append((cell, earlier))
+        # jobs of this session still running on the device are collected first: starting
+        # another cell beside them would run two engines at once
+        todo.sort(key=lambda item: item[1] is None or item[1].remote_dir not in self.live)
         start = self.planned
         self.planned += len(todo)
         self.progress.start(device, self.planned, self.result.skipped)
@@ -186,6 +236,14 @@ class _CellLoop:
             _add_warnings(self.store, outcome.run_id,
                           [w for w in self.path_warnings if w.applies(cell.model, cell.config)])
             self.result.outcomes.append(outcome)
+
+
+def _changed(earlier: Any) -> Any:
+    """An earlier run whose flags differ from the cell's now: neither kept nor collected, but
+    superseded by a new run (a status other than ok/interrupted/running forces that)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{**earlier._asdict(), "status": "changed"})
 
 
 @dataclass
@@ -246,8 +304,10 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
                                        stop=stop, **options)  # type: ignore[arg-type]
         except KeyboardInterrupt as exc:
             results[name] = exc
-        except (ConfigError, TransportError) as exc:
+        except (ConfigError, TransportError, SessionBusy) as exc:
             results[name] = exc
+        except Exception as exc:  # noqa: BLE001 - a thread must hand every error back (16C)
+            results[name] = RuntimeError(f"{type(exc).__name__}: {exc}")
 
     if len(devices) == 1:  # no thread: Ctrl-C reaches the runner directly
         work(devices[0])
@@ -279,14 +339,25 @@ def _add_warnings(store: Store, run_id: int, extra: list) -> None:
         store.update_run(run_id, warnings=have + [str(w) for w in extra if str(w) not in have])
 
 
-def _collect(runner: DeviceRunner, earlier: object, cell: Cell) -> CellOutcome | None:
+def _collect(runner: DeviceRunner, earlier: Any, cell: Cell) -> CellOutcome | None:
     """--resume of an interrupted run whose engine may have finished on the device: read the
-    rest of its spool instead of running it again. None when it must be re-run."""
-    try:
-        state = runner.client.status(earlier.remote_dir)
-    except TransportError:
-        return None
-    if not state.startswith(("done", "running")):
-        return None
-    runner.store.update_run(earlier.id, status="running", cause=None)
-    return runner.follow(earlier.id, earlier.remote_dir, earlier.spool_lines or 0, cell)
+    rest of its spool instead of running it again. None when it must be re-run, which needs
+    evidence that its engine is gone: the agent says `dead` or `absent`, or it was stopped by
+    the user (its X line is our kill's) and is dead now. An engine left without its
+    supervisor (`orphan`) is killed first. A failed status query raises (TransportError):
+    not knowing is no reason to start a second engine."""
+    jobdir = earlier.remote_dir
+    state, _ = job_state(runner.client, jobdir)
+    stopped = (earlier.cause or "").startswith(USER_STOP)
+    if state in ("running", "done") and not stopped:
+        runner.store.update_run(earlier.id, status="running", cause=None)
+        return runner.follow(earlier.id, jobdir, earlier.spool_lines or 0, cell)
+    if state in ("running", "orphan"):   # ours to end: stopped by the user, or unspooled
+        runner.progress.note(f"run #{earlier.id}: its engine still ran on the device "
+                             f"({state}); killed before the cell runs again")
+        runner.client.kill(jobdir)
+        state, _ = job_state(runner.client, jobdir)
+        if state in ("running", "orphan"):
+            raise TransportError(f"run #{earlier.id}: its engine ({jobdir}) could not be "
+                                 f"stopped; not starting a second one")
+    return None

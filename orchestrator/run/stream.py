@@ -1,8 +1,8 @@
 """Parse the agent's tagged line stream (protocol v1, docs/agent-protocol.md)."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 PROTO = "1"
 
@@ -34,6 +34,10 @@ class ProtocolError(ValueError):
     pass
 
 
+class GarbledExit(ProtocolError):
+    """An X line whose rc, signal or t_ms is not a number: the engine ended, how is unknown."""
+
+
 def _int(value: str) -> int | None:
     try:
         return int(value)
@@ -59,14 +63,19 @@ def parse_line(line: str) -> Event:
     if tag == "X":
         parts = rest.split("\t")
         if len(parts) < 3:
-            raise ProtocolError(f"short X line: {line!r}")
+            raise GarbledExit(f"short X line: {line[:80]!r}")
         cause = None
         for extra in parts[3:]:
             key, _, value = extra.partition("=")
             if key == "cause":
                 cause = value
-        return Event(tag, exit=Exit(_int(parts[0]) or 0, _int(parts[1]) or 0,
-                                    _int(parts[2]) or 0, cause))
+        # rc, signal and t_ms must all be numbers: a garbled X line is an error, never
+        # "rc 0" (which would make a run ok on no evidence)
+        numbers = [_int(part) for part in parts[:3]]
+        if None in numbers:
+            raise GarbledExit(f"garbled X line: {line[:80]!r}")
+        rc, signal, t_ms = numbers
+        return Event(tag, exit=Exit(rc, signal, t_ms, cause))  # type: ignore[arg-type]
     if tag == "H":
         fields = dict(p.partition("=")[::2] for p in rest.split("\t") if p)
         if fields.get("proto") != PROTO:

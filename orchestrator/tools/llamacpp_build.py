@@ -17,17 +17,22 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 # Newest llama-cpp-python whose sdist `pip download --no-binary :all:` fetches (checked 0.3.36).
 LLAMA_CPP_VERSION = "0.3.36"
+# The older release built beside it (scripts/build-llama) so that regressions between engine
+# builds can be measured (`orch compare --builds`, docs/history.md): its llama.cpp
+# (ggml-org/llama.cpp@e3a74b299) has llama-completion and runs the random qwen3moe models.
+PREVIOUS_VERSION = "0.3.30"
 TARGETS = ("llama", "llama-bench", "llama-completion")
 BINARIES = ("llama-bench", "llama-completion")
 STAMP = "BUILT"
@@ -94,6 +99,16 @@ class LlamaBuild:
 
     def stamp(self) -> dict:
         return json.loads((self.root / STAMP).read_text())
+
+    def identity(self) -> dict:
+        """The stamp, with the llama.cpp commit and the build llama-bench reports filled in
+        for a build stamped before they were recorded (read from the sdist and the binary)."""
+        stamp = self.stamp()
+        if not stamp.get("llama_cpp_commit") and self.sdist.is_file():
+            stamp["llama_cpp_commit"] = sdist_commit(self.sdist, self.version)
+        if not stamp.get("reported_build"):
+            stamp["reported_build"] = reported_build(self.binary("llama-completion"))
+        return stamp
 
 
 def cache_root() -> Path:
@@ -187,6 +202,61 @@ def _extract(sdist: Path, dest: Path) -> Path:
     return src
 
 
+_CHANGELOG_COMMIT = re.compile(r"llama\.cpp@([0-9a-f]{7,40})")
+
+
+def changelog_commit(changelog: str, version: str) -> str | None:
+    """The llama.cpp commit llama-cpp-python `version` vendors, from its CHANGELOG.md section
+    ("feat: update llama.cpp to ggml-org/llama.cpp@e3a74b299"); a release that did not update
+    llama.cpp inherits the newest commit of an older section. None when no section names one.
+
+    The sdist's git metadata is a partial copy (a shallow submodule link that may not
+    resolve once unpacked), so llama.cpp's own build-info cannot be relied on for the commit;
+    build() compiles this one in, so each version's llama-bench reports its own build_commit
+    and two builds' runs are told apart in the store."""
+    sections = re.split(r"^## \[", changelog, flags=re.MULTILINE)
+    seen = False
+    for section in sections[1:]:
+        name = section.split("]", 1)[0].strip()
+        if name == version:
+            seen = True
+        if seen and (m := _CHANGELOG_COMMIT.search(section)):
+            return m.group(1)
+    return None
+
+
+def sdist_commit(sdist: Path, version: str) -> str | None:
+    """changelog_commit() read from the sdist's CHANGELOG.md without unpacking the rest."""
+    try:
+        with tarfile.open(sdist) as tar:
+            for member in tar.getmembers():
+                if member.name.count("/") == 1 and member.name.endswith("/CHANGELOG.md"):
+                    f = tar.extractfile(member)
+                    if f is not None:
+                        return changelog_commit(f.read().decode("utf-8", "replace"), version)
+    except (OSError, tarfile.TarError):
+        return None
+    return None
+
+
+def reported_build(binary: Path) -> str | None:
+    """What `binary --version` (llama-completion: llama-bench has no --version in older
+    releases) says its build is, as orch stores it in engine_build
+    ("<commit> (<number>)"), so a stored run maps back to the cache directory it came from."""
+    try:
+        out = subprocess.run([str(binary), "--version"], check=False, capture_output=True,
+                             text=True, timeout=60, errors="replace")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = out.stdout + out.stderr
+    # newer: "version: 0.5.0-dev (build 1, commit 0c1e570)"; older: "version: 1 (e3a74b299)"
+    if m := re.search(r"\(build (\d+), commit ([0-9A-Za-z.-]+)\)", text):
+        return f"{m.group(2)} ({m.group(1)})"
+    if m := re.search(r"^version: (\d+) \(([0-9A-Za-z.-]+)\)", text, flags=re.MULTILINE):
+        return f"{m.group(2)} ({m.group(1)})"
+    return None
+
+
 def apply_patches(src: Path, log: Log) -> list[str]:
     """Apply PATCHES to the llama.cpp source tree; returns what was applied (or skipped)."""
     done = []
@@ -223,11 +293,14 @@ def build(version: str = LLAMA_CPP_VERSION, jobs: int = 2, force: bool = False,
     log(f"llama.cpp {version}: unpacking {sdist.name}")
     src = _extract(sdist, root / "src")
     patches = apply_patches(src, log)
+    commit = sdist_commit(sdist, version)
+    # The commit from the CHANGELOG, else a name that still differs between versions.
+    flags = [*CMAKE_FLAGS, f"-DLLAMA_BUILD_COMMIT={commit or 'lcp-' + version}"]
     work = root / "build"
     if work.exists():
         shutil.rmtree(work)
     env = {**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs)}
-    _run(["cmake", "-S", str(src), "-B", str(work), "-G", "Ninja", *CMAKE_FLAGS], log, env=env)
+    _run(["cmake", "-S", str(src), "-B", str(work), "-G", "Ninja", *flags], log, env=env)
     _run(["cmake", "--build", str(work), "-j", str(jobs), "--target", *TARGETS], log, env=env)
     out_bin, out_lib = root / "bin", root / "lib"
     for d in (out_bin, out_lib):
@@ -254,8 +327,10 @@ def build(version: str = LLAMA_CPP_VERSION, jobs: int = 2, force: bool = False,
     # bindings' install.
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(root / "src", ignore_errors=True)
-    stamp = {"version": version, "seconds": round(seconds, 1), "targets": list(TARGETS),
-             "cmake_flags": list(CMAKE_FLAGS), "patches": patches,
+    stamp = {"version": version, "llama_cpp_commit": commit,
+             "reported_build": reported_build(out_bin / "llama-completion"),
+             "seconds": round(seconds, 1), "targets": list(TARGETS),
+             "cmake_flags": flags, "jobs": jobs, "patches": patches,
              "machine": platform.machine(),
              "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     tmp = root / (STAMP + ".tmp")
@@ -270,7 +345,8 @@ def bindings_version(python: str = sys.executable) -> str | None:
     llama_cpp (that would load a library)."""
     code = ("import importlib.metadata as m\ntry: print(m.version('llama-cpp-python'))\n"
             "except m.PackageNotFoundError: pass")
-    out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([python, "-c", code], check=False, capture_output=True, text=True,
+                         timeout=60)
     return out.stdout.strip() or None
 
 
@@ -293,3 +369,33 @@ def install_bindings(build: LlamaBuild, python: str = sys.executable, log: Log =
     log(f"llama-cpp-python {build.version} installed in {seconds:.0f} s; "
         f"use LLAMA_CPP_LIB_PATH={build.lib_dir}")
     return seconds
+
+
+# engine -> the binary of a build it runs (matrix `binary: {build: llama.cpp@V}`)
+ENGINE_BINARIES = {"llama-bench": "llama-bench", "llama-cli": "llama-completion",
+                   "llama-completion": "llama-completion"}
+
+
+def cached_binary(spec: str, engine: str | None) -> str:
+    """The path of `engine`'s binary in the build cache for "llama.cpp@V" (which need not be
+    built yet: `orch run` then fails on the missing file, naming it). ValueError otherwise."""
+    name, _, version = spec.partition("@")
+    if name != "llama.cpp" or not version or "/" in version or version.startswith("."):
+        raise ValueError(f"build: {spec!r}: expected llama.cpp@VERSION (a llama-cpp-python "
+                         f"release, e.g. llama.cpp@{LLAMA_CPP_VERSION})")
+    if engine not in ENGINE_BINARIES:
+        raise ValueError(f"build: engine {engine!r} has no binary in a llama.cpp build (one of "
+                         f"{', '.join(ENGINE_BINARIES)})")
+    return str(cache_dir(version) / "bin" / ENGINE_BINARIES[engine])
+
+
+def cached_builds() -> list[LlamaBuild]:
+    """Every finished build in the cache, oldest version first."""
+    root = cache_root()
+    found = [b for d in (sorted(root.iterdir()) if root.is_dir() else [])
+             if d.is_dir() and (b := find_build(d.name)) is not None]
+
+    def key(b: LlamaBuild) -> tuple:
+        parts = b.version.split(".")
+        return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+    return sorted(found, key=key)

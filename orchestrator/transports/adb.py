@@ -43,6 +43,7 @@ SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
 PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)
 PIECE_MTIME = 946684800            # DONE's mtime for pieces: set only when one is complete
 _NET = (AdbError, OSError, EOFError, struct.error)
+ERROR_SETTLE = 1.0                 # s a socket error waits for the server to see a pulled phone
 
 # Append pieces $1.0 .. $1.N-1 to $1.cat, deleting each once appended (peak space: the file
 # plus one piece); resumable: pieces already in $1.cat are skipped, a cut-off append is
@@ -102,6 +103,7 @@ class AdbTransport(PosixTransport):
         self._client.timeout = timeout
         self._dev: adbutils.AdbDevice | None = None
         self._v2, self._dirs = True, set[str]()
+        self._was_connected = False   # connect() succeeded once: a later failure is link loss
         self.last_stderr = b""  # stderr tail of the last stream()
 
     @classmethod
@@ -137,6 +139,7 @@ class AdbTransport(PosixTransport):
             raise TransportError(f"{self.name}: cannot create workdir {self.requested_workdir}: "
                                  f"{result.stderr.decode(errors='replace').strip()}")
         self.workdir = out
+        self._was_connected = True
 
     def _adb_connect(self, state: str | None) -> str | None:
         """`adb connect` host:port; disconnect an offline one first (else "already connected")."""
@@ -157,15 +160,28 @@ class AdbTransport(PosixTransport):
 
     def _device(self) -> adbutils.AdbDevice:
         if self._dev is None:
-            self.connect()
+            if not self._was_connected:
+                self.connect()
+            else:  # dropped since: a device still away is a lost link (retried: link_retry)
+                try:
+                    self.connect()
+                except LinkLost:
+                    raise
+                except TransportError as exc:
+                    raise LinkLost(str(exc)) from None
         return self._dev  # type: ignore[return-value]
 
     def _error(self, what: str, exc: BaseException | None = None) -> TransportError:
         """LinkLost when the device is no longer `device`, else a plain TransportError."""
         detail = f": {exc}" if exc else ""
+        # A socket error may come a moment before the server marks a pulled phone offline:
+        # such an error asks again for up to ERROR_SETTLE s before it is called the device's.
+        settle = time.monotonic() + (ERROR_SETTLE if isinstance(exc, (OSError, EOFError)) else 0)
         try:
-            if (state := self.state()) == "device":
-                return TransportError(f"{self.name}: {what} failed{detail}")
+            while (state := self.state()) == "device":
+                if time.monotonic() >= settle:
+                    return TransportError(f"{self.name}: {what} failed{detail}")
+                time.sleep(0.1)
         except TransportError as err:
             return LinkLost(f"{err} (during {what})")
         self._dev = None

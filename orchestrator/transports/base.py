@@ -70,8 +70,11 @@ def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
     return _SHA_CACHE[key]
 
 
-def _worth_retrying(exc: BaseException) -> bool:
-    return isinstance(exc, TransportError) and not isinstance(exc, AccessDenied)
+def _retry_on(kinds: type[BaseException] | tuple[type[BaseException], ...]
+              ) -> Callable[[BaseException], bool]:
+    def worth(exc: BaseException) -> bool:
+        return isinstance(exc, kinds) and not isinstance(exc, AccessDenied)
+    return worth
 
 
 @dataclass
@@ -101,14 +104,17 @@ class LinkPolicy:
     max_backoff_s: float = 8.0
 
     def retrying(self, bound_s: float | None = None, outage: Outage | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> Retrying:
+                 sleep: Callable[[float], None] = time.sleep,
+                 only: type[BaseException] | tuple[type[BaseException], ...] = TransportError
+                 ) -> Retrying:
         """tenacity: retry TransportErrors (not AccessDenied) with exponential backoff
         (first_backoff_s doubling up to max_backoff_s) until `bound_s` (default grace_s) has
         passed since the outage began (default: since the first attempt). Waits are cut at
         the bound, so the last attempt starts at the bound at the latest: the whole takes at
         most bound_s plus that attempt's own time (a connect timeout). Then the last error is
         raised. With an `outage` the clock and the backoff restart whenever the caller ends
-        it (the link worked again) and begins it anew."""
+        it (the link worked again) and begins it anew. `only`: the errors worth another
+        attempt (a device-side step retries LinkLost only: run/link_retry.py)."""
         bound = self.grace_s if bound_s is None else bound_s
 
         def clock(state: RetryCallState) -> tuple[float, int]:
@@ -126,7 +132,7 @@ class LinkPolicy:
             return max(0.0, min(backoff, bound - elapsed(state)))
 
         return Retrying(stop=lambda state: elapsed(state) >= bound, wait=wait,
-                        retry=retry_if_exception(_worth_retrying), sleep=sleep, reraise=True)
+                        retry=retry_if_exception(_retry_on(only)), sleep=sleep, reraise=True)
 
 
 class DeviceEntry(BaseModel):

@@ -47,6 +47,23 @@ from orchestrator.transports.posix import PosixTransport
 from orchestrator.transports.ssh_files import SshFiles
 
 log = logging.getLogger(__name__)
+
+
+class _ToDebug(logging.Handler):
+    """paramiko logs a dropped link at ERROR (`Socket exception: Connection reset by peer
+    (104)`) from its reader thread; with no logging set up Python would print that on the
+    terminal, beside orch's own "link lost; reconnecting". orch reports link loss itself, so
+    paramiko's records go to this module's logger at DEBUG (shown only when logging is set
+    up for it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.debug("paramiko %s: %s", record.name, record.getMessage())
+
+
+_paramiko_log = logging.getLogger("paramiko")
+if not any(isinstance(h, _ToDebug) for h in _paramiko_log.handlers):
+    _paramiko_log.addHandler(_ToDebug())
+_paramiko_log.propagate = False
 Progress = Callable[[int, int], None]
 _NET = (paramiko.SSHException, OSError, EOFError)
 

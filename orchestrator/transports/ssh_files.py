@@ -1,8 +1,9 @@
 """The file half of the SSH transport: SFTP, scp for large files, `cat` without SFTP. A mixin
 of SshTransport (it uses its connection and command runner).
 
-- Uploads go to `<file>.orch-part`, then chmod and rename: a cut-off push never leaves a file
-  of the right name with the wrong bytes.
+- Uploads go to `<file>.orch-part[-KEY]`, then chmod and rename: a cut-off push never leaves a
+  file of the right name with the wrong bytes. File pushes resume from what arrived
+  (_put_file); a resumed file's sha256 is checked on the device before the rename.
 - Files of SCP_MIN_BYTES and more go through the local OpenSSH scp (same key, strict
   known_hosts, no ~/.ssh/config): paramiko's SFTP spends Python time per 32 KiB packet and
   reached half of scp's rate on loopback (bench/push).
@@ -15,8 +16,10 @@ import logging
 import os
 import posixpath
 import shutil
+import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -29,6 +32,7 @@ Progress = Callable[[int, int], None]
 _NET = (paramiko.SSHException, OSError, EOFError)
 CACHE_SUFFIX = ".orch-sha256"
 SCP_MIN_BYTES = 64 << 20   # smaller files: one SFTP put on the open connection is quicker
+PUSH_CHUNK = 256 << 10     # local read size of an SFTP push (paramiko sends 32 KiB packets)
 
 # Without SFTP: stdin -> $1 (via a temp file, dropping a sha256 cache), mode $2; reading $1.
 _CAT_PUT = ('d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 1; rm -f -- "$1.orch-sha256"; '
@@ -48,6 +52,20 @@ class _HashingReader:
         return data
 
 
+def _version_key(local: Path) -> str:
+    """Names a push's part file after the local file's size and mtime: a part left by an
+    earlier version of the file is never resumed."""
+    st = local.stat()
+    return hashlib.sha256(f"{st.st_size}-{st.st_mtime_ns}".encode()).hexdigest()[:16]
+
+
+def _size_or_zero(sftp: paramiko.SFTPClient, path: str) -> int:
+    try:
+        return sftp.stat(path).st_size or 0
+    except FileNotFoundError:
+        return 0
+
+
 class SshFiles:
     """Files on an SSH device; expects SshTransport's connection and command methods."""
 
@@ -64,16 +82,31 @@ class SshFiles:
                 self._sftp = conn.client.open_sftp()
                 self._sftp.get_channel().settimeout(max(60.0, 2 * self.dead_after))  # hung link
             except _NET as exc:
-                if not conn.transport.is_active():
+                if self._link_down(exc):
                     raise self._lost("sftp start", exc) from exc
                 log.info("%s: no sftp subsystem (%s): files go through cat", self.name, exc)
                 self._sftp_ok = False
         return self._sftp
 
+    def _link_down(self, exc: BaseException, settle: float = 1.0) -> bool:
+        """Whether an SFTP error is the link's: a dropped channel or socket, or a transport
+        that stops being active within `settle` s (paramiko's reader thread notices a reset
+        a moment after the call that met it)."""
+        if isinstance(exc, (EOFError, socket.timeout, ConnectionError)):
+            return True
+        deadline = time.monotonic() + settle
+        while True:
+            conn = self._conn
+            if conn is None or conn.transport is None or not conn.transport.is_active():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
     def _file_error(self, what: str, exc: BaseException) -> Exception:
         if isinstance(exc, FileNotFoundError):
             return RemoteFileNotFound(f"{self.name}: {what}: no such file")
-        if self._conn is None or not self._conn.transport.is_active():
+        if self._link_down(exc):
             return self._lost(what, exc)
         return TransportError(f"{self.name}: {what} failed: {exc}")
 
@@ -115,16 +148,99 @@ class SshFiles:
 
     def _put_file(self, local: Path, remote: str, mode: int, progress: Progress | None) -> str:
         """Upload; return the sha256 of what was sent. A stale sha256 cache goes first.
-        Large files go through OpenSSH's scp when it is there: paramiko's SFTP costs Python
-        per 32 KiB packet and reached 0.5-1x scp's rate on loopback (bench/push)."""
-        if local.stat().st_size >= SCP_MIN_BYTES and (digest := self._scp_put(local, remote, mode,
-                                                                                progress)):
+        Resumable: the bytes go to `<file>.orch-part-KEY` (KEY: local size and mtime, so a
+        part of another version never counts); a push cut by a lost link leaves it, and the
+        next push appends from its size. A resumed file is checked whole before it takes the
+        name: its sha256 on the device must be the local file's (else it goes again from the
+        start). Large files start with OpenSSH's scp when it is there: paramiko's SFTP costs
+        Python per 32 KiB packet and reached 0.5-1x scp's rate on loopback (bench/push)."""
+        remote, size = self._path(remote), local.stat().st_size
+        if (sftp := self._sftp_client()) is None:  # `cat` over exec: from the start each time
+            self.last_put_method = "cat"
+            with open(local, "rb") as handle:
+                reader = _HashingReader(handle)
+                self._upload(reader, size, remote, mode, progress, True)
+            return reader.digest.hexdigest()
+        part = f"{remote}.orch-part-{_version_key(local)}"
+        try:
+            try:   # first, so that no moment has new content with an old sha256
+                sftp.remove(remote + CACHE_SUFFIX)
+            except FileNotFoundError:
+                pass
+            self._makedirs(sftp, posixpath.dirname(remote))
+            digest = self._fill_part(sftp, local, part, size, progress)
+            sftp.chmod(part, mode)
+            sftp.posix_rename(part, remote)
+            self._drop_parts(sftp, remote)
+        except _NET as exc:
+            raise self._file_error(f"writing {remote}", exc) from exc
+        if progress is not None:
+            progress(size, size)
+        return digest
+
+    def _fill_part(self, sftp: paramiko.SFTPClient, local: Path, part: str, size: int,
+                   progress: Progress | None) -> str:
+        """Bring `part` to the local file's bytes; its sha256."""
+        have = _size_or_zero(sftp, part)
+        if have > size:
+            sftp.remove(part)
+            have = 0
+        if have == 0 and size >= SCP_MIN_BYTES and \
+                (digest := self._scp_put(local, part, size, progress)):
+            self.last_put_method = "scp"
             return digest
-        self.last_put_method = "sftp"
-        with open(local, "rb") as handle:
-            reader = _HashingReader(handle)
-            self._upload(reader, os.fstat(handle.fileno()).st_size, remote, mode, progress, True)
-        return reader.digest.hexdigest()
+        have = _size_or_zero(sftp, part)   # what a cut-off scp left is resumed too
+        if have == 0:
+            self.last_put_method = "sftp"
+            return self._append(sftp, local, part, 0, size, progress) or sha256_file(local)
+        self.last_put_method = "sftp-resumed"
+        if have < size:
+            log.info("%s: resuming %s at %d of %d bytes", self.name, part, have, size)
+            self._append(sftp, local, part, have, size, progress)
+        digest = sha256_file(local)
+        if self._device_sha256(part) != digest:   # the prefix was not ours after all
+            log.info("%s: %s differs from %s after resuming; pushing it again", self.name,
+                     part, local)
+            sftp.remove(part)
+            self.last_put_method = "sftp"
+            self._append(sftp, local, part, 0, size, progress)
+        return digest
+
+    def _append(self, sftp: paramiko.SFTPClient, local: Path, part: str, offset: int, size: int,
+                progress: Progress | None) -> str | None:
+        """Write the local file from `offset` on into `part` at that offset; the sha256 of the
+        whole when written from 0, else None."""
+        digest = hashlib.sha256() if offset == 0 else None
+        with open(local, "rb") as handle, sftp.open(part, "r+b" if offset else "wb") as out:
+            out.set_pipelined(True)
+            handle.seek(offset)
+            out.seek(offset)
+            done = offset
+            while chunk := handle.read(PUSH_CHUNK):
+                out.write(chunk)
+                if digest is not None:
+                    digest.update(chunk)
+                done += len(chunk)
+                if progress is not None:
+                    progress(min(done, size), size)
+        return digest.hexdigest() if digest is not None else None
+
+    def _device_sha256(self, path: str) -> str:
+        result = self._run([self.shell, "-c", 'sha256sum < "$1"', "sh", path], None)
+        if result.rc != 0:
+            raise TransportError(f"{self.name}: sha256 of {path} failed: "
+                                 f"{result.stderr.decode(errors='replace').strip()[:300]}")
+        return result.stdout.decode(errors="replace").split()[0] if result.stdout.split() else ""
+
+    def _drop_parts(self, sftp: paramiko.SFTPClient, remote: str) -> None:
+        """Remove parts of other versions of `remote` left by pushes that never finished."""
+        directory, name = posixpath.split(remote)
+        for entry in sftp.listdir(directory or "."):
+            if entry.startswith(name + ".orch-part"):
+                try:
+                    sftp.remove(posixpath.join(directory, entry))
+                except FileNotFoundError:
+                    pass
 
     def _scp_argv(self) -> list[str] | None:
         """scp with exactly this transport's identity and strict host keys, or None when it
@@ -142,29 +258,22 @@ class SshFiles:
             argv += ["-i", self.key, "-o", "IdentitiesOnly=yes"]
         return argv
 
-    def _scp_put(self, local: Path, remote: str, mode: int,
+    def _scp_put(self, local: Path, part: str, size: int,
                  progress: Progress | None) -> str | None:
-        """Push with scp to `<remote>.orch-part`, then chmod and rename over SFTP. None when
-        scp cannot be used or fails: the caller falls back to SFTP (which reports errors)."""
+        """Push with scp to `part`; its sha256. None when scp cannot be used or fails (a
+        lost link among others): the caller goes on over SFTP from what arrived."""
         argv, sftp = self._scp_argv(), self._sftp_client()
         if argv is None or sftp is None:
             return None
-        remote = self._path(remote)
-        part, size = remote + ".orch-part", local.stat().st_size
         host = f"[{self.host}]" if ":" in self.host else self.host
+        target = f"{self.user + '@' if self.user else ''}{host}:{part}"
+        proc = subprocess.Popen([*argv, str(local), target],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        # The sha256 the cache needs, computed while scp sends (the other core).
+        hasher = threading.Thread(target=sha256_file, args=(local,), daemon=True)
+        hasher.start()
         try:
-            try:
-                sftp.remove(remote + CACHE_SUFFIX)
-            except FileNotFoundError:
-                pass
-            self._makedirs(sftp, posixpath.dirname(remote))
-            proc = subprocess.Popen(argv + [str(local), f"{self.user + '@' if self.user else ''}"
-                                            f"{host}:{part}"],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE)
-            # The sha256 the cache needs, computed while scp sends (the other core).
-            hasher = threading.Thread(target=sha256_file, args=(local,), daemon=True)
-            hasher.start()
             while True:   # progress: the size of the part file on the device, each second
                 try:
                     proc.wait(timeout=1.0)
@@ -176,17 +285,14 @@ class SshFiles:
                         progress(min(sftp.stat(part).st_size, size), size)
                     except (FileNotFoundError, *_NET):
                         pass
-            err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
-            if proc.returncode != 0:
-                log.info("%s: scp failed (%s); pushing over SFTP", self.name, err[-300:])
-                return None
-            sftp.chmod(part, mode)
-            sftp.posix_rename(part, remote)
-        except _NET as exc:
-            raise self._file_error(f"writing {remote}", exc) from exc
-        if progress is not None:
-            progress(size, size)
-        self.last_put_method = "scp"
+        finally:
+            if proc.poll() is None:   # interrupted (Ctrl-C, a progress callback): no orphan
+                proc.kill()
+                proc.wait()
+        err = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
+        if proc.returncode != 0:
+            log.info("%s: scp failed (%s); going on over SFTP", self.name, err[-300:])
+            return None
         hasher.join()
         return sha256_file(local)   # remembered by the hasher thread
 

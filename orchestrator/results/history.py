@@ -1,0 +1,201 @@
+"""A config's history across sessions: one point per (session, engine build) with its interval,
+and the steps in it (changepoints.py). The numbers of `orch history` and the report's
+regressions section (report/regressions.py).
+
+A point is the mean of the metric over the session's ok runs of the config on the device, with
+a 95% interval over those runs; a session with a single run whose engine reported repetitions
+(llama-bench's samples_ts, for the `mean` metric) takes its interval from the repetitions.
+Points are ordered by time (the session's start), or by engine build (a version like 0.3.30
+sorts numerically; other builds in the order they first ran), then time.
+
+An engine build is named by the llama.cpp build cache's version when the binary came from it
+(…/llama.cpp/<version>/bin/…), else by what the engine reported (run.engine_build).
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db import schema
+from orchestrator.db.store import Store
+from orchestrator.record import load_record
+from orchestrator.results.changepoints import Step, detect
+from orchestrator.results.query import runs_stats
+from orchestrator.results.uncertainty import Interval, mean_interval
+from orchestrator.results.values import plain
+
+_CACHE_PATH = re.compile(r"/llama\.cpp/([^/]+)/bin/[^/]+$")
+METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
+
+
+def build_label(row: Any) -> str | None:
+    """The engine build a run measured: the build cache's version, else run.engine_build."""
+    m = _CACHE_PATH.search(getattr(row, "binary_path", None) or "")
+    return m.group(1) if m else (getattr(row, "engine_build", None) or None)
+
+
+def build_matches(row: Any, build: str) -> bool:
+    """Whether `build` (a cache version, an engine_build string or a commit prefix) names the
+    build this run measured."""
+    label = build_label(row)
+    if build == label or build == (row.engine_build or ""):
+        return True
+    commit = (row.engine_build or "").split(" ")[0]
+    return len(build) >= 7 and len(commit) >= 7 and (commit.startswith(build)
+                                                     or build.startswith(commit))
+
+
+def version_key(label: str | None) -> tuple[int, ...] | None:
+    """(0, 3, 30) for "0.3.30"; None for a label that is not a dotted version."""
+    if label and re.fullmatch(r"\d+(\.\d+)*", label):
+        return tuple(int(p) for p in label.split("."))
+    return None
+
+
+@dataclass(frozen=True)
+class Point:
+    session: int
+    session_name: str | None
+    started_at: Any
+    build: str | None
+    interval: Interval               # mean, 95% interval, n
+    basis: str                       # "runs" | "repetitions" | "run"
+    run_ids: list[int]
+    failed: int                      # runs of it in the session that did not end ok
+    log_se: float | None = None      # standard error of the mean on the log scale
+
+    def record(self) -> dict[str, Any]:
+        iv = self.interval
+        return {"session": self.session, "session_name": self.session_name,
+                "started_at": self.started_at.isoformat() if self.started_at else None,
+                "build": self.build, "value": iv.mean, "ci_low": iv.low, "ci_high": iv.high,
+                "n": iv.n, "basis": self.basis, "runs": self.run_ids, "failed": self.failed}
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    step: Step
+    session: int                     # the first session after the step
+    build_before: str | None         # the build of the last point before it
+    build_after: str | None          # the build of the first point after it
+
+    def record(self) -> dict[str, Any]:
+        return {"session": self.session, "before": self.step.before, "after": self.step.after,
+                "delta_pct": self.step.delta_pct, "p_value": self.step.p_value,
+                "build_before": self.build_before, "build_after": self.build_after}
+
+
+@dataclass
+class Series:
+    device: str
+    model: str
+    config: str
+    metric: str
+    points: list[Point] = field(default_factory=list)
+    change_points: list[ChangePoint] = field(default_factory=list)
+
+
+def _runs(store: Store, matrix: str, device: str | None, config: str | None) -> list[Any]:
+    run, dev, ses = schema.run, schema.device, schema.session
+    stmt = (select(run, dev.c.name.label("device"), ses.c.name.label("session_name"),
+                   ses.c.started_at.label("session_started"))
+            .select_from(run).join(dev, run.c.device_id == dev.c.id)
+            .join(ses, run.c.session_id == ses.c.id)
+            .where(ses.c.matrix_name == matrix, run.c.superseded.is_(False))
+            .order_by(run.c.session_id, run.c.order_index, run.c.id))
+    if device is not None:
+        stmt = stmt.where(dev.c.name == device)
+    if config is not None:
+        stmt = stmt.where(run.c.config == config)
+    return store.fetch(stmt)
+
+
+def point_samples(rows: list[Any], values: dict[int, Any],
+                  metric: str) -> tuple[list[float], str]:
+    """The measurements behind one point: the runs' figures, or one run's repetitions."""
+    ok = [r for r in rows if r.status == "ok" and plain(values.get(r.id)) is not None]
+    if len(ok) == 1 and metric == "mean":
+        reps = (load_record(ok[0].summary).extra or {}).get("repetitions") or []
+        reps = [float(v) for v in reps if isinstance(v, (int, float)) and math.isfinite(v)]
+        if len(reps) >= 2:
+            return reps, "repetitions"
+    return [float(values[r.id]) for r in ok], "runs" if len(ok) > 1 else "run"
+
+
+def history(store: Store, matrix: str, config: str | None = None, device: str | None = None,
+            metric: str = "mean", order: str = "time") -> list[Series]:
+    """Every (device, model, config) series of `matrix` in the store, with its change points.
+    order: "time" or "build". Raises ConfigError when nothing matches."""
+    if metric not in METRICS:
+        raise ConfigError(f"--metric {metric}: one of {', '.join(METRICS)}")
+    rows = _runs(store, matrix, device, config)
+    if not rows:
+        what = " ".join(x for x in (f"matrix {matrix!r}", config and f"config {config!r}",
+                                    device and f"on {device}") if x)
+        raise ConfigError(f"no runs of {what} in {store.url}")
+    stats = runs_stats(store, rows)
+    values = stats[metric].to_dict() if len(stats) else {}
+    groups: dict[tuple[str, str, str], dict[tuple[int, str | None], list[Any]]] = {}
+    for r in rows:
+        key = (r.device, r.model or "-", r.config)
+        groups.setdefault(key, {}).setdefault((r.session_id, build_label(r)), []).append(r)
+    first_seen: dict[str | None, int] = {}
+    for r in rows:
+        first_seen.setdefault(build_label(r), r.session_id)
+    out = []
+    for (dev, model, cfg), by_point in groups.items():
+        series = Series(dev, model, cfg, metric)
+        for (sid, build), point_rows in by_point.items():
+            samples, basis = point_samples(point_rows, values, metric)
+            first = point_rows[0]
+            series.points.append(Point(
+                sid, first.session_name, first.session_started, build,
+                mean_interval(samples), basis,
+                [r.id for r in point_rows if r.status == "ok"],
+                sum(1 for r in point_rows if r.status != "ok"), _log_se(samples)))
+        series.points.sort(key=lambda p: _order_key(p, order, first_seen))
+        series.change_points = change_points(series.points)
+        out.append(series)
+    return out
+
+
+def _log_se(samples: list[float]) -> float | None:
+    logs = [math.log(v) for v in samples if v > 0]
+    if len(logs) < 2:
+        return None
+    mean = sum(logs) / len(logs)
+    var = sum((v - mean) ** 2 for v in logs) / (len(logs) - 1)
+    return math.sqrt(var / len(logs))
+
+
+def _order_key(p: Point, order: str, first_seen: dict[str | None, int]) -> tuple:
+    t = (p.started_at.timestamp() if p.started_at else 0.0, p.session)
+    if order != "build":
+        return t
+    v = version_key(p.build)
+    return ((0, v, 0) if v is not None else (1, (), first_seen.get(p.build, 0))) + t
+
+
+def change_points(points: Sequence[Point]) -> list[ChangePoint]:
+    """The steps in the points that have a value (changepoints.detect)."""
+    known = [p for p in points if p.interval.mean is not None and p.interval.mean > 0]
+    steps = detect([p.interval.mean for p in known], [p.log_se for p in known])
+    return [ChangePoint(s, known[s.index].session, known[s.index - 1].build,
+                        known[s.index].build) for s in steps]
+
+
+def records(series: Sequence[Series]) -> dict[str, Any]:
+    """`orch history --format json`: {"points": [...], "change_points": [...]}, each record
+    naming its device, model, config and metric."""
+    points, steps = [], []
+    for s in series:
+        key = {"device": s.device, "model": s.model, "config": s.config, "metric": s.metric}
+        points += [{**key, **p.record()} for p in s.points]
+        steps += [{**key, **c.record()} for c in s.change_points]
+    return {"points": points, "change_points": steps}

@@ -1,0 +1,141 @@
+"""`orch history`: synthetic stored histories with a known 15% step at a known session among
+noisy points are found there; histories without a step report none (several seeds, each
+point three runs of 2% run-to-run noise)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import pytest
+from cli_helpers import orch, orch_ok
+
+from orchestrator.db import schema
+from orchestrator.db.store import Store
+from orchestrator.record import RunRecord
+from orchestrator.results.changepoints import detect
+from orchestrator.results.history import (
+    build_label,
+    build_matches,
+    history,
+    version_key,
+)
+
+SEEDS = range(8)
+SESSIONS, STEP_AT, STEP = 16, 9, 0.85
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+
+
+def add_session(store: Store, k: int, values: dict[str, list[float]], build: str = "0.3.36",
+                matrix: str = "hist", device: str = "d", status: str = "ok") -> int:
+    """A stored session `k` whose runs have constant per-token times: each run's mean tok/s is
+    exactly the value given."""
+    dev = store.upsert_device(device, "local")
+    sid = store.create_session(kind="run", name=f"s{k}", matrix_name=matrix,
+                               started_at=T0 + dt.timedelta(hours=k))
+    for config, tps_list in values.items():
+        for rep, tps in enumerate(tps_list):
+            rid = store.create_run(
+                uid=f"{matrix}-{device}-{k}-{config}-{rep}", session_id=sid, device_id=dev,
+                cell_key=f"m|{config}|{rep}", model="m", config=config, repeat_index=rep,
+                order_index=rep, status=status, engine="llama-bench", superseded=False,
+                engine_build="abc1234 (1)",
+                binary_path=f"/root/.cache/orch/llama.cpp/{build}/bin/llama-bench")
+            with store.engine.begin() as conn:
+                conn.execute(schema.token.insert(), [
+                    {"run_id": rid, "seq": i, "step": i + 1, "wall_ms": 1000.0 / tps}
+                    for i in range(4)])
+    return sid
+
+
+def noisy_history(store: Store, seed: int, step: bool) -> list[int]:
+    rng = np.random.default_rng(seed)
+    sids = []
+    for k in range(SESSIONS):
+        level = 20.0 * (STEP if step and k >= STEP_AT else 1.0)
+        session_level = level * np.exp(rng.normal(0, 0.015))   # session-to-session drift
+        runs = session_level * np.exp(rng.normal(0, 0.02, 3))
+        build = "0.3.30" if k < STEP_AT else "0.3.36"
+        sids.append(add_session(store, k, {"t1": [float(v) for v in runs]}, build))
+    return sids
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_step_found_at_its_session(tmp_path, seed):
+    db = str(tmp_path / "orch.db")
+    sids = noisy_history(Store.open(db), seed, step=True)
+    data = json.loads(orch_ok("history", "--db", db, "--matrix", "hist", "--format", "json"))
+    assert len(data["points"]) == SESSIONS
+    assert all(p["n"] == 3 and p["ci_low"] <= p["value"] <= p["ci_high"] for p in data["points"])
+    [cp] = data["change_points"]
+    assert cp["session"] == sids[STEP_AT]
+    assert cp["delta_pct"] == pytest.approx(-15.0, abs=4.0)
+    assert cp["after"] < cp["before"]
+    assert (cp["build_before"], cp["build_after"]) == ("0.3.30", "0.3.36")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_no_step_reports_none(tmp_path, seed):
+    db = str(tmp_path / "orch.db")
+    noisy_history(Store.open(db), seed, step=False)
+    data = json.loads(orch_ok("history", "--db", db, "--matrix", "hist", "--format", "json"))
+    assert len(data["points"]) == SESSIONS and data["change_points"] == []
+
+
+def test_table_output_names_the_step_and_filters(tmp_path):
+    db = str(tmp_path / "orch.db")
+    store = Store.open(db)
+    sids = noisy_history(store, 0, step=True)
+    add_session(store, 99, {"t1": [5.0, 5.1]}, matrix="other")
+    out = orch_ok("history", "--db", db, "--matrix", "hist", "--config", "t1", "-d", "d")
+    assert f"change point at session {sids[STEP_AT]}" in out
+    assert "builds 0.3.30 -> 0.3.36" in out
+    plot = tmp_path / "history.png"
+    orch_ok("history", "--db", db, "--matrix", "hist", "--plot", str(plot))
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out = orch("history", "--db", db, "--matrix", "hist", "--config", "nope")
+    assert code == 2 and "no runs" in out
+
+
+def test_order_by_build_and_failed_runs(tmp_path):
+    db = str(tmp_path / "orch.db")
+    store = Store.open(db)
+    # sessions ran newest build first: by build, 0.3.9 < 0.3.30 < 0.3.36 (numerically)
+    add_session(store, 0, {"t1": [10.0, 10.1]}, build="0.3.36")
+    add_session(store, 1, {"t1": [10.0, 10.2]}, build="0.3.30")
+    add_session(store, 2, {"t1": [10.0, 10.3]}, build="0.3.9")
+    add_session(store, 3, {"t1": [1.0]}, build="0.3.9", status="failed")
+    series = history(store, "hist", order="build")
+    assert [p.build for p in series[0].points] == ["0.3.9", "0.3.9", "0.3.30", "0.3.36"]
+    failed = [p for p in series[0].points if p.failed]
+    assert len(failed) == 1 and failed[0].interval.n == 0
+    assert version_key("0.3.30") == (0, 3, 30) and version_key("abc (1)") is None
+
+
+def test_repetitions_give_a_single_run_its_interval(tmp_path):
+    store = Store.open(str(tmp_path / "orch.db"))
+    sid = add_session(store, 0, {"t1": [10.0]})
+    run = store.runs(sid)[0]
+    record = RunRecord(extra={"repetitions": [9.8, 10.0, 10.2]})
+    store.update_run(run.id, summary=record.stored())
+    [s] = history(store, "hist")
+    assert s.points[0].basis == "repetitions" and s.points[0].interval.n == 3
+
+
+def test_build_names():
+    class Row:
+        binary_path = "/x/.cache/orch/llama.cpp/0.3.30/bin/llama-bench"
+        engine_build = "e3a74b299 (0)"
+
+    row = Row()
+    assert build_label(row) == "0.3.30"
+    assert build_matches(row, "0.3.30") and build_matches(row, "e3a74b2")
+    assert not build_matches(row, "0.3.36")
+    row.binary_path = "/usr/bin/llama-bench"
+    assert build_label(row) == "e3a74b299 (0)" and build_matches(row, "e3a74b299 (0)")
+
+
+def test_detect_edge_cases():
+    assert detect([10.0, 10.0, 10.0]) == []                  # too short to hold two segments
+    assert detect([10.0] * 6 + [8.0] * 6)[0].index == 6      # exact figures: floor noise
+    assert detect([10.0] * 12) == []
