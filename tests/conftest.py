@@ -54,3 +54,12 @@ def store(tmp_path):
     from orchestrator.db.store import Store
 
     return Store.open(str(tmp_path / "orch.db"))
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Tests that look at matplotlib figures directly leave them open; close them after each
+    test, so the suite never holds more than one test's figures."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")

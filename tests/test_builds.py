@@ -5,6 +5,7 @@ regressions section, and the real thing: one llama-bench matrix on two llama.cpp
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import textwrap
 from pathlib import Path
@@ -183,12 +184,71 @@ def test_one_matrix_on_two_builds(workspace, two_builds):
     store = Store.open(str(workspace / "orch.db"))
     builds = {r.binary_path.split("/")[-3]: r.engine_build for r in store.runs()}
     assert set(builds) == {old, new} and builds[old] != builds[new]   # told apart
+    _compare_shows_ratios(old, new)
+    hist = json.loads(orch_ok("history", "--matrix", "bench-builds", "--order", "build",
+                              "--format", "json"))
+    assert [p["build"] for p in hist["points"] if p["config"] == "t1"] == [old, new]
+
+
+BUILDS = """\
+    name: builds-sweep
+    engine: llama-bench
+    builds: [llama.cpp@{old}, llama.cpp@{new}]
+    models:
+      tiny: {model}
+    tokens: 8
+    repeat: 2
+    order: interleaved
+    cooldown: 0
+    timeout: 120s
+    configs:
+      t1: -t 1 -r 3 -p 8
+      t2: -t 2 -r 3 -p 8
+    """
+
+
+def test_one_session_sweeps_two_builds(workspace, two_builds):
+    """`builds:` as a grid dimension: one session runs every config on both builds (named
+    CONFIG@VERSION, builds alternating), each run with its own binary and engine build, and
+    `orch compare --builds` / `orch history --order build` read that one session."""
+    from orchestrator.tools.moe_model import default_model_path
+
+    model = Path(default_model_path("tiny"))
+    if not model.is_file():
+        unavailable(f"{model} is missing: run scripts/build-llama")
+    old, new = two_builds
+    (workspace / "m.yaml").write_text(textwrap.dedent(BUILDS.format(old=old, new=new,
+                                                                    model=model)))
+    code, out = orch("run", "m.yaml")
+    assert code == 0, out
+    store = Store.open(str(workspace / "orch.db"))
+    runs = store.runs(1)
+    assert [r.config for r in runs[:4]] == [f"t1@{old}", f"t1@{new}", f"t2@{old}", f"t2@{new}"]
+    assert len(runs) == 8 and all(r.status == "ok" for r in runs)
+    engine_builds: dict[str, set[str | None]] = {}
+    for r in runs:    # provenance per run: its build's binary, hash and reported build
+        build = r.config.split("@")[1]
+        binary = lb.cache_dir(build) / "bin" / "llama-bench"
+        assert r.binary_path == str(binary)
+        assert r.binary_sha256 == hashlib.sha256(binary.read_bytes()).hexdigest()
+        engine_builds.setdefault(build, set()).add(r.engine_build)
+    assert all(len(v) == 1 and None not in v for v in engine_builds.values())
+    assert engine_builds[old] != engine_builds[new]
+    _compare_shows_ratios(old, new)
+    hist = json.loads(orch_ok("history", "--matrix", "builds-sweep", "-c", "t1", "--order",
+                              "build", "--format", "json"))
+    assert [(p["config"], p["build"]) for p in hist["points"]] == [("t1", old), ("t1", new)]
+    code, out = orch("run", "m.yaml", "--resume")      # every cell is known by its build
+    assert code == 0, out
+    assert len(Store.open(str(workspace / "orch.db")).runs(1)) == 8
+
+
+def _compare_shows_ratios(old: str, new: str) -> None:
+    """`orch compare --builds OLD NEW`: both configs, two runs a side, a ratio inside its
+    interval."""
     data = json.loads(orch_ok("compare", "--builds", old, new, "--format", "json"))
     rows = [r for r in data if r["kind"] == "config"]
     assert {r["config"] for r in rows} == {"t1", "t2"}
     for r in rows:
         assert r["n_reference"] == 2 and r["n_other"] == 2
         assert r["ratio"] > 0 and r["ci_low"] <= r["ratio"] <= r["ci_high"]
-    hist = json.loads(orch_ok("history", "--matrix", "bench-builds", "--order", "build",
-                              "--format", "json"))
-    assert [p["build"] for p in hist["points"] if p["config"] == "t1"] == [old, new]

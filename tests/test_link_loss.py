@@ -233,6 +233,25 @@ def test_ssh_cut_during_the_device_side_sha256_and_the_path_check(ssh_ws, sshd, 
     assert run.status == "ok" and run.model_sha256 == sha(device_model)
 
 
+def test_ssh_cut_during_the_device_binary_sha256(ssh_ws, sshd, monkeypatch):
+    """An engine given by its device path is hashed on the device for provenance: a cut
+    there is ridden out like every other device-side step."""
+    binary = ssh_ws / "device-bmoe.sh"
+    binary.write_bytes((ssh_ws / "fake_bmoe.sh").read_bytes())
+    binary.chmod(0o755)
+    (ssh_ws / "m.yaml").write_text(
+        (ssh_ws / ssh_matrix(ssh_ws, tokens=3)).read_text()
+        .replace("binary: {local: fake_bmoe.sh}", f"binary: {binary}"))
+    cuts = SshCuts(sshd, monkeypatch)
+    cuts.on_command("sha256", lambda argv: any("sha256sum" in a for a in argv)
+                    and any(str(binary) in a for a in argv))
+    code, out = orch("run", "m.yaml", "--device", "dev", "--link-grace", "60")
+    assert code == 0, out
+    assert cuts.events == ["sha256"]
+    (run,) = Store.open("orch.db").runs()
+    assert run.status == "ok" and run.binary_sha256 == sha(binary)
+
+
 def test_ssh_cut_during_a_large_scp_push_resumes_from_what_arrived(sshd, tmp_path, monkeypatch):
     """Was: `lost during writing .../model.gguf`. A push through scp (throttled with -l) cut
     when 40% has arrived goes on over SFTP from there; the file's sha256 is the local one."""

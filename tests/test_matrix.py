@@ -365,3 +365,68 @@ def test_route_trace_refused_with_a_clear_message(tmp_path):
                              "trace (only bmoe, llama-token, moe-probe can)")]
     # without route_trace, those engines are as welcome as before
     load_matrix(write(tmp_path, GOOD.replace("engine: moe-probe", "engine: generic")))
+
+
+BUILDS = """\
+name: b
+engine: llama-bench
+builds: [llama.cpp@0.3.30, llama.cpp@0.3.36]
+models: {m: /m.gguf}
+repeat: 2
+order: interleaved
+configs:
+  t1: -t 1
+  t2: -t 2
+"""
+
+
+def fake_builds(tmp_path, monkeypatch, versions=("0.3.30", "0.3.36")) -> None:
+    """A build cache (ORCH_LLAMA_CACHE) holding llama-bench of these versions."""
+    monkeypatch.setenv("ORCH_LLAMA_CACHE", str(tmp_path / "cache"))
+    for v in versions:
+        (tmp_path / "cache" / v / "bin").mkdir(parents=True)
+        (tmp_path / "cache" / v / "bin" / "llama-bench").write_text("")
+
+
+def test_builds_are_a_grid_dimension(tmp_path, monkeypatch):
+    fake_builds(tmp_path, monkeypatch)
+    cells = plan_cells(load_matrix(write(tmp_path, BUILDS)).matrix)
+    assert [c.key for c in cells[:4]] == ["m|t1@0.3.30|0", "m|t1@0.3.36|0", "m|t2@0.3.30|0",
+                                          "m|t2@0.3.36|0"]    # interleaved: builds alternate
+    assert len(cells) == 8 and [c.repeat for c in cells[4:]] == [1] * 4
+    assert [(c.build, c.matrix_config) for c in cells[:2]] == [("0.3.30", "t1"), ("0.3.36", "t1")]
+    assert cells[1].binary == str(tmp_path / "cache" / "0.3.36" / "bin" / "llama-bench")
+    as_written = plan_cells(load_matrix(write(tmp_path, BUILDS.replace("interleaved",
+                                                                       "as-written"))).matrix)
+    assert [c.config for c in as_written[:4]] == ["t1@0.3.30", "t1@0.3.30", "t1@0.3.36",
+                                                  "t1@0.3.36"]
+    matrix = load_matrix(write(tmp_path, BUILDS + "labels: {t1: one}\n")).matrix
+    assert matrix.baseline_for("m") == "t1@0.3.30"          # the first config on the first build
+    assert matrix.label("t1@0.3.36") == "one@0.3.36" and matrix.label("t2@0.3.30") == "t2@0.3.30"
+
+
+def test_cell_keys_without_builds_are_unchanged(tmp_path):
+    """Resume compatibility: a matrix without `builds:` keeps its cells' keys and binary."""
+    cells = plan_cells(load_matrix(write(tmp_path, GOOD + "repeat: 2\n")).matrix)
+    assert [c.key for c in cells] == ["-|a|0", "-|a|1", "-|b|0", "-|b|1"]
+    assert all(c.build is None and c.binary is None and c.matrix_config == c.config
+               for c in cells)
+
+
+def test_builds_refused_with_a_clear_message(tmp_path, monkeypatch):
+    fake_builds(tmp_path, monkeypatch, versions=("0.3.30",))
+    missing = write(tmp_path, BUILDS)
+    assert errors(missing) == [
+        (f"{missing}:3: builds: llama.cpp@0.3.36 is not built "
+         f"({tmp_path}/cache/0.3.36/bin/llama-bench is missing): run "
+         f"`orch engines build llama.cpp --version 0.3.36`")]
+    engine = write(tmp_path, BUILDS.replace("llama-bench", "bmoe"))
+    assert errors(engine)[0].startswith(f"{engine}:3: builds: ")
+    assert "engine 'bmoe' has no binary in a llama.cpp build" in errors(engine)[0]
+    both = write(tmp_path, BUILDS + "binary: /x/llama-bench\n")
+    assert errors(both) == [(f"{both}:3: builds: give `builds:` or `binary:`, not both (each "
+                             "build names its own binary)")]
+    bad = write(tmp_path, BUILDS.replace("llama.cpp@0.3.36", "llama.cpp-0.3.36"))
+    assert "expected llama.cpp@VERSION" in errors(bad)[0] and f"{bad}:3:" in errors(bad)[0]
+    twice = write(tmp_path, BUILDS.replace("0.3.36", "0.3.30"))
+    assert errors(twice) == [f"{twice}:3: builds: llama.cpp@0.3.30 is named twice"]

@@ -91,3 +91,31 @@ def test_run_and_report_on_postgres(pg_url, tmp_path, monkeypatch):
     code, out = orch("report", "--matrix", "pg-probe", "--db", pg_url, "-o", "r.md", "--no-plots")
     assert code == 0, out
     assert "A/B against the baseline" in (tmp_path / "r.md").read_text()
+
+
+def test_non_utf8_prompt_runs_and_is_stored_on_postgres(pg_url, tmp_path, monkeypatch):
+    """A prompt file's bytes reach the engine as they are (README), and the run's argv, whose
+    non-UTF-8 bytes are lone surrogates in Python, is stored on PostgreSQL as on SQLite
+    (the JSON column escapes them) without failing the run."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "devices.yaml").write_text(f"devices:\n  local:\n    kind: local\n"
+                                           f"    workdir: {tmp_path}/dev\n")
+    out = tmp_path / "prompt.out"
+    prompt = b"caf\xe9 \xff\xfe\r\n"
+    (tmp_path / "p.txt").write_bytes(prompt)
+    (tmp_path / "m.yaml").write_text(textwrap.dedent(f"""\
+        name: pg-bytes
+        engine: generic
+        binary: /bin/sh
+        engine_options:
+          argv: ["{{binary}}", "-c", "printf %s \\"$1\\" > {out}", "sh", "{{prompt}}"]
+        prompt_file: p.txt
+        cooldown: 0
+        sample_interval: 0.1s
+        configs: {{a: ""}}
+        """))
+    code, output = orch("run", "m.yaml", "--db", pg_url)
+    assert code == 0, output
+    assert out.read_bytes() == prompt
+    code, output = orch("show", "--db", pg_url, str(Store.open(pg_url).runs()[-1].id))
+    assert code == 0 and "Traceback" not in output, output

@@ -88,7 +88,7 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
 
     inv = load_inventory(inventory)
     if list_only:
-        store = Store.open(db)
+        store = Store.open(db, create=False)
         print_ceilings(console, store, inv.names() if name is None else [name])
         return
     name = name or "local"

@@ -113,7 +113,7 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
     bad = [k for k in kinds if k not in TABLE_KINDS]
     if bad:
         raise click.BadParameter(f"unknown table(s) {', '.join(bad)}", param_hint="--tables")
-    store = Store.open(db)
+    store = Store.open(db, create=False)
     sid = resolve_session(store, session, matrix)
     if tables is None:
         kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(store.runs(sid)) else [])
@@ -135,7 +135,7 @@ def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, db: 
     from orchestrator.results.export import export_session
     from orchestrator.results.query import resolve_session
 
-    store = Store.open(db)
+    store = Store.open(db, create=False)
     sid = resolve_session(store, session, matrix)
     for path in export_session(store, sid, Path(out_dir), fmt):
         console.print(f"wrote {path}")

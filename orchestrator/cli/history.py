@@ -42,7 +42,7 @@ def history(matrix: str, config: str | None, device: str | None, metric: str, or
     from orchestrator.results.history import history as series_of
     from orchestrator.results.history import records
 
-    series = series_of(Store.open(db), matrix, config, device, metric, order)
+    series = series_of(Store.open(db, create=False), matrix, config, device, metric, order)
     if plot:
         draw(series, Path(plot))
     if fmt == "json":

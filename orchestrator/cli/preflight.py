@@ -36,7 +36,8 @@ def check_engine(loaded: LoadedMatrix) -> None:
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{_at(loaded, 'engine_options')}: {exc}") from None
     spec = matrix.binary
-    if (spec is None or spec.device == "builtin") and adapter.builtin_binary() is None:
+    if (spec is None or spec.device == "builtin") and adapter.builtin_binary() is None \
+            and not matrix.builds:
         raise ConfigError(f"{_at(loaded, 'engine')}: engine {matrix.engine!r} needs `binary:` "
                           f"(a path on the device, or `local: FILE` to push)")
     models: list[tuple[str, str | None]] = [

@@ -33,7 +33,7 @@ def quality(session: str | None, matrix: str | None, model: str | None, fmt: str
     from orchestrator.quality.summary import summarise
     from orchestrator.results.query import resolve_session
 
-    store = Store.open(db)
+    store = Store.open(db, create=False)
     sid = resolve_session(store, session, matrix)
     models = summarise(store, sid, model)
     writer = {"md": to_markdown, "csv": to_csv, "json": to_json}[fmt]

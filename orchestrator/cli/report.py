@@ -48,7 +48,7 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     from orchestrator.db.store import Store
     from orchestrator.report import render_report, select_runs
 
-    store = Store.open(db)
+    store = Store.open(db, create=False)
     options = {"out": Path(out) if out else None, "fmt": fmt, "template": template,
                "baseline": baseline, "plots": not no_plots, "quantile": quantile}
     if with_comparison:
@@ -98,7 +98,7 @@ def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | N
     from orchestrator.db.store import Store
     from orchestrator.report.compare import compare as run_compare
 
-    text = run_compare(Store.open(db), sessions, devices, matrix, fmt=fmt,
+    text = run_compare(Store.open(db, create=False), sessions, devices, matrix, fmt=fmt,
                        out=Path(out) if out else None, console=console, template=template,
                        builds=builds or ())
     if out:

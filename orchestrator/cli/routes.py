@@ -49,7 +49,7 @@ def routes(run_id: int, fmt: str, budgets: str | None, policies: str, seed: int,
         run_figures,
     )
 
-    store = Store.open(db)
+    store = Store.open(db, create=False)
     figures, trace = run_figures(store, run_id)
     replayed = None
     if budgets is not None:

@@ -57,6 +57,9 @@ class Matrix(BaseModel):
     description: str | None = None
     engine: str
     binary: BinarySpec | None = None
+    # llama.cpp builds as one more grid dimension (`[llama.cpp@0.3.30, llama.cpp@0.3.36]`):
+    # every config runs once per build, named `CONFIG@VERSION`, with that build's cached binary
+    builds: list[str] = Field(default_factory=list)
     models: dict[str, str | ModelFile] = Field(default_factory=dict)
     prompt: str | None = None
     prompt_file: str | None = None
@@ -100,6 +103,21 @@ class Matrix(BaseModel):
         from orchestrator.tools.llamacpp_build import cached_binary
 
         return {"device": cached_binary(str(value["build"]), info.data.get("engine"))}
+
+    @field_validator("builds")
+    @classmethod
+    def _builds(cls, value: list[str], info: Any) -> list[str]:
+        """Each entry names a llama.cpp cache version this engine has a binary in (whether it
+        is built is load_matrix's question: a stored matrix still reads without the cache)."""
+        from orchestrator.tools.llamacpp_build import cached_binary
+
+        seen: set[str] = set()
+        for spec in value:
+            cached_binary(spec, info.data.get("engine"))
+            if spec in seen:
+                raise ValueError(f"{spec} is named twice")
+            seen.add(spec)
+        return value
 
     @field_validator("path_check", mode="before")
     @classmethod
@@ -170,11 +188,17 @@ class Matrix(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Matrix":
+    def _consistent(self) -> Matrix:
         """The rules that relate keys to each other, each error at the key it is about."""
         problems: Problems = []
         if self.prompt is not None and self.prompt_file is not None:
             problems.append((("prompt_file",), "give `prompt` or `prompt_file`, not both"))
+        if self.builds and self.binary is not None:
+            problems.append((("builds",), ("give `builds:` or `binary:`, not both (each "
+                                           "build names its own binary)")))
+        if self.builds and self.quality is not None:
+            problems.append((("builds",), ("quality probes do not run per build yet: drop "
+                                           "`quality:` or `builds:`")))
         if not self.configs and not self.grid:
             problems.append(((), "give at least one of `configs` or `grid`"))
         elif self.planned_cells() > MAX_CELLS:
@@ -199,22 +223,35 @@ class Matrix(BaseModel):
         for values in self.grid.values():
             grid *= len(values)
         return (max(1, len(self.configs)) * grid * max(1, len(self.models))
-                * self.repeat.max)
+                * max(1, len(self.builds)) * self.repeat.max)
+
+    def build_binaries(self) -> dict[str, str]:
+        """`builds:` as version -> the build cache's binary for this engine, in the order
+        written (empty without `builds:`)."""
+        from orchestrator.tools.llamacpp_build import cached_binary
+
+        return {spec.partition("@")[2]: cached_binary(spec, self.engine) for spec in self.builds}
 
     def config_names(self) -> list[str]:
         return [name for name, _ in expand_configs(self)]
 
     def baseline_for(self, model: str) -> str:
         """The config `model`'s A/B deltas are taken against (never another model's runs)."""
-        if isinstance(self.baseline, dict):
-            if model in self.baseline:
-                return self.baseline[model]
-        elif self.baseline is not None:
-            return self.baseline
-        return self.config_names()[0]
+        if isinstance(self.baseline, dict) and model in self.baseline:
+            chosen = self.baseline[model]
+        elif isinstance(self.baseline, str):
+            chosen = self.baseline
+        else:
+            chosen = self.config_names()[0]
+        builds = list(self.build_binaries())
+        return f"{chosen}@{builds[0]}" if builds else chosen   # `builds:`: on the first build
 
     def label(self, config: str) -> str:
-        """A config's human-readable label (`labels:`), else its name."""
+        """A config's human-readable label (`labels:`), else its name; a `builds:` cell's
+        label is its config's, then `@VERSION`."""
+        base, at, build = config.rpartition("@")
+        if at and build in self.build_binaries() and base in self.labels:
+            return f"{self.labels[base]}@{build}"
         return self.labels.get(config, config)
 
 
@@ -268,8 +305,8 @@ def _baseline_and_pairs(matrix: Matrix, names: list[str]) -> Problems:
         models = set(matrix.models) or {"-"}
         for model, config in matrix.baseline.items():
             if model not in models:
-                problems.append((("baseline", model), f"{model!r} is not one of the models "
-                                                      f"({', '.join(sorted(models))})"))
+                problems.append((("baseline", model), (f"{model!r} is not one of the models "
+                                                       f"({', '.join(sorted(models))})")))
             elif config not in known:
                 problems.append((("baseline", model), f"{config!r} {_one_of(names)}"))
     elif matrix.baseline is not None and matrix.baseline not in known:
@@ -335,6 +372,11 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
         prompt_text = matrix.prompt or ""
     if matrix.quality is not None:   # a bad probe line: file:line, exit 2, nothing written
         load_probes(matrix.quality, path)
+    for i, (version, binary) in enumerate(matrix.build_binaries().items()):
+        if not Path(binary).is_file():
+            raise ConfigError(f"{path}:{line_of(node, ('builds', i)) or 1}: builds: "
+                              f"llama.cpp@{version} is not built ({binary} is missing): run "
+                              f"`orch engines build llama.cpp --version {version}`")
     return LoadedMatrix(matrix=matrix, path=str(path), text=text,
                         sha256=hashlib.sha256(text.encode()).hexdigest(), prompt_text=prompt_text)
 

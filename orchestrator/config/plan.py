@@ -18,11 +18,19 @@ class Cell:
     order: int = 0             # position in the run order
     route_trace: bool = False  # the engine writes a route trace (not part of the key: a
                                # matrix that turns tracing on resumes its earlier cells)
+    build: str | None = None   # `builds:`: the llama.cpp version this cell runs (its config
+                               # name ends in `@build`, so the key tells builds apart)
+    binary: str | None = None  # ... and that build's cached binary (else the matrix's binary)
 
     @property
     def key(self) -> str:
         """Identifies the cell within its matrix: the unit --resume works on."""
         return f"{self.model}|{self.config}|{self.repeat}"
+
+    @property
+    def matrix_config(self) -> str:
+        """The config's name in the matrix (`t1` for a `builds:` cell `t1@0.3.30`)."""
+        return self.config[:-len(self.build) - 1] if self.build else self.config
 
     @property
     def argv_flags(self) -> list[str]:
@@ -59,7 +67,11 @@ def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = N
     the order: an added round is always interleaved."""
     rounds = range(matrix.repeat.min) if rounds is None else rounds
     configs = expand_config_specs(matrix)
-    units = _units(configs, matrix.pairs)
+    # a build is one more dimension: every unit once per build, the builds of a unit next to
+    # each other (interleaved: t1@A t1@B t2@A t2@B, round after round)
+    builds: list[tuple[str | None, str | None]] = \
+        list(matrix.build_binaries().items()) or [(None, None)]
+    units = [(unit, build) for unit in _units(configs, matrix.pairs) for build in builds]
     models: list[tuple[str, str | None]] = list(matrix.models.items()) or [("-", None)]
     base = matrix.seed if seed is None else seed
     # the first rounds keep the permutation a seed always gave; a later round gets its own
@@ -73,8 +85,9 @@ def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = N
             block = [(u, r) for u in units for r in rounds]
         if matrix.order == "shuffled":
             rng.shuffle(block)
-        for unit, rep in block:
+        for (unit, (build, binary)), rep in block:
             for name, flags, trace in unit:
-                cells.append(Cell(model=model, model_path=path, config=name, flags=flags,
-                                  repeat=rep, route_trace=trace))
+                cells.append(Cell(model=model, model_path=path,
+                                  config=f"{name}@{build}" if build else name, flags=flags,
+                                  repeat=rep, route_trace=trace, build=build, binary=binary))
     return [Cell(**{**c.__dict__, "order": first_order + i}) for i, c in enumerate(cells)]

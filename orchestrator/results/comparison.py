@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import select
@@ -157,7 +158,7 @@ def build_side(store: Store, build: str, device: str | None = None,
     0.3.30, an engine_build string, or a commit prefix; history.build_matches) in the newest
     session that has any (of `matrix`, on `device`, when given). A build that ran on several
     devices there needs --device."""
-    from orchestrator.results.history import build_matches
+    from orchestrator.results.history import base_config, build_matches
 
     run, dev, ses = schema.run, schema.device, schema.session
     stmt = (select(run.c.session_id).select_from(run).join(dev, run.c.device_id == dev.c.id)
@@ -176,6 +177,9 @@ def build_side(store: Store, build: str, device: str | None = None,
         if len(devices) > 1:
             raise ConfigError(f"build {build} ran on {', '.join(devices)} in session {sid}: "
                               f"give --device")
+        # a `builds:` session's cells are `t1@0.3.30`: compared as `t1` with the other build's
+        rows = [r if base_config(r) == r.config else
+                SimpleNamespace(**{**r._mapping, "config": base_config(r)}) for r in rows]
         return Side(f"build {build}", devices[0], store.session_row(sid), rows)
     where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
                                 device and f" on {device}") if x)

@@ -40,6 +40,14 @@ def build_label(row: Any) -> str | None:
     return m.group(1) if m else (getattr(row, "engine_build", None) or None)
 
 
+def base_config(row: Any) -> str:
+    """The config a run measured without its build: a `builds:` matrix names its cells
+    `t1@0.3.30`, and across builds (history, `compare --builds`) they are one config `t1`."""
+    label = build_label(row)
+    suffix = f"@{label}"
+    return row.config[:-len(suffix)] if label and row.config.endswith(suffix) else row.config
+
+
 def build_matches(row: Any, build: str) -> bool:
     """Whether `build` (a cache version, an engine_build string or a commit prefix) names the
     build this run measured."""
@@ -111,9 +119,8 @@ def _runs(store: Store, matrix: str, device: str | None, config: str | None) -> 
             .order_by(run.c.session_id, run.c.order_index, run.c.id))
     if device is not None:
         stmt = stmt.where(dev.c.name == device)
-    if config is not None:
-        stmt = stmt.where(run.c.config == config)
-    return store.fetch(stmt)
+    rows = store.fetch(stmt)
+    return [r for r in rows if config in (None, r.config, base_config(r))]
 
 
 def point_samples(rows: list[Any], values: dict[int, Any],
@@ -143,7 +150,7 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
     values = stats[metric].to_dict() if len(stats) else {}
     groups: dict[tuple[str, str, str], dict[tuple[int, str | None], list[Any]]] = {}
     for r in rows:
-        key = (r.device, r.model or "-", r.config)
+        key = (r.device, r.model or "-", base_config(r))
         groups.setdefault(key, {}).setdefault((r.session_id, build_label(r)), []).append(r)
     first_seen: dict[str | None, int] = {}
     for r in rows:

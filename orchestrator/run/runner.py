@@ -17,6 +17,7 @@ from orchestrator.engines import CellSpec, EngineAdapter
 from orchestrator.run.agent_client import AgentClient, Job, file_sha256
 from orchestrator.run.device_jobs import job_state
 from orchestrator.run.lifecycle import STOPPING, USER_STOP, DeviceBusy
+from orchestrator.run.link_retry import retry_link
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.run.route_collect import collect_route_trace, trace_path
@@ -95,45 +96,62 @@ class DeviceRunner:
         self.mem_total_kb: int | None = None   # from the device facts, for oom evidence
         self.facts: dict[str, Any] = {}        # the device facts (cores, cpu.max_khz)
         self.model_info: dict[str, Any] = {}   # model name -> ModelInfo (size, sha256)
-        self._binary: tuple[str, str | None] | None = None
-        self._version: str | None = None       # engine_version()'s answer, "" when none
+        # per binary (None: the matrix's; else a `builds:` cell's cached binary): (path on
+        # the device, sha256), and engine_version()'s answer ("" when none)
+        self._binaries: dict[str | None, tuple[str, str | None]] = {}
+        self._versions: dict[str | None, str] = {}
 
     # -- preparation ---------------------------------------------------------------------------
-    def binary(self) -> tuple[str, str | None]:
-        """(path on the device, sha256) of the engine, pushing it when the matrix says so."""
-        if self._binary is None:
-            spec = self.loaded.matrix.binary
-            if spec is None or spec.device == "builtin":
-                local = self.adapter.builtin_binary()
-                if local is None:
-                    raise TransportError(f"engine {self.adapter.name} needs `binary:` in the matrix")
-                self._binary = (self.client.install_file(local), file_sha256(local))
-            elif spec.local is not None:
-                from pathlib import Path
+    def binary(self, cell: Cell | None = None) -> tuple[str, str | None]:
+        """(path on the device, sha256) of the engine `cell` runs, pushing it when the matrix
+        says so: a `builds:` cell's build, else the matrix's binary. Each is hashed once."""
+        key = cell.binary if cell is not None else None
+        if key not in self._binaries:
+            self._binaries[key] = self._resolve(key)
+        return self._binaries[key]
 
-                local = Path(self.loaded.path).parent / spec.local
-                if not local.exists():
-                    raise TransportError(f"binary.local: {local} does not exist")
-                self._binary = (self.client.install_file(local), file_sha256(local))
-            else:
-                path = self.transport.expand_home(spec.device)
-                self._binary = (path, self.transport.remote_sha256(path))
-        return self._binary
+    def _resolve(self, cached: str | None) -> tuple[str, str | None]:
+        spec = self.loaded.matrix.binary
+        if cached is not None:
+            path = self.transport.expand_home(cached)
+            return (path, self._device_sha256(path))
+        if spec is None or spec.device == "builtin":
+            local = self.adapter.builtin_binary()
+            if local is None:
+                raise TransportError(f"engine {self.adapter.name} needs `binary:` in the matrix")
+            return (self.client.install_file(local), file_sha256(local))
+        if spec.local is not None:
+            from pathlib import Path
 
-    def engine_version(self) -> str | None:
-        """The engine's own `--version` answer, asked once per runner, for runs whose output
-        does not name their build (provenance: every run must say which build measured it)."""
-        if self._version is None:
-            self._version = ""
-            argv = self.adapter.version_argv(self.binary()[0])
+            local = Path(self.loaded.path).parent / spec.local
+            if not local.exists():
+                raise TransportError(f"binary.local: {local} does not exist")
+            return (self.client.install_file(local), file_sha256(local))
+        path = self.transport.expand_home(spec.device)
+        return (path, self._device_sha256(path))
+
+    def _device_sha256(self, path: str) -> str | None:
+        # a device-side step like any other: it rides out a dropped link (run/link_retry.py)
+        return retry_link(self.transport, f"sha256 of {path}",
+                          lambda: self.transport.remote_sha256(path))
+
+    def engine_version(self, cell: Cell | None = None) -> str | None:
+        """The engine's own `--version` answer, asked once per runner and binary, for runs
+        whose output does not name their build (provenance: every run must say which build
+        measured it)."""
+        key = cell.binary if cell is not None else None
+        if key not in self._versions:
+            self._versions[key] = ""
+            argv = self.adapter.version_argv(self.binary(cell)[0])
             if argv:
                 try:
-                    result = self.transport.run(argv, timeout=30)
+                    result = retry_link(self.transport, "engine --version",
+                                        lambda: self.transport.run(argv, timeout=30))
                 except TransportError:
                     return None
                 text = (result.stdout + result.stderr).decode("utf-8", errors="replace")
-                self._version = self.adapter.parse_version(text) or ""
-        return self._version or None
+                self._versions[key] = self.adapter.parse_version(text) or ""
+        return self._versions[key] or None
 
     # -- one cell ------------------------------------------------------------------------------
     def run_cell(self, cell: Cell, cooldown_s: float, superseding: int | None = None,
@@ -142,7 +160,7 @@ class DeviceRunner:
         matrix = self.loaded.matrix
         uid = uuid.uuid4().hex[:16]
         jobdir = self.client.job_dir(uid)
-        binary_path, binary_sha = self.binary()
+        binary_path, binary_sha = self.binary(cell)
         spec = CellSpec(binary=binary_path, model_path=cell.model_path,
                         prompt=self.loaded.prompt_text, tokens=matrix.tokens,
                         flags=cell.argv_flags, csv_path=f"{jobdir}/tokens.csv",
@@ -210,7 +228,7 @@ class DeviceRunner:
         if status != STATUS_OK and recorder.exit is None and recorder.protocol_errors:
             cause = f"{cause}; {recorder.protocol_errors[0]}"
         trace = trace_path(jobdir) if cell.route_trace else None
-        return self._finish(run_id, recorder, status, cause, trace)
+        return self._finish(run_id, recorder, status, cause, trace, cell)
 
     def _stream_until_exit(self, recorder: RunRecorder, jobdir: str) -> None:
         """Follow the spool until the X line, through lost links: the link policy's retry
@@ -258,10 +276,11 @@ class DeviceRunner:
             outage.end()
 
     def _finish(self, run_id: int, recorder: RunRecorder, status: str,
-                cause: str | None, trace: str | None = None) -> CellOutcome:
+                cause: str | None, trace: str | None = None,
+                cell: Cell | None = None) -> CellOutcome:
         record = recorder.parser.record()
         if record.engine_build is None:
-            record.engine_build = self.engine_version()
+            record.engine_build = self.engine_version(cell)
         trace_warning = None
         if trace is not None and recorder.exit is not None:  # the engine has ended: its file too
             trace_warning = collect_route_trace(self.transport, self.store, run_id, trace, record,

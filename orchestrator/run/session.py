@@ -234,7 +234,7 @@ class _CellLoop:
                                                superseding=earlier.id if earlier is not None else None)
             self.first = False
             _add_warnings(self.store, outcome.run_id,
-                          [w for w in self.path_warnings if w.applies(cell.model, cell.config)])
+                          [w for w in self.path_warnings if w.applies(cell.model, cell.matrix_config)])
             self.result.outcomes.append(outcome)
 
 
