@@ -12,6 +12,7 @@ group's whole cost on its first row), cache_hit_pct = -1 and dense_resident_frac
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any
 
 from orchestrator.engines.base import TokenRow
@@ -32,13 +33,20 @@ def _bad_number(value: Any) -> bool:
     return not (value >= 0 and math.isfinite(value))
 
 
-def row_problem(row: TokenRow, last_step: int | None) -> str | None:
+_VALUES = operator.attrgetter(*_NON_NEGATIVE)
+_INF = math.inf
+
+
+def row_problem(row: TokenRow, last_step: int | None, signed: bool = True) -> str | None:
     """Why this row is impossible, or None. `last_step`: the previous row's step in the same
-    generation turn (None at the start of a turn)."""
-    for name in _NON_NEGATIVE:
-        value = getattr(row, name)
-        if value is not None and _bad_number(value):
-            return f"{name}={value} is negative or not a number"
+    generation turn (None at the start of a turn). `signed=False`: the row's text holds no
+    '-' and no letter of nan/inf (the parser's fast path looks), so no value can be negative
+    or non-finite and only the upper bounds and the step order are left to check: this runs
+    for every streamed row."""
+    if signed:
+        for name, value in zip(_NON_NEGATIVE, _VALUES(row)):
+            if value is not None and not 0 <= value < _INF:
+                return f"{name}={value} is negative or not a number"
     hit = row.cache_hit_pct
     if hit is not None and hit != NO_CACHE and not 0.0 <= hit <= 100.0:
         return f"cache_hit_pct={hit} is outside 0..100 (and not the -1 'no cache' sentinel)"
@@ -48,7 +56,7 @@ def row_problem(row: TokenRow, last_step: int | None) -> str | None:
         return f"step={row.step} does not increase (previous row: step {last_step})"
     extra = row.extra
     if extra:
-        for name in _EXTRA_NON_NEGATIVE:
+        for name in _EXTRA_NON_NEGATIVE if signed else ():
             value = extra.get(name)
             if value is not None and _bad_number(value):
                 return f"{name}={value} is negative or not a number"
