@@ -5,7 +5,7 @@
 # dash and bash. Hence: no awk/dd/tr/expr/bc (toybox lacks them), no python, no arrays, and
 # no `printf` in hot paths (it is not a builtin in mksh). The sampling loop forks nothing
 # but one `sleep` per interval: a fork per value costs ~10x more CPU on the measured device.
-AGENT_VERSION=1.3.0
+AGENT_VERSION=1.3.1
 
 # Paths are overridable for tests and unusual devices.
 MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
@@ -237,9 +237,10 @@ sample() {
   say "$line"
 }
 
-# battery_dumpsys: DS_T (deci-°C) and DS_S (charging state) from `dumpsys battery`.
+# battery_dumpsys: DS_T (deci-°C), DS_S (charging state) and DS_L (level, percent) from
+# `dumpsys battery`.
 battery_dumpsys() {
-  DS_T= DS_S=
+  DS_T= DS_S= DS_L=
   ds=$(dumpsys battery 2>/dev/null) || return 0
   oifs=$IFS
   set -f; IFS='
@@ -248,12 +249,14 @@ battery_dumpsys() {
     l=${l#"${l%%[! ]*}"}
     case $l in
       temperature:*) DS_T=${l#*: } ;;
+      level:*) DS_L=${l#*: } ;;
       status:*) case ${l#*: } in 2) DS_S=Charging ;; 3) DS_S=Discharging ;;
                   4) DS_S="Not charging" ;; 5) DS_S=Full ;; *) DS_S=Unknown ;; esac ;;
     esac
   done
   IFS=$oifs; set +f
   case ${DS_T#-} in ''|*[!0-9]*) DS_T= ;; esac
+  case $DS_L in ''|*[!0-9]*) DS_L= ;; esac
 }
 
 # drain FD TAG: print every complete line now readable on FD as "TAG<TAB>line". At EOF
@@ -719,16 +722,20 @@ facts() {
     done
   fi
   F battery.temp_path "$BATT"
-  bt= bs=
+  bt= bs= bl=
   [ -n "$BATT" ] && read -r bt 2>/dev/null <"$BATT"
   [ -n "$BSTAT" ] && read -r bs 2>/dev/null <"$BSTAT"
-  if { [ -z "$bt" ] || [ -z "$bs" ]; } && command -v dumpsys >/dev/null 2>&1; then
+  [ -r "$BATTERY_DIR/capacity" ] && read -r bl 2>/dev/null <"$BATTERY_DIR/capacity"
+  if { [ -z "$bt" ] || [ -z "$bs" ] || [ -z "$bl" ]; } && command -v dumpsys >/dev/null 2>&1; then
     battery_dumpsys
     [ -n "$bt" ] || bt=$DS_T
     [ -n "$bs" ] || bs=$DS_S
+    [ -n "$bl" ] || bl=$DS_L
   fi
   [ -n "$bt" ] && F battery.temp_dC "$bt"
   [ -n "$bs" ] && F battery.status "$bs"
+  # the charge in percent: the lab's health check holds a phone whose battery is low
+  [ -n "$bl" ] && F battery.level_pct "$bl"
   return 0
 }
 

@@ -222,3 +222,59 @@ quality = Table(
     Column("ended_at", DateTime(timezone=True)),
     UniqueConstraint("session_id", "model", "config", "probe_id"),
 )
+
+# -- the lab (orchestrator/lab, issue 17): devices served by workers, submissions, cells --------
+lab_device = Table(
+    # One row per device a lab worker serves. The store, not the broker, holds the lab's
+    # state: which worker serves a device, whether it is quarantined and why, its heartbeat.
+    "lab_device", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("kind", String(20), nullable=False),
+    Column("worker", String(200)),                   # the serving worker's name (--name)
+    Column("host", String(200)),                     # the host that worker runs on
+    Column("state", String(20), nullable=False),     # active | quarantined | removed
+    Column("reason", Text),                          # why quarantined (or the last failure)
+    Column("failures", Integer, nullable=False, default=0),   # infrastructure checks failed in a row
+    Column("pid", Integer),                          # the device's consumer process
+    Column("current_cell_id", Integer),              # lab_cell being run now
+    Column("seen_at", DateTime(timezone=True)),      # the consumer's last heartbeat
+    Column("updated_at", DateTime(timezone=True)),
+)
+
+lab_batch = Table(
+    # One `orch lab submit`: the matrix as submitted (text and resolved prompt, so a worker
+    # on another host runs exactly it), and the sessions it made (one per device).
+    "lab_batch", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("matrix_name", String(200)),
+    Column("matrix_path", Text),
+    Column("matrix_text", Text),
+    Column("prompt_text", Text),
+    Column("command", Text),
+    Column("submitted_from", String(200)),
+    Column("created_at", DateTime(timezone=True)),
+)
+
+lab_cell = Table(
+    # One Celery task: a (device, cell) of a batch. `state` follows the task: queued ->
+    # delivered (a consumer took it) -> running (its run exists) -> the run's status, or
+    # `kept` (it was already ok: a redelivered task does nothing).
+    "lab_cell", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("batch_id", Integer, ForeignKey("lab_batch.id", ondelete="CASCADE"), nullable=False),
+    Column("session_id", Integer, ForeignKey("session.id", ondelete="CASCADE"), nullable=False),
+    Column("device", String(200), nullable=False),
+    Column("cell_key", String(400), nullable=False),
+    Column("position", Integer, nullable=False),     # the cell's place in the device's order
+    Column("state", String(20), nullable=False),
+    Column("run_id", Integer),
+    Column("worker", String(200)),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("enqueued_at", DateTime(timezone=True)),
+    Column("delivered_at", DateTime(timezone=True)),
+    Column("ended_at", DateTime(timezone=True)),
+    UniqueConstraint("session_id", "cell_key"),
+)
+Index("ix_lab_cell_device_state", lab_cell.c.device, lab_cell.c.state)
+Index("ix_lab_cell_batch", lab_cell.c.batch_id)

@@ -264,6 +264,7 @@ class Store:
             conn.execute(schema.run.delete().where(schema.run.c.session_id == session_id))
             conn.execute(schema.imported_file.delete()
                          .where(schema.imported_file.c.session_id == session_id))
+            conn.execute(schema.lab_cell.delete().where(schema.lab_cell.c.session_id == session_id))
             conn.execute(schema.session.delete().where(schema.session.c.id == session_id))
 
     def insert_route(self, run_id: int, rows: pd.DataFrame) -> None:

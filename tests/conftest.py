@@ -16,6 +16,8 @@ sys.path.insert(0, str(TESTS))
 
 from ci import IN_CI, unavailable  # noqa: E402,F401
 from conftest_adb import adb_device, adb_server, phone  # noqa: E402,F401
+from pg_fixture import pg_url  # noqa: F401
+from redis_fixture import redis_db, redis_url  # noqa: F401
 from sshd_fixture import sshd, sshd_factory  # noqa: E402,F401
 
 

@@ -1,58 +1,21 @@
 """The store on PostgreSQL (a lab shares one database): a real server started by the test."""
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import textwrap
-from pathlib import Path
 
 import pytest
-from ci import unavailable
 from cli_helpers import orch
 from conftest import FIXTURES
+from pg_fixture import fresh_pg_database
 
 from orchestrator.db.store import Store
 
 
-def _unavailable(why: str) -> None:
-    unavailable(f"PostgreSQL test cannot run: {why} (scripts/install --test installs it)")
-
-
 @pytest.fixture(scope="module")
-def pg_url():
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    if not bins:
-        _unavailable("postgresql is not installed")
-    if os.geteuid() != 0 or shutil.which("runuser") is None:
-        _unavailable("the test starts its server as the postgres user: needs root and runuser")
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        _unavailable("psycopg is not installed")
-    pg = bins[-1]
-    root = Path(tempfile.mkdtemp(prefix="orch-pg-"))
-    shutil.chown(root, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    as_pg = ["runuser", "-u", "postgres", "--"]
-    subprocess.run(as_pg + [f"{pg}/initdb", "-D", f"{root}/data", "--auth=trust", "-U",
-                            "postgres"], check=True, capture_output=True, timeout=120)
-    subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-l", f"{root}/log", "-w",
-                            "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"],
-                   check=True, capture_output=True, timeout=60)
-    try:
-        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c",
-                        "create database orch"], check=True, capture_output=True, timeout=30)
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/orch"
-    finally:
-        subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-m", "immediate",
-                                "stop"], capture_output=True, timeout=60)
-        shutil.rmtree(root, ignore_errors=True)
+def pg_url(pg_url):
+    """This module's own empty database on the session's server (tests/pg_fixture.py): the
+    tables below compare whole stores, so rows of other modules' tests must not be in it."""
+    return fresh_pg_database(pg_url, "test_postgres")
 
 
 def test_import_and_table_on_postgres_match_sqlite(pg_url, tmp_path):

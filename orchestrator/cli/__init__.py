@@ -12,6 +12,7 @@ from orchestrator.cli import (
     devices,
     engines,
     history,
+    lab,
     quality,
     report,
     routes,
@@ -38,6 +39,7 @@ def main(debug: bool) -> None:
       orch import DIR --engine bmoe         # existing engine artifacts into the store
       orch calibrate -d phone               # idle temperature baseline for cooldowns
       orch ceilings -d phone                # storage, memory (and compute) ceilings
+      orch lab submit M.yaml -d A -d B      # a lab: devices on many hosts (orch lab --help)
 
     \b
     Exit codes:
@@ -51,7 +53,8 @@ def main(debug: bool) -> None:
 
 for command in (run.run, run.runs, run.show, devices.devices, calibrate.calibrate, data.import_cmd,
                 data.table, data.export, engines.engines, engines.models, report.report,
-                report.compare, history.history, routes.routes, ceilings.ceilings, quality.quality):
+                report.compare, history.history, routes.routes, ceilings.ceilings, quality.quality,
+                lab.lab):
     main.add_command(command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -23,7 +23,6 @@ from orchestrator.engines import get_adapter
 from orchestrator.plugins import PluginError
 from orchestrator.quality.running import run_quality
 from orchestrator.run import controller
-from orchestrator.run.adaptive import judge
 from orchestrator.run.cooldown import Reading, wait_for_condition
 from orchestrator.run.device_jobs import (
     check_device_free,
@@ -31,8 +30,7 @@ from orchestrator.run.device_jobs import (
     settle_orphaned_runs,
 )
 from orchestrator.run.lifecycle import USER_STOP
-from orchestrator.run.model_push import prepare_models
-from orchestrator.run.pathcheck import check_model_paths
+from orchestrator.run.prepare import prepare_device
 from orchestrator.run.progress import Board, Progress
 from orchestrator.run.runner import CellOutcome, DeviceRunner
 from orchestrator.transports import open_transport
@@ -107,27 +105,10 @@ def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatri
                  command: str | None, sleep: Callable[[float], None] | None,
                  stop: threading.Event | None, force: bool) -> SessionResult:
     matrix = loaded.matrix
-    runner = DeviceRunner(store, transport, adapter, loaded, 0, device_id, progress,
-                          link=link, stop=stop, force=force,
-                          **({"sleep": sleep} if sleep else {}))
-    facts = runner.client.facts()
-    store.upsert_device(device, entry.kind, facts)
-    runner.facts = dict(facts)
-    if str(facts.get("mem_total_kb", "")).isdigit():
-        runner.mem_total_kb = int(facts["mem_total_kb"])
-    baseline = store.device_by_name(device).idle_baseline
-    if matrix.cooldown.is_condition:
-        try:
-            matrix.cooldown.threshold_mC(baseline)
-        except ValueError as exc:
-            raise ConfigError(f"{loaded.path}: {exc}: run `orch calibrate --device "
-                              f"{device}` first, or give an absolute `until: 40C`") from None
-    loaded, model_info = prepare_models(transport, loaded, progress)
-    runner.loaded = loaded
-    runner.model_info = model_info
-    path_warnings = check_model_paths(transport, loaded)  # ConfigError when refused
-    for warning in path_warnings:
-        progress.note(warning)
+    prepared = prepare_device(store, transport, adapter, loaded, device, entry.kind, device_id,
+                              progress, link, sleep=sleep, stop=stop, force=force)
+    runner, baseline, path_warnings = prepared.runner, prepared.baseline, prepared.path_warnings
+    loaded = runner.loaded
     previous = _resume_state(store, session_id) if resume and session_id is not None else {}
     own = {r.remote_dir for r in previous.values() if r.remote_dir}
     live, notes = check_device_free(store, runner.client, device, loaded.path, resume,
@@ -162,6 +143,10 @@ def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatri
                     result, previous, live)
     run.cells(cells, device)
     if policy.adaptive:
+        # imported here: it loads scipy, which only adaptive sessions need (a lab consumer
+        # per device stays ~60 MiB smaller without it)
+        from orchestrator.run.adaptive import judge
+
         while True:
             verdict = judge(store, session_id, policy)
             if verdict.met or rounds >= policy.max:
@@ -223,19 +208,30 @@ class _CellLoop:
         self.progress.start(device, self.planned, self.result.skipped)
         for index, (cell, earlier) in enumerate(todo, start):
             self.progress.cell_started(index, cell)
-            outcome = None
-            if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
-                outcome = _collect(self.runner, earlier, cell)
-            if outcome is None:
-                settled = _settle(self.runner, self.progress, self.cooldown, self.first,
-                                  self.baseline)
-                outcome = self.runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
-                                               cooldown_temps=settled.temps,
-                                               superseding=earlier.id if earlier is not None else None)
+            outcome = run_or_collect(self.runner, cell, earlier, self.cooldown, self.first,
+                                     self.baseline, self.path_warnings)
             self.first = False
-            _add_warnings(self.store, outcome.run_id,
-                          [w for w in self.path_warnings if w.applies(cell.model, cell.matrix_config)])
             self.result.outcomes.append(outcome)
+
+
+def run_or_collect(runner: DeviceRunner, cell: Cell, earlier: Any, cooldown: Cooldown,
+                   first: bool, baseline: dict[str, float] | None,
+                   path_warnings: list[Any]) -> CellOutcome:
+    """One cell that is not ok yet: an earlier interrupted or running run of it is collected
+    from the device's spool when its engine is still there (or finished), else the cooldown
+    is waited and the cell runs (superseding the earlier run). `orch run` and the lab's
+    tasks both go through here."""
+    outcome = None
+    if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
+        outcome = _collect(runner, earlier, cell)
+    if outcome is None:
+        settled = _settle(runner, runner.progress, cooldown, first, baseline)
+        outcome = runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
+                                  cooldown_temps=settled.temps,
+                                  superseding=earlier.id if earlier is not None else None)
+    _add_warnings(runner.store, outcome.run_id,
+                  [w for w in path_warnings if w.applies(cell.model, cell.matrix_config)])
+    return outcome
 
 
 def _changed(earlier: Any) -> Any:

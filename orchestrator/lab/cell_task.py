@@ -1,0 +1,260 @@
+"""What one lab task does on its device's consumer: run lab_cell <id> exactly once.
+
+Idempotent by the cell key in the store: a task whose cell already ended does nothing; a cell
+whose run is `running` or `interrupted` on the device is re-attached to the agent's spool (the
+job survives the consumer) or, with positive evidence that its engine is gone, run again. The
+device is checked (health.py) before each cell; a link lost for longer than the link grace
+counts as a failed check and the cell is then collected, not lost."""
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from sqlalchemy import select
+
+from orchestrator.config.inventory import Inventory
+from orchestrator.config.matrix import LoadedMatrix, Matrix
+from orchestrator.config.plan import Cell, plan_cells
+from orchestrator.config.yamlfile import ConfigError
+from orchestrator.db import schema
+from orchestrator.db.store import Store, now
+from orchestrator.engines import get_adapter
+from orchestrator.lab import state
+from orchestrator.lab.health import HealthGate, HealthLimits, Stopping, check_device
+from orchestrator.run.agent_client import AgentClient
+from orchestrator.run.lifecycle import USER_STOP, DeviceBusy
+from orchestrator.run.prepare import PreparedDevice, prepare_device
+from orchestrator.run.progress import Progress
+from orchestrator.run.runner import CellOutcome
+from orchestrator.run.session import run_or_collect
+from orchestrator.transports import open_transport
+from orchestrator.transports.base import LinkPolicy, TransportError
+
+log = logging.getLogger("orch.lab")
+FINAL_SKIP = ("ok", "kept")
+
+
+class LogProgress(Progress):
+    """A consumer has no terminal: one log line per cell and per note."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def cell_running(self, cell: Any, tokens: int) -> None:
+        log.info("%s: %s (repeat %d) running", self.device, cell.config, cell.repeat)
+
+    def cell_done(self, status: str, tokens: int) -> None:
+        log.info("%s: cell ended %s, %d tokens", self.device, status, tokens)
+
+    def note(self, message: str) -> None:
+        log.info("%s: %s", self.device, message)
+
+
+@dataclass
+class _Session:
+    prepared: PreparedDevice
+    cells: dict[str, Cell]
+    loaded: LoadedMatrix
+
+
+def loaded_from_batch(batch: Any) -> LoadedMatrix:
+    """The matrix as it was submitted: its text and its prompt as read on the submitting host
+    (paths in it, a model's `local:` say, are resolved on this host)."""
+    data = yaml.safe_load(batch.matrix_text)
+    matrix = Matrix.model_validate(data)
+    return LoadedMatrix(matrix=matrix, path=batch.matrix_path, text=batch.matrix_text,
+                        sha256=hashlib.sha256(batch.matrix_text.encode()).hexdigest(),
+                        prompt_text=batch.prompt_text or "")
+
+
+class DeviceConsumer:
+    """Runs the lab cells of one device, one at a time, for one worker process."""
+
+    def __init__(self, store: Store, inventory: Inventory, device: str, worker: str,
+                 limits: HealthLimits, link: LinkPolicy | None = None) -> None:
+        self.store, self.inventory, self.device, self.worker = store, inventory, device, worker
+        self.kind = inventory.get(device).kind
+        self.device_id = store.upsert_device(device, self.kind)
+        self.link = link or LinkPolicy()
+        self.stop = threading.Event()
+        self.gate = HealthGate(store, device, limits, self.stop)
+        self.limits = limits
+        self.progress = LogProgress(device)
+        self.transport: Any = None
+        self.client: AgentClient | None = None
+        self.sessions: dict[int, _Session] = {}
+
+    # -- the device connection and each session's preparation -----------------------------
+    def _connected(self) -> Any:
+        if self.transport is None:
+            transport = open_transport(self.inventory, self.device)
+            transport.link = self.link
+            transport.connect()
+            self.transport = transport
+        return self.transport
+
+    def _drop_connection(self) -> None:
+        if self.transport is not None:
+            try:
+                self.transport.close()
+            except Exception as exc:  # noqa: BLE001 - a dead link may fail to close; dropped
+                log.debug("%s: closing the link: %s", self.device, exc)
+        self.transport, self.client, self.sessions = None, None, {}
+
+    def _session(self, row: Any) -> _Session:
+        if row.session_id not in self.sessions:
+            batch = state.batch_row(self.store, row.batch_id)
+            loaded = loaded_from_batch(batch)
+            seed = self.store.session_row(row.session_id).seed
+            adapter = get_adapter(loaded.matrix.engine, loaded.matrix.engine_options)
+            prepared = prepare_device(self.store, self._connected(), adapter, loaded,
+                                      self.device, self.kind, self.device_id, self.progress,
+                                      self.link)
+            prepared.runner.session_id = row.session_id
+            cells = {cell.key: cell for cell in plan_cells(loaded.matrix, seed)}
+            self.sessions[row.session_id] = _Session(prepared, cells, prepared.runner.loaded)
+        return self.sessions[row.session_id]
+
+    def _check(self) -> str | None:
+        try:
+            if self.client is None:
+                client = AgentClient(self._connected())
+                client.install()
+                self.client = client
+        except TransportError as exc:
+            self._drop_connection()
+            return f"unreachable: {exc}"
+        reason = check_device(self.client, self.limits, self._own_jobs())
+        if reason is not None and reason.startswith("unreachable"):
+            self._drop_connection()
+        return reason
+
+    def _own_jobs(self) -> set[str]:
+        """Job dirs of this device's runs that are this lab's to collect (taken cells)."""
+        run, cell = schema.run, schema.lab_cell
+        rows = self.store.fetch(select(run.c.remote_dir).join(
+            cell, (cell.c.session_id == run.c.session_id) & (cell.c.cell_key == run.c.cell_key))
+            .where(cell.c.device == self.device, cell.c.state == "delivered",
+                   run.c.status.in_(("running", "interrupted"))))
+        return {r.remote_dir for r in rows if r.remote_dir}
+
+    # -- tasks ---------------------------------------------------------------------------------
+    def execute(self, cell_id: int) -> str:
+        """The task body. Returns what happened (for the log): a state or `ignored`."""
+        row = state.cell_row(self.store, cell_id)
+        if row is None:
+            log.warning("%s: task for cell %s, which is not in this store: ignored",
+                        self.device, cell_id)
+            return "ignored"
+        if row.device != self.device:
+            log.warning("%s: task for cell %s of device %s: ignored", self.device, cell_id,
+                        row.device)
+            return "ignored"
+        if row.state not in state.PENDING:
+            log.info("%s: cell %s already ended (%s): nothing to do", self.device, cell_id,
+                     row.state)
+            return row.state
+        state.take_cell(self.store, cell_id, self.worker)
+        return self._guarded(state.cell_row(self.store, cell_id))
+
+    def _guarded(self, row: Any) -> str:
+        """_run, with an unexpected error ending the cell `failed` (logged with its
+        traceback) rather than leaving it taken for ever. Stopping is not an error: the cell
+        stays taken and the device's next consumer finishes it."""
+        try:
+            return self._run(row)
+        except Stopping:
+            raise
+        except Exception as exc:  # a task must end its cell, whatever happened
+            log.exception("%s: cell %s failed unexpectedly", self.device, row.id)
+            self._drop_connection()
+            return self._end(row, "failed", None, f"{type(exc).__name__}: {exc}")
+
+    def recover(self) -> int:
+        """Before consuming: finish the cells an earlier consumer of this device took and did
+        not end (it was killed), in the order it took them. Returns how many."""
+        rows = state.taken_cells(self.store, self.device)
+        for row in rows:
+            log.info("%s: cell %s was taken by a consumer that ended; finishing it",
+                     self.device, row.id)
+            self._guarded(row)
+        return len(rows)
+
+    def _run(self, row: Any) -> str:
+        while True:
+            self.gate.pass_(self._check)
+            try:
+                session = self._session(row)
+            except TransportError as exc:
+                self._drop_connection()
+                self._failed_check(f"unreachable: {exc}")
+                continue
+            except ConfigError as exc:   # the matrix cannot run on this device: every cell fails
+                return self._end(row, "failed", None, str(exc))
+            cell = session.cells.get(row.cell_key)
+            if cell is None:
+                return self._end(row, "failed", None, f"cell {row.cell_key} is not in the "
+                                                      f"submitted matrix's plan")
+            earlier = self._earlier(row, cell)
+            if earlier is not None and earlier.status == "ok":
+                return self._end(row, "kept", earlier.id)
+            state.update_device(self.store, self.device, current_cell_id=row.id)
+            prepared = session.prepared
+            try:
+                outcome = run_or_collect(prepared.runner, cell, earlier, session.loaded.matrix.cooldown,
+                                         self._first(row.session_id), prepared.baseline,
+                                         prepared.path_warnings)
+            except (TransportError, DeviceBusy) as exc:
+                self._drop_connection()
+                self._failed_check(f"unreachable: {exc}" if isinstance(exc, TransportError)
+                                   else f"busy: {exc}")
+                continue
+            finally:
+                state.update_device(self.store, self.device, current_cell_id=None)
+            if self._lost_link(outcome):
+                self._drop_connection()
+                self._failed_check(f"unreachable: {outcome.cause}")
+                continue
+            return self._end(row, outcome.status, outcome.run_id)
+
+    def _lost_link(self, outcome: CellOutcome) -> bool:
+        """An interrupted run that the user did not stop: the device went away for longer
+        than the link grace. Its job may still run there: collected once it is back."""
+        return outcome.status == "interrupted" and not (outcome.cause or "").startswith(USER_STOP)
+
+    def _failed_check(self, reason: str) -> None:
+        row = state.lab_device(self.store, self.device)
+        failures = (row.failures if row is not None else 0) + 1
+        quarantine = failures >= self.limits.after
+        state.update_device(self.store, self.device, failures=failures, reason=reason,
+                            **({"state": state.QUARANTINED} if quarantine else {}))
+        log.warning("%s: %s (%d in a row)%s", self.device, reason, failures,
+                    "; quarantined" if quarantine else "")
+        if not quarantine and self.stop.wait(self.limits.retry_s):
+            raise Stopping(self.device)
+
+    def _earlier(self, row: Any, cell: Cell) -> Any | None:
+        runs = self.store.fetch(select(schema.run).where(
+            schema.run.c.session_id == row.session_id, schema.run.c.cell_key == row.cell_key,
+            schema.run.c.superseded.is_(False)).order_by(schema.run.c.id.desc()))
+        return runs[0] if runs else None
+
+    def _first(self, session_id: int) -> bool:
+        """The session's first cell on this device (no cooldown timer before it)."""
+        return not self.store.fetch(select(schema.run.c.id).where(
+            schema.run.c.session_id == session_id).limit(1))
+
+    def _end(self, row: Any, status: str, run_id: int | None, cause: str | None = None) -> str:
+        state.update_cell(self.store, row.id, state=status, run_id=run_id, ended_at=now())
+        if cause:
+            log.error("%s: cell %s %s: %s", self.device, row.id, status, cause)
+        if state.session_pending(self.store, row.session_id) == 0:
+            self.store.update_session(row.session_id, ended_at=now())
+        return status
+
+    def close(self) -> None:
+        self._drop_connection()

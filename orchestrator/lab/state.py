@@ -1,0 +1,156 @@
+"""The lab's tables (db/schema.py lab_device, lab_batch, lab_cell): every read and write the
+lab's commands and consumers make, in one place."""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from orchestrator.db import schema
+from orchestrator.db.store import Store, now
+
+PENDING = ("queued", "delivered")          # a cell that has not ended
+GOOD = ("ok", "kept")                      # ended well (`kept`: it was ok already)
+
+ACTIVE, QUARANTINED, REMOVED = "active", "quarantined", "removed"
+STALE_S = 30.0     # a consumer whose heartbeat (every 5 s) is older than this is gone
+
+
+def heartbeat_age(row: Any) -> float | None:
+    """Seconds since the device's consumer last said it lives (None: never)."""
+    if row.seen_at is None:
+        return None
+    seen = row.seen_at if row.seen_at.tzinfo else row.seen_at.replace(tzinfo=dt.UTC)
+    return (now() - seen).total_seconds()
+
+
+def consumer_alive(row: Any) -> bool:
+    age = heartbeat_age(row)
+    return row.pid is not None and age is not None and age < STALE_S
+
+
+# -- devices --------------------------------------------------------------------------------
+def register_device(store: Store, name: str, kind: str, worker: str, host: str) -> str:
+    """A worker serves `name`: its row says so. A device quarantined or removed stays so (a
+    restarted worker does not release a device someone quarantined or removed). Returns the
+    device's state."""
+    table = schema.lab_device
+    with store.lock, store.engine.begin() as conn:
+        row = conn.execute(select(table).where(table.c.name == name)).first()
+        if row is None:
+            conn.execute(table.insert().values(name=name, kind=kind, worker=worker, host=host,
+                                               state=ACTIVE, failures=0, updated_at=now()))
+            return ACTIVE
+        conn.execute(update(table).where(table.c.id == row.id).values(
+            kind=kind, worker=worker, host=host, updated_at=now()))
+        return row.state
+
+
+def lab_device(store: Store, name: str) -> Any | None:
+    rows = store.fetch(select(schema.lab_device).where(schema.lab_device.c.name == name))
+    return rows[0] if rows else None
+
+
+def lab_devices(store: Store, worker: str | None = None) -> list[Any]:
+    stmt = select(schema.lab_device).order_by(schema.lab_device.c.name)
+    if worker is not None:
+        stmt = stmt.where(schema.lab_device.c.worker == worker)
+    return store.fetch(stmt)
+
+
+def update_device(store: Store, name: str, **values: Any) -> None:
+    values.setdefault("updated_at", now())
+    with store.lock, store.engine.begin() as conn:
+        conn.execute(update(schema.lab_device).where(schema.lab_device.c.name == name)
+                     .values(**values))
+
+
+# -- batches and cells ----------------------------------------------------------------------
+def create_batch(store: Store, **values: Any) -> int:
+    values.setdefault("created_at", now())
+    with store.lock, store.engine.begin() as conn:
+        return conn.execute(schema.lab_batch.insert().values(**values)).inserted_primary_key[0]
+
+
+def batch_row(store: Store, batch_id: int) -> Any | None:
+    rows = store.fetch(select(schema.lab_batch).where(schema.lab_batch.c.id == batch_id))
+    return rows[0] if rows else None
+
+
+def insert_cells(store: Store, rows: list[dict[str, Any]]) -> list[int]:
+    """Insert the batch's cells (one statement per 1,000 rows); their ids in the given order."""
+    table = schema.lab_cell
+    with store.lock, store.engine.begin() as conn:
+        for start in range(0, len(rows), 1000):
+            conn.execute(table.insert(), rows[start:start + 1000])
+        keys = {(r["session_id"], r["cell_key"]) for r in rows}
+        sessions = sorted({r["session_id"] for r in rows})
+        found = conn.execute(select(table.c.id, table.c.session_id, table.c.cell_key)
+                             .where(table.c.session_id.in_(sessions))).all()
+    ids = {(r.session_id, r.cell_key): r.id for r in found if (r.session_id, r.cell_key) in keys}
+    return [ids[(r["session_id"], r["cell_key"])] for r in rows]
+
+
+def cell_row(store: Store, cell_id: int) -> Any | None:
+    rows = store.fetch(select(schema.lab_cell).where(schema.lab_cell.c.id == cell_id))
+    return rows[0] if rows else None
+
+
+def update_cell(store: Store, cell_id: int, **values: Any) -> None:
+    with store.lock, store.engine.begin() as conn:
+        conn.execute(update(schema.lab_cell).where(schema.lab_cell.c.id == cell_id)
+                     .values(**values))
+
+
+def take_cell(store: Store, cell_id: int, worker: str) -> None:
+    """A consumer took the cell: from here on a successor consumer of the device finishes it."""
+    table = schema.lab_cell
+    with store.lock, store.engine.begin() as conn:
+        conn.execute(update(table).where(table.c.id == cell_id).values(
+            state="delivered", worker=worker, delivered_at=now(), attempts=table.c.attempts + 1))
+
+
+def taken_cells(store: Store, device: str) -> list[Any]:
+    """Cells of `device` a consumer took and did not end (it died): the order they came in."""
+    table = schema.lab_cell
+    return store.fetch(select(table).where(table.c.device == device,
+                                           table.c.state == "delivered")
+                       .order_by(table.c.batch_id, table.c.position))
+
+
+def pending_counts(store: Store) -> dict[str, int]:
+    table = schema.lab_cell
+    rows = store.fetch(select(table.c.device, func.count()).where(table.c.state.in_(PENDING))
+                       .group_by(table.c.device))
+    return {device: count for device, count in rows}
+
+
+def cells_of_sessions(store: Store, session_ids: Iterable[int]) -> list[Any]:
+    table = schema.lab_cell
+    return store.fetch(select(table).where(table.c.session_id.in_(list(session_ids)))
+                       .order_by(table.c.device, table.c.batch_id, table.c.position))
+
+
+def session_pending(store: Store, session_id: int) -> int:
+    table = schema.lab_cell
+    return store.fetch(select(func.count()).where(table.c.session_id == session_id,
+                                                  table.c.state.in_(PENDING)))[0][0]
+
+
+def newest_batch(store: Store) -> int | None:
+    rows = store.fetch(select(func.max(schema.lab_batch.c.id)))
+    return rows[0][0] if rows else None
+
+
+def batch_sessions(store: Store, batch_id: int) -> list[int]:
+    table = schema.lab_cell
+    return [r[0] for r in store.fetch(select(table.c.session_id).where(table.c.batch_id == batch_id)
+                                      .distinct().order_by(table.c.session_id))]
+
+
+def session_batch(store: Store, session_id: int) -> int | None:
+    table = schema.lab_cell
+    rows = store.fetch(select(table.c.batch_id).where(table.c.session_id == session_id).limit(1))
+    return rows[0][0] if rows else None

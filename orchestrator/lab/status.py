@@ -1,0 +1,94 @@
+"""`orch lab status` and `orch lab wait`: the lab as the store sees it (devices, their worker,
+state and health, cells waiting, the running cell), and a submission followed to its end."""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+from orchestrator.db.store import Store
+from orchestrator.lab import state
+from orchestrator.lab.app import LabError
+
+
+def status_rows(store: Store, depths: dict[str, int | None] | None = None) -> list[dict[str, Any]]:
+    """One dict per lab device: name, kind, worker, host, state, health, waiting (cells not
+    ended, from the store), broker (messages in its queue, when the broker was asked),
+    running (the cell now running), seen_s (heartbeat age)."""
+    pending = state.pending_counts(store)
+    out = []
+    for row in state.lab_devices(store):
+        running = None
+        if row.current_cell_id is not None:
+            cell = state.cell_row(store, row.current_cell_id)
+            if cell is not None:
+                running = f"{cell.cell_key} (session {cell.session_id})"
+        seen = state.heartbeat_age(row)
+        health = "ok" if not row.failures else f"{row.failures} failed: {row.reason}"
+        if row.state == state.QUARANTINED:
+            health = f"quarantined: {row.reason}"
+        out.append({"device": row.name, "kind": row.kind, "worker": row.worker,
+                    "host": row.host, "state": row.state, "health": health,
+                    "waiting": pending.get(row.name, 0),
+                    "broker": (depths or {}).get(row.name), "running": running,
+                    "seen_s": None if seen is None else round(seen, 1),
+                    "alive": state.consumer_alive(row)})
+    return out
+
+
+def status_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table(title="lab devices", title_justify="left")
+    for name in ("device", "kind", "worker@host", "state", "waiting", "broker", "running",
+                 "health", "consumer"):
+        table.add_column(name, justify="right" if name in ("waiting", "broker") else "left")
+    for r in rows:
+        seen = "not running" if not r["alive"] else f"seen {r['seen_s']:g} s ago"
+        table.add_row(r["device"], r["kind"], f"{r['worker']}@{r['host']}", r["state"],
+                      str(r["waiting"]), "—" if r["broker"] is None else str(r["broker"]),
+                      r["running"] or "—", r["health"], seen)
+    return table
+
+
+@dataclass
+class WaitResult:
+    sessions: list[int]
+    states: Counter
+    ok: bool
+
+
+def sessions_to_wait(store: Store, session: int | None) -> list[int]:
+    """The session given (with the other sessions of its submission: one per device), else
+    every session of the newest submission."""
+    if session is not None:
+        batch = state.session_batch(store, session)
+        if batch is None:
+            raise LabError(f"session {session} was not submitted to the lab "
+                           f"(`orch lab status` lists what waits)")
+        return [session]
+    batch = state.newest_batch(store)
+    if batch is None:
+        raise LabError("nothing was submitted to the lab in this store (orch lab submit)")
+    return state.batch_sessions(store, batch)
+
+
+def wait(store: Store, sessions: list[int], on_change: Callable[[Counter, int], None],
+         poll_s: float = 1.0, timeout_s: float | None = None) -> WaitResult:
+    """Poll the sessions' cells until none is pending (or timeout_s: then ok is False)."""
+    began = time.monotonic()
+    last = None
+    while True:
+        cells = state.cells_of_sessions(store, sessions)
+        states = Counter(cell.state for cell in cells)
+        if states != last:
+            on_change(states, len(cells))
+            last = states
+        if not any(states[s] for s in state.PENDING):
+            ok = all(cell.state in state.GOOD for cell in cells)
+            return WaitResult(sessions, states, ok)
+        if timeout_s is not None and time.monotonic() - began > timeout_s:
+            return WaitResult(sessions, states, False)
+        time.sleep(poll_s)
