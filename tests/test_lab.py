@@ -245,3 +245,21 @@ def test_lab_commands_refuse_bad_input_in_one_line(lab, monkeypatch):
     code, out = orch("lab", "wait")
     assert code == 2 and "nothing was submitted" in out
     assert store.fetch(text("SELECT count(*) AS n FROM session"))[0].n == 0
+
+
+def test_status_shows_waiting_cells_from_the_store_and_the_broker(lab):
+    """A device registered by a worker that is not running: its cells wait, and both the
+    store and the broker count them."""
+    from orchestrator.lab import state
+
+    ws, store, _ = lab
+    state.register_device(store, "idle", "local", "gone", "nowhere")
+    code, out = orch("lab", "submit", str(matrix(ws, "waiting", repeat=2)), "-d", "idle")
+    assert code == 0, out
+    code, out = orch("lab", "status", "--format", "json")
+    (row,) = json.loads(out)
+    assert (row["waiting"], row["broker"], row["alive"], row["running"]) == (4, 4, False, None)
+    code, out = orch("lab", "status")
+    assert "not running" in out and "gone@nowhere" in out
+    code, out = orch("lab", "wait", "--timeout", "0.5")
+    assert code == 1 and "gave up after --timeout" in out, out

@@ -44,7 +44,7 @@ def lab() -> None:
 
     Every command takes --broker (ORCH_BROKER) and --db (ORCH_DB); the lab's state (devices,
     quarantine, cells) is in the store, so `devices`, `release` and `wait` work from it alone.
-    Needs `pip install 'orch[lab]'`. `orch run` needs none of this."""
+    Needs the lab extra (`pip install -e '.[lab]'`). `orch run` needs none of this."""
 
 
 @lab.command()

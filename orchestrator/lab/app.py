@@ -41,7 +41,8 @@ def make_app(broker: str, visibility_timeout_s: float = VISIBILITY_TIMEOUT_S) ->
     try:
         from celery import Celery
     except ImportError:
-        raise LabError("the lab needs Celery: pip install 'orch[lab]' (celery, redis)") from None
+        raise LabError("the lab needs Celery: install the lab extra "
+                       "(.venv/bin/pip install -e '.[lab]': celery, redis)") from None
     app = Celery("orch-lab", broker=broker, set_as_current=False)
     app.conf.update(
         task_acks_late=True,                 # acknowledged when the cell has ended

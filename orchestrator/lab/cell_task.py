@@ -254,6 +254,7 @@ class DeviceConsumer:
             log.error("%s: cell %s %s: %s", self.device, row.id, status, cause)
         if state.session_pending(self.store, row.session_id) == 0:
             self.store.update_session(row.session_id, ended_at=now())
+            self.sessions.pop(row.session_id, None)   # a consumer lives for weeks: let it go
         return status
 
     def close(self) -> None:
