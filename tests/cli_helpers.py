@@ -19,6 +19,16 @@ def orch_ok(*args: str) -> str:
     return output
 
 
+def fake_thermal_zone(root, celsius: float = 38.0):
+    """A thermal zone directory (one `cpu-0-0` zone at `celsius`) for ORCH_THERMAL_DIR; the
+    zone's own directory is returned, so a test can write new temperatures into it."""
+    zone = root / "thermal" / "thermal_zone0"
+    zone.mkdir(parents=True)
+    (zone / "type").write_text("cpu-0-0\n")
+    (zone / "temp").write_text(f"{round(celsius * 1000)}\n")
+    return zone
+
+
 def ssh_device(name: str, sshd, workdir, known_hosts=None) -> str:
     """A devices.yaml entry (indented under `devices:`) for the test sshd."""
     return (f"  {name}:\n    kind: ssh\n    host: {sshd.host}\n    port: {sshd.port}\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from ci import unavailable
-from cli_helpers import orch
+from cli_helpers import fake_thermal_zone, orch
 from sqlalchemy import text
 
 from orchestrator.db.store import Store
@@ -25,10 +25,7 @@ def bench(tmp_path, monkeypatch):
     """A workspace: two local devices sharing a fake thermal zone, the fake engine."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_DB", raising=False)
-    zone = tmp_path / "thermal" / "thermal_zone0"
-    zone.mkdir(parents=True)
-    (zone / "type").write_text("cpu-0-0\n")
-    (zone / "temp").write_text("38000\n")
+    fake_thermal_zone(tmp_path)
     (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
         devices:
           local:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import orch
+from cli_helpers import fake_thermal_zone, orch, ssh_device
 from conftest_adb import wait_until
 from sqlalchemy import text
 
@@ -110,22 +110,10 @@ def ssh_ws(tmp_path, monkeypatch, sshd):
     engine counting its runs, a random local model of MODEL_BYTES."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_DB", raising=False)
-    zone = tmp_path / "thermal" / "thermal_zone0"
-    zone.mkdir(parents=True)
-    (zone / "type").write_text("cpu-0-0\n")
-    (zone / "temp").write_text("38000\n")
-    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
-        devices:
-          dev:
-            kind: ssh
-            host: {sshd.host}
-            port: {sshd.port}
-            user: {sshd.user}
-            key: {sshd.key}
-            known_hosts: {sshd.known_hosts}
-            workdir: {tmp_path}/remote
-            env: {{ORCH_THERMAL_DIR: {tmp_path}/thermal}}
-        """))
+    zone = fake_thermal_zone(tmp_path)
+    (tmp_path / "devices.yaml").write_text(
+        "devices:\n" + ssh_device("dev", sshd, f"{tmp_path}/remote")
+        + f"    env: {{ORCH_THERMAL_DIR: {zone.parent}}}\n")
     counter = tmp_path / "engine-runs"
     body = (ENGINES / "fake_bmoe.sh").read_text().split("\n", 1)[1]
     (tmp_path / "fake_bmoe.sh").write_text(f"#!/bin/sh\necho run >> {counter}\n{body}")

@@ -84,6 +84,8 @@ def worker(broker: str | None, db: str | None, inventory: str | None, name: str,
     import logging
     from pathlib import Path
 
+    from kombu.utils.url import maybe_sanitize_url
+
     from orchestrator.db.store import resolve_url
     from orchestrator.lab.app import broker_url, check_broker, make_app
     from orchestrator.lab.supervisor import Supervisor, WorkerOptions
@@ -106,8 +108,8 @@ def worker(broker: str | None, db: str | None, inventory: str | None, name: str,
     if os.geteuid() == 0:
         errors.print("note: running as root; Celery advises a plain user for workers (the "
                      "user needs the devices: adb's udev rules, ssh keys)")
-    errors.print(f"lab worker {name}: serving {', '.join(names)} (broker {url.split('@')[-1]}, "
-                 f"store {store.url})")
+    errors.print(f"lab worker {name}: serving {', '.join(names)} "
+                 f"(broker {maybe_sanitize_url(url)}, store {store.url})")
     sys.exit(supervisor.serve())
 
 

@@ -72,17 +72,10 @@ def check_broker(app: Any, timeout_s: float = 10.0) -> None:
         with app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=timeout_s)
     except Exception as exc:  # noqa: BLE001 - kombu raises many kinds; all mean "no broker"
-        raise LabError(f"broker {_safe(app.conf.broker_url)} is not reachable: "
+        from kombu.utils.url import maybe_sanitize_url
+
+        raise LabError(f"broker {maybe_sanitize_url(app.conf.broker_url)} is not reachable: "
                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from None
-
-
-def _safe(url: str) -> str:
-    """The URL without its password."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        return f"{scheme}://{creds.split(':')[0]}:***@{host}" if ":" in creds else url
-    return url
 
 
 def queue_depths(app: Any, devices: list[str]) -> dict[str, int | None]:

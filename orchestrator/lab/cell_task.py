@@ -191,7 +191,7 @@ class DeviceConsumer:
                 session = self._session(row)
             except TransportError as exc:
                 self._drop_connection()
-                self._failed_check(f"unreachable: {exc}")
+                self.gate.failed(f"unreachable: {exc}")
                 continue
             except ConfigError as exc:   # the matrix cannot run on this device: every cell fails
                 return self._end(row, "failed", None, str(exc))
@@ -210,14 +210,14 @@ class DeviceConsumer:
                                          prepared.path_warnings)
             except (TransportError, DeviceBusy) as exc:
                 self._drop_connection()
-                self._failed_check(f"unreachable: {exc}" if isinstance(exc, TransportError)
+                self.gate.failed(f"unreachable: {exc}" if isinstance(exc, TransportError)
                                    else f"busy: {exc}")
                 continue
             finally:
                 state.update_device(self.store, self.device, current_cell_id=None)
             if self._lost_link(outcome):
                 self._drop_connection()
-                self._failed_check(f"unreachable: {outcome.cause}")
+                self.gate.failed(f"unreachable: {outcome.cause}")
                 continue
             return self._end(row, outcome.status, outcome.run_id)
 
@@ -225,17 +225,6 @@ class DeviceConsumer:
         """An interrupted run that the user did not stop: the device went away for longer
         than the link grace. Its job may still run there: collected once it is back."""
         return outcome.status == "interrupted" and not (outcome.cause or "").startswith(USER_STOP)
-
-    def _failed_check(self, reason: str) -> None:
-        row = state.lab_device(self.store, self.device)
-        failures = (row.failures if row is not None else 0) + 1
-        quarantine = failures >= self.limits.after
-        state.update_device(self.store, self.device, failures=failures, reason=reason,
-                            **({"state": state.QUARANTINED} if quarantine else {}))
-        log.warning("%s: %s (%d in a row)%s", self.device, reason, failures,
-                    "; quarantined" if quarantine else "")
-        if not quarantine and self.stop.wait(self.limits.retry_s):
-            raise Stopping(self.device)
 
     def _earlier(self, row: Any, cell: Cell) -> Any | None:
         runs = self.store.fetch(select(schema.run).where(

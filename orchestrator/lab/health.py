@@ -81,18 +81,24 @@ class HealthGate:
                 if row is not None and row.failures:
                     state.update_device(self.store, self.device, failures=0, reason=None)
                 return
-            failures = (row.failures if row is not None else 0) + 1
-            if failures >= self.limits.after:
-                state.update_device(self.store, self.device, failures=failures, reason=reason,
-                                    state=state.QUARANTINED)
-                log.warning("%s: quarantined after %d failed checks in a row: %s "
-                            "(`orch lab release %s` when it is fixed)", self.device, failures,
-                            reason, self.device)
-                continue
-            state.update_device(self.store, self.device, failures=failures, reason=reason)
-            log.warning("%s: check %d of %d failed: %s; again in %g s", self.device, failures,
-                        self.limits.after, reason, self.limits.retry_s)
-            self._wait(self.limits.retry_s)
+            self.failed(reason)
+
+    def failed(self, reason: str) -> None:
+        """One more failed check in a row: quarantine at `after`, else wait retry_s. A cell
+        that lost its device mid-run counts here too."""
+        row = state.lab_device(self.store, self.device)
+        failures = (row.failures if row is not None else 0) + 1
+        if failures >= self.limits.after:
+            state.update_device(self.store, self.device, failures=failures, reason=reason,
+                                state=state.QUARANTINED)
+            log.warning("%s: quarantined after %d failed checks in a row: %s "
+                        "(`orch lab release %s` when it is fixed)", self.device, failures,
+                        reason, self.device)
+            return
+        state.update_device(self.store, self.device, failures=failures, reason=reason)
+        log.warning("%s: check %d of %d failed: %s; again in %g s", self.device, failures,
+                    self.limits.after, reason, self.limits.retry_s)
+        self._wait(self.limits.retry_s)
 
     def _hold(self, reason: str | None) -> None:
         """Quarantined: wait until someone releases the device (or the consumer stops)."""

@@ -61,7 +61,7 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
     cell and do nothing) and the error raised."""
     refuse_unsupported(loaded)
     check_broker(app)
-    check_devices(store, devices)
+    served = check_devices(store, devices)
     matrix = loaded.matrix
     seed = matrix.seed
     if matrix.order == "shuffled" and seed is None:
@@ -80,7 +80,7 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
             git_rev=controller.git_revision(), python_version=controller.python_version(),
             controller_host=controller.host(), command=command, seed=seed)
         result.sessions[device] = session_id
-        store.upsert_device(device, state.lab_device(store, device).kind)
+        store.upsert_device(device, served[device].kind)
         rows += [{"batch_id": batch_id, "session_id": session_id, "device": device,
                   "cell_key": cell.key, "position": position, "state": "queued",
                   "attempts": 0, "enqueued_at": now()}
