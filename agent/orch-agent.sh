@@ -296,7 +296,6 @@ drain_all() {
 supervise() {
   cd "$JOBDIR" || exit 2
   now_ms; UP0=$NOW
-  dmesg_mark   # before the engine starts: its OOM evidence must be logged after this
   INTERVAL=1000 TIMEOUT=0 TIMEOUT_MS= CSV= CWD= RUN=
   if [ -r meta ]; then
     while IFS= read -r l || [ -n "$l" ]; do
@@ -544,26 +543,11 @@ kill_strays() {
   STRAYS="stray processes: the engine left $left in its process group $1; killed ($how)"
 }
 
-# dmesg_mark: DMESG_MARK = the kernel log's last line when the job starts (empty where the
-# log is unreadable), so oom_line looks only at what was logged after it.
-dmesg_mark() {
-  DMESG_MARK=
-  command -v dmesg >/dev/null 2>&1 || return 0
-  DMESG_MARK=$(dmesg 2>/dev/null | tail -n 1)
-}
-
-# oom_line PID: OOMLINE = the last kernel log line, logged after the job started, that says
-# PID was killed for memory. Older lines are skipped: pids are reused, and an earlier OOM kill
-# of another process with this pid is no evidence (a log that rotated past the mark is read
-# whole).
+# oom_line PID: OOMLINE = the last kernel log line that says PID was killed for memory.
 oom_line() {
   OOMLINE=
   command -v dmesg >/dev/null 2>&1 || return 1
-  log=$(dmesg 2>/dev/null)
-  if [ -n "$DMESG_MARK" ]; then
-    case $log in *"$DMESG_MARK"*) log=${log#*"$DMESG_MARK"} ;; esac
-  fi
-  OOMLINE=$(say "$log" | grep -E "[^0-9]$1[^0-9]" |
+  OOMLINE=$(dmesg 2>/dev/null | grep -E "[^0-9]$1[^0-9]" |
     grep -iE "out of memory|oom|lowmemorykiller|lmk|killed process" | tail -n 1)
   [ -n "$OOMLINE" ]
 }
