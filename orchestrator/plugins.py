@@ -20,7 +20,7 @@ from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
     from orchestrator.engines.base import EngineAdapter
@@ -86,9 +86,11 @@ def engine_names() -> list[str]:
     return names(ENGINES)
 
 
-def make_adapter(name: str, options: dict | None = None) -> "EngineAdapter":
-    """The adapter of engine `name` for a matrix with these engine_options. A bad option
-    raises ValueError naming the key (the adapter's own check)."""
+def get_adapter(name: str, options: dict | None = None) -> "EngineAdapter":
+    """The adapter of engine `name` for a matrix with these engine_options (may be None). An
+    unknown name raises UnknownPlugin (a KeyError listing the known ones), a bad option
+    ValueError naming the key (the adapter's own check), a plugin that cannot be imported
+    PluginError (a ConfigError)."""
     from orchestrator.engines.base import EngineAdapter
 
     factory = load(ENGINES, name)

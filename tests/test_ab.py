@@ -16,9 +16,10 @@ from test_report import by_label, find, md_tables, run_matrix
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
+from orchestrator.report import ab_table
 from orchestrator.results import ab
-from orchestrator.results.query import runs_stats
-from orchestrator.results.uncertainty import holm
+from orchestrator.db.runs import Runs
+from orchestrator.stats.uncertainty import holm
 
 # ---- synthetic runs ----------------------------------------------------------------------
 
@@ -181,7 +182,7 @@ def test_runs_that_did_not_end_ok_take_no_part():
     assert b.interval.mean == pytest.approx(11.0)
     c = row([group], "-", "c")
     assert c.comparison is None and c.ids == () and c.verdict == "no run ended ok"
-    assert ab.row_cells(c)[3] == "no run ended ok (†: 8, 9)"
+    assert ab_table.row_cells(c)[3] == "no run ended ok (†: 8, 9)"
     # a baseline without an ok run: no comparison at all, and why
     rows, stats = runs_of([("-", "a", 0, 10.0, "failed"), ("-", "b", 0, 11.0, "ok")])
     (group,) = ab.ab_groups(rows, stats, {1: None})
@@ -195,9 +196,9 @@ def test_deterministic_figures_are_plain_differences():
     (group,) = ab.ab_groups(rows, stats, {1: None})
     b = row([group], "-", "b")
     assert b.cache_hit_delta_pp == 12.5 and b.read_delta_pct == -25.0
-    cells = dict(zip(ab.HEADERS[1:], ab.row_cells(b)))
+    cells = dict(zip(ab_table.HEADERS[1:], ab_table.row_cells(b)))
     assert cells["Δ cache hit"] == "+12.5 pp" and cells["Δ read/token"] == "−25.0%"
-    note = " ".join(ab.notes(group))
+    note = " ".join(ab_table.notes(group))
     assert "exact" in note and "within" not in note     # no noise caveat on exact figures
 
 
@@ -206,11 +207,11 @@ def test_cells_and_records():
     (group,) = ab.ab_groups(rows, stats, {1: None})
     b = row([group], "-", "b")
     lo, hi = sps.t.interval(0.95, 2, loc=5.5, scale=np.std([5.0, 5.5, 6.0], ddof=1) / 3 ** 0.5)
-    assert ab.mean_cell(b.interval) == "**5.50** [%.2f–%.2f]" % (lo, hi)
+    assert ab_table.mean_cell(b.interval) == "**5.50** [%.2f–%.2f]" % (lo, hi)
     c = b.comparison
-    assert ab.delta_cell(c) == "−50.0%% [%s, %s]" % (
+    assert ab_table.delta_cell(c) == "−50.0%% [%s, %s]" % (
         ("%+.1f%%" % c.ci_low_pct).replace("-", "−"), ("%+.1f%%" % c.ci_high_pct).replace("-", "−"))
-    (base_rec, rec) = ab.records([group])
+    (base_rec, rec) = ab_table.records([group])
     assert base_rec["config"] == base_rec["baseline"] == "a" and base_rec["delta_pct"] is None
     assert base_rec["n_base"] == base_rec["n_config"] == 3
     for key in ("config", "baseline", "model", "device", "delta_pct", "ci_low_pct",
@@ -220,7 +221,7 @@ def test_cells_and_records():
     assert rec["table"] == "ab" and rec["delta_pct"] == pytest.approx(c.delta_pct)
     assert rec["p_value"] == c.p_value and rec["p_adjusted"] == c.p_adjusted
     assert rec["significant"] is True and rec["verdict"] == "slower"
-    assert ab.p_cell(0.0004) == "<0.001" and ab.p_cell(0.0456) == "0.046"
+    assert ab_table.p_cell(0.0004) == "<0.001" and ab_table.p_cell(0.0456) == "0.046"
 
 
 # ---- synthetic stored runs: `orch table` ---------------------------------------------------
@@ -341,7 +342,7 @@ def test_aa_control_is_not_significant_and_a_cache_is(workspace):
     assert "within the spread" not in text
     thr = by_label(find(tables, "95% CI")[0])
     runs = [r for r in store.runs(sid) if r.config == "cache"]
-    means = runs_stats(store, runs)["mean"]
+    means = Runs(store).stats(runs)["mean"]
     lo, hi = sps.t.interval(0.95, 4, loc=means.mean(), scale=means.std(ddof=1) / 5 ** 0.5)
     assert thr["cache"]["95% CI"] == "%.2f–%.2f" % (lo, hi)
 
@@ -375,7 +376,7 @@ def test_two_model_matrix_each_model_against_its_own_baseline(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 8 and all(r.status == "ok" for r in runs)
-    stats = runs_stats(store, runs)["mean"]
+    stats = Runs(store).stats(runs)["mean"]
     data = json.loads(orch("table", "--format", "json", "-t", "ab"))
     assert {(r["model"], r["config"], r["baseline"]) for r in data} == {
         ("m1", "slow", "slow"), ("m1", "fast", "slow"), ("m2", "fast", "fast"),

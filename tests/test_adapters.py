@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 from test_analysis_oracle import run_stats
 
-from orchestrator.engines import CellSpec, engine_names, get_adapter
+from orchestrator.engines import CellSpec
+from orchestrator.plugins import engine_names, get_adapter
 from orchestrator.engines.llama_cli import parse_perf_line
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "llama"
@@ -372,7 +373,7 @@ def test_generic_headerless_csv_bad_rows_and_complete_regex():
     assert any("'abc'" in e for e in r.errors) and any("3 fields" in e for e in r.errors)
     assert any("line 5: '\\x00'" in e for e in r.errors)   # a NUL costs its row only
     assert r.cache_hit_pct == 20.0            # last row: cumulative
-    assert r.decode_tps == pytest.approx(3 / 0.25)  # n = rows, as results/statistics.py
+    assert r.decode_tps == pytest.approx(3 / 0.25)  # n = rows, as stats/statistics.py
     feed(p, "O", ["done in 1.2 s"])
     assert p.record().complete is True
 

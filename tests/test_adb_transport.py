@@ -429,7 +429,7 @@ def test_phone_matrix_is_the_study_matrix():
 
 def test_path_check_works_on_a_local_device_too(tmp_path):
     from orchestrator.config.matrix import load_matrix
-    from orchestrator.config.yamlfile import ConfigError
+    from orchestrator.errors import ConfigError
     from orchestrator.run.pathcheck import check_model_paths, probe_paths
     from orchestrator.transports.local import LocalTransport
 

@@ -21,9 +21,9 @@ import pytest
 from orchestrator.engines.bmoe import BmoeRunParser
 from orchestrator.engines.bmoe_format import parse_metrics_sidecar
 from orchestrator.record import Pressure, RunRecord
-from orchestrator.results import statistics as analysis
-from orchestrator.results import tables
-from orchestrator.results.query import pressure_by_run
+from orchestrator.stats import statistics as analysis
+from orchestrator.report import tables
+from orchestrator.stats.statistics import pressure_by_run
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
 

@@ -15,7 +15,7 @@ from ci import unavailable
 from cli_helpers import orch, orch_ok
 
 from orchestrator.config.matrix import load_matrix
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.tools import llamacpp_build as lb

@@ -13,7 +13,7 @@ from cli_helpers import orch, orch_ok
 from scipy import stats as scipy_stats
 
 from orchestrator.db.store import Store
-from orchestrator.results.query import runs_stats
+from orchestrator.db.runs import Runs
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "bigmoe"
 KEYS = {"model", "config", "reference", "other", "ratio", "ci_low", "ci_high", "p_value",
@@ -67,7 +67,7 @@ def run_means(store: Store, device: str | None = None, session: int | None = Non
               ) -> dict[str, list[float]]:
     runs = [r for r in store.runs(session) if r.status == "ok"
             and (device is None or r.device == device)]
-    stats = runs_stats(store, runs)
+    stats = Runs(store).stats(runs)
     out: dict[str, list[float]] = {}
     for r in sorted(runs, key=lambda r: r.id):
         out.setdefault(r.config, []).append(float(stats.loc[r.id, "mean"]))

@@ -13,7 +13,7 @@ from cli_helpers import orch, orch_ok
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.record import RunRecord
-from orchestrator.results.changepoints import detect
+from orchestrator.stats.changepoints import detect
 from orchestrator.results.history import (
     build_label,
     build_matches,

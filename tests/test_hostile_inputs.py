@@ -334,7 +334,7 @@ def test_resume_reruns_a_config_whose_flags_changed(tmp_path: Path, monkeypatch)
 
 
 def test_unexpected_error_is_one_line_and_debug_shows_it(tmp_path: Path, monkeypatch) -> None:
-    from orchestrator.results import terminal
+    from orchestrator.report import terminal
 
     def boom(*_args: object) -> None:
         raise RuntimeError("something odd\nsecond line")
@@ -370,7 +370,7 @@ def test_a_device_thread_that_dies_reports_its_error(monkeypatch) -> None:
 
 
 def test_interrupt_is_one_line_and_130(tmp_path: Path, monkeypatch) -> None:
-    from orchestrator.results import terminal
+    from orchestrator.report import terminal
 
     def interrupted(*_args: object) -> None:
         raise KeyboardInterrupt

@@ -24,7 +24,7 @@ from sqlalchemy import select
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
-from orchestrator.results.divergence import divergence, divergence_from_baseline
+from orchestrator.stats.divergence import divergence, divergence_from_baseline
 from orchestrator.tools import llamacpp_build as lb
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,8 +8,9 @@ import sys
 import pytest
 from ci import IN_CI
 
-from orchestrator.engines import CellSpec, get_adapter
-from orchestrator.results.divergence import divergence, divergence_from_baseline
+from orchestrator.engines import CellSpec
+from orchestrator.plugins import get_adapter
+from orchestrator.stats.divergence import divergence, divergence_from_baseline
 from orchestrator.tools import llamacpp_build as lb
 
 # -- divergence ------------------------------------------------------------------------------
@@ -152,7 +153,7 @@ def test_llama_token_without_bindings_says_so(tmp_path):
     """A device python without llama-cpp-python: exit 4 and a message, no traceback."""
     import subprocess
 
-    from orchestrator.run.agent_client import shipped_file
+    from orchestrator.shipped import shipped_file
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-S", str(shipped_file("llama_token.py")),

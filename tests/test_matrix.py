@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from orchestrator.config.inventory import load_inventory
 from orchestrator.config.matrix import Matrix, load_matrix
 from orchestrator.config.plan import plan_cells
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 
 
 def write(tmp_path, text: str):

@@ -115,7 +115,7 @@ def test_a_broken_plugin_names_its_entry_point(monkeypatch):
     plugins.load.cache_clear()
     try:
         with pytest.raises(plugins.PluginError) as info:
-            plugins.make_adapter("broken")
+            plugins.get_adapter("broken")
     finally:
         plugins.load.cache_clear()
     message = str(info.value)

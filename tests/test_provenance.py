@@ -18,7 +18,7 @@ from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 from orchestrator.report.provenance import engines_table
-from orchestrator.results.importer import import_dir
+from orchestrator.ingest.importer import import_dir
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bigmoe"
 

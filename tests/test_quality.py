@@ -12,12 +12,12 @@ from cli_helpers import orch
 from conftest import FIXTURES
 from sqlalchemy import func, select
 
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.quality.grading import grade
-from orchestrator.quality.probes import read_probes
-from orchestrator.quality.stats import paired_drop_bound, wilson
+from orchestrator.config.grading import grade
+from orchestrator.config.probes import read_probes
+from orchestrator.stats.proportions import paired_drop_bound, wilson
 
 QUALITY = FIXTURES / "quality"
 

@@ -13,10 +13,10 @@ from test_adapters import CELERON_OPTIONS
 from test_analysis_oracle import run_stats
 
 from orchestrator.db.store import Store
-from orchestrator.engines import get_adapter
+from orchestrator.plugins import get_adapter
 from orchestrator.engines.bmoe_format import parse_metrics_sidecar
 from orchestrator.record import SCHEMA_VERSION, Pressure, RunRecord, load_record
-from orchestrator.results.importer import import_dir
+from orchestrator.ingest.importer import import_dir
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.run.runner import DeviceRunner
 

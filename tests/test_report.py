@@ -25,9 +25,9 @@ from test_analysis_oracle import (
 from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.report.cells import expand_ids
-from orchestrator.results.ab import delta_cell
-from orchestrator.results.query import runs_stats
-from orchestrator.results.uncertainty import compare
+from orchestrator.report.ab_table import delta_cell
+from orchestrator.db.runs import Runs
+from orchestrator.stats.uncertainty import compare
 
 REPO = Path(__file__).resolve().parent.parent
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -204,7 +204,7 @@ def test_report_of_a_real_run_has_every_section(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 4 and all(r.status == "ok" for r in runs)
-    stats = runs_stats(store, runs)
+    stats = Runs(store).stats(runs)
     tables = md_tables(text)
     thr = by_label(find(tables, "decode mean", "moe-probe on local")[0])
     ab = by_label(find(tables, "Δ mean [95% CI]")[0])
@@ -287,7 +287,7 @@ def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
     ab = by_label(find(tables, "Δ mean [95% CI]")[0])
     assert ab["stuck"]["decode mean [95% CI]"] == "—"
     assert "no run ended ok" in ab["stuck"]["verdict"]
-    stats = runs_stats(store, store.runs())
+    stats = Runs(store).stats(store.runs())
     runs = store.runs()
     base, _ = mean_of_means(stats, runs, "base")
     fast, xs = mean_of_means(stats, runs, "fast")
@@ -311,7 +311,7 @@ def test_compare_two_devices_prints_ratios_from_the_store(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert {r.device for r in runs} == {"local", "other"}
-    stats = runs_stats(store, runs)
+    stats = Runs(store).stats(runs)
     table = by_label(md_tables(Path("cmp.md").read_text(encoding="utf-8"))[0])
     for config in ("pread", "mmap"):
         a, xs = mean_of_means(stats, runs, config, "local")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from orchestrator.results.query import pressure_by_run
+from orchestrator.stats.statistics import pressure_by_run
 
 
 def one_run_pressure(sub: pd.DataFrame) -> dict:

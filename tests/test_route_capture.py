@@ -21,7 +21,7 @@ from orchestrator.engines.bmoe import BmoeAdapter
 from orchestrator.engines.llama_token import LlamaTokenAdapter
 from orchestrator.engines.moe_probe import MoeProbeAdapter
 from orchestrator.record import load_record
-from orchestrator.results.route_trace import RouteTrace, read_route_trace
+from orchestrator.engines.route_trace import RouteTrace, read_route_trace
 from orchestrator.results.routes import routing_figures
 
 PROBE = Path(__file__).resolve().parents[1] / "agent" / "moe_probe.py"

@@ -13,7 +13,7 @@ from test_analysis_oracle import FIX
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.results.route_trace import (
+from orchestrator.engines.route_trace import (
     COLUMNS,
     parse_route_trace,
     read_route_trace,

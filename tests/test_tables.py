@@ -15,7 +15,7 @@ from cli_helpers import orch_ok
 from test_analysis_oracle import FIX, md_cells
 
 from orchestrator.config.matrix import Matrix
-from orchestrator.results import tables
+from orchestrator.report import tables
 from orchestrator.results.model_facts import ModelFacts, _read_kv, gguf_header
 
 

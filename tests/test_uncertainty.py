@@ -1,4 +1,4 @@
-"""Intervals, A/B comparisons and the Holm correction (results/uncertainty.py), against
+"""Intervals, A/B comparisons and the Holm correction (stats/uncertainty.py), against
 scipy's own tests and hand-computed values."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from orchestrator.results.uncertainty import compare, correct, holm, mean_interval
+from orchestrator.stats.uncertainty import compare, correct, holm, mean_interval
 
 
 def test_mean_interval_is_the_t_interval():

@@ -13,7 +13,7 @@ from orchestrator.db.store import Store
 from orchestrator.record import load_record
 from orchestrator.report.render import render_report
 from orchestrator.results.drift import caveats, session_warnings
-from orchestrator.results.importer import driver_entries, import_dir
+from orchestrator.ingest.importer import driver_entries, import_dir
 from orchestrator.run.validity import RunValidity, summarise
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bigmoe"

@@ -19,11 +19,10 @@ def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
     """Measure the device's idle baseline per sensor (CPU zones, battery) and store it, for
     matrices with `cooldown: {until: baseline+2C, ...}`. The baseline is the median of the
     last third of the readings; a sensor still falling is reported as not settled."""
-    from orchestrator.config.inventory import load_inventory
+    from orchestrator.config.inventory import load_inventory, open_transport
     from orchestrator.db.store import Store
     from orchestrator.run.agent_client import AgentClient
     from orchestrator.run.cooldown import calibrate as measure
-    from orchestrator.transports import open_transport
 
     inv = load_inventory(inventory)
     entry = inv.get(name)

@@ -76,15 +76,14 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
     probes`; needs a C compiler, and for arm64 gcc-aarch64-linux-gnu) and pushed once per
     version. Reports then set each config against these ceilings.
     """
-    from orchestrator.config.inventory import load_inventory
-    from orchestrator.config.yamlfile import ConfigError
+    from orchestrator.config.inventory import load_inventory, open_transport
     from orchestrator.db.store import Store
+    from orchestrator.errors import ConfigError
     from orchestrator.results.ceilings import print_ceilings
     from orchestrator.run.agent_client import AgentClient
     from orchestrator.run.ceilings import CeilingOptions, measure, save
     from orchestrator.run.probe_output import ProbeOutputError
     from orchestrator.tools.probe_build import ProbeBuildError
-    from orchestrator.transports import open_transport
 
     inv = load_inventory(inventory)
     if list_only:

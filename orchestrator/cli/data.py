@@ -8,7 +8,7 @@ import click
 
 from orchestrator.cli.options import console, db_option, friendly
 
-# "model" (facts), results/tables.py TABLES, "ab" (results/ab.py); a literal here, since
+# "model" (facts), report/tables.py TABLES, "ab" (results/ab.py); a literal here, since
 # importing them would load pandas at every CLI start
 TABLE_KINDS = ("model", "throughput", "latency", "pressure", "adaptive", "variants", "ab")
 DEFAULT_TABLES = ("model", "throughput", "latency", "pressure", "adaptive")
@@ -62,7 +62,7 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
     2 on a usage error.
     """
     from orchestrator.db.store import Store
-    from orchestrator.results.importer import import_dir, model_rules
+    from orchestrator.ingest.importer import import_dir, model_rules
 
     report = import_dir(Store.open(db), directory, engine=engine, device=device, name=name,
                         model=model_rules(models) or None, label=label, replace=replace)
@@ -104,17 +104,17 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
 
     SESSION is a session id or name. Runs that did not end ok carry a dagger (†) and are
     listed with their cause under the table."""
+    from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
+    from orchestrator.report.session_tables import session_tables
     from orchestrator.results.ab import shown_by_default
-    from orchestrator.results.query import resolve_session
-    from orchestrator.results.session_tables import session_tables
 
     kinds = [k.strip() for k in (tables or "").split(",") if k.strip()]
     bad = [k for k in kinds if k not in TABLE_KINDS]
     if bad:
         raise click.BadParameter(f"unknown table(s) {', '.join(bad)}", param_hint="--tables")
     store = Store.open(db, create=False)
-    sid = resolve_session(store, session, matrix)
+    sid = Sessions(store).resolve(session, matrix)
     if tables is None:
         kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(store.runs(sid)) else [])
     sys.stdout.write(session_tables(store, sid, kinds, fmt, quantile))
@@ -131,11 +131,11 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
 @friendly
 def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, db: str | None) -> None:
     """Export a session's run, token and sample tables as csv, json or parquet files."""
+    from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
-    from orchestrator.results.export import export_session
-    from orchestrator.results.query import resolve_session
+    from orchestrator.report.export import export_session
 
     store = Store.open(db, create=False)
-    sid = resolve_session(store, session, matrix)
+    sid = Sessions(store).resolve(session, matrix)
     for path in export_session(store, sid, Path(out_dir), fmt):
         console.print(f"wrote {path}")

@@ -6,7 +6,7 @@ import sys
 import click
 
 from orchestrator.cli.options import console, db_option, friendly, inventory_option
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 
 
 @click.group(invoke_without_command=True)
@@ -24,7 +24,7 @@ def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: 
     if ctx.invoked_subcommand is not None:
         return
     from orchestrator.config.inventory import load_inventory
-    from orchestrator.results.terminal import print_devices
+    from orchestrator.report.terminal import print_devices
 
     inv = load_inventory(inventory)
     print_devices(console, inv, list(names) or inv.names(), probe, db)

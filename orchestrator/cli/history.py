@@ -58,7 +58,7 @@ def print_series(s: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from orchestrator.results.formatting import when
+    from orchestrator.report.formatting import when
 
     table = Table(title=f"{s.metric}: {s.model} {s.config} on {s.device}", title_justify="left")
     for name, right in (("session", True), ("started (UTC)", False), ("build", False),

@@ -196,7 +196,7 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
     ended, then print its table. Exit 0 when every cell ended ok, 1 otherwise."""
     from orchestrator.lab.status import sessions_to_wait
     from orchestrator.lab.status import wait as wait_for
-    from orchestrator.results.terminal import print_session_table
+    from orchestrator.report.terminal import print_session_table
 
     store = _store(db, create=False)
     sessions = sessions_to_wait(store, session)

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import click
 from rich.console import Console
 
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 
 # Piped output (logs, CI) gets wide tables instead of rich's 80-column default with "…" cells.
 console = Console() if sys.stdout.isatty() else Console(width=220)

@@ -10,7 +10,8 @@ import click
 
 from orchestrator.config.inventory import Inventory
 from orchestrator.config.matrix import ASK_CELLS, LoadedMatrix, expand_config_specs
-from orchestrator.config.yamlfile import ConfigError, line_of, node_tree
+from orchestrator.config.yamlfile import line_of, node_tree
+from orchestrator.errors import ConfigError
 
 
 def _at(loaded: LoadedMatrix, *loc: str) -> str:
@@ -22,9 +23,8 @@ def check_engine(loaded: LoadedMatrix) -> None:
     """The engine exists, its engine_options validate, and it can build the argv of every
     (model, config): `bmoe` without models, a generic argv naming {model} without one, a
     NUL in a model path are refused here, not found by the first cell."""
-    from orchestrator.engines import get_adapter
     from orchestrator.engines.base import CellSpec
-    from orchestrator.plugins import PluginError, UnknownPlugin
+    from orchestrator.plugins import PluginError, UnknownPlugin, get_adapter
 
     matrix = loaded.matrix
     try:

@@ -28,13 +28,13 @@ def quality(session: str | None, matrix: str | None, model: str | None, fmt: str
       {"configs": [{"config", "correct", "total", "accuracy_pct", "ci_low_pct", "ci_high_pct"}],
        "differ": [{"id", "expected", "answers": {config: answer}}]}
     (with several models, configs and ids read MODEL/NAME). CSV: one row per config."""
+    from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
-    from orchestrator.quality.formats import to_csv, to_json, to_markdown
-    from orchestrator.quality.summary import summarise
-    from orchestrator.results.query import resolve_session
+    from orchestrator.report.quality_tables import to_csv, to_json, to_markdown
+    from orchestrator.results.quality import summarise
 
     store = Store.open(db, create=False)
-    sid = resolve_session(store, session, matrix)
+    sid = Sessions(store).resolve(session, matrix)
     models = summarise(store, sid, model)
     writer = {"md": to_markdown, "csv": to_csv, "json": to_json}[fmt]
     sys.stdout.write(writer(models))

@@ -44,8 +44,8 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     latest session of --matrix on each device: what was measured, per model and device the
     throughput, device pressure and A/B tables, figures, the runs left out (†) and the
     provenance of every number. With --compare, of two or more sides and their comparison."""
-    from orchestrator.config.yamlfile import ConfigError
     from orchestrator.db.store import Store
+    from orchestrator.errors import ConfigError
     from orchestrator.report import render_report, select_runs
 
     store = Store.open(db, create=False)

@@ -60,7 +60,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.matrix import load_matrix
     from orchestrator.db.store import Store
-    from orchestrator.results.terminal import print_session_table
+    from orchestrator.report.terminal import print_session_table
     from orchestrator.run.progress import Board
     from orchestrator.run.runner import LinkPolicy
 
@@ -119,7 +119,7 @@ def _stopped(matrix_file: str) -> None:
 def runs(session: int | None, limit: int, db: str | None) -> None:
     """List past runs, newest first (id, session, device, matrix, config, status, tok/s)."""
     from orchestrator.db.store import Store
-    from orchestrator.results.terminal import print_runs
+    from orchestrator.report.terminal import print_runs
 
     print_runs(console, Store.open(db, create=False), session, limit)
 
@@ -131,6 +131,6 @@ def runs(session: int | None, limit: int, db: str | None) -> None:
 def show(run_id: int, db: str | None) -> None:
     """Print one run's statistics: tok/s distribution, I/O, cache, device pressure."""
     from orchestrator.db.store import Store
-    from orchestrator.results.terminal import print_run
+    from orchestrator.report.terminal import print_run
 
     print_run(console, Store.open(db, create=False), run_id)

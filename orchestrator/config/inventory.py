@@ -20,14 +20,14 @@ from pydantic import (
 )
 
 from orchestrator.config.yamlfile import (
-    ConfigError,
     Problems,
     errors_at,
     load_yaml,
     validate,
 )
+from orchestrator.errors import ConfigError
 from orchestrator.plugins import device_kind, device_kind_names
-from orchestrator.transports.base import DeviceEntry
+from orchestrator.transports.base import DeviceEntry, Transport
 
 
 class _Kind(BaseModel):
@@ -135,3 +135,9 @@ def load_inventory(explicit: str | None = None) -> Inventory:
             parsed = validate(InventoryFile, data, node, path)
             return Inventory(parsed.devices, source=path)
     return Inventory({})
+
+
+def open_transport(inventory: Inventory, name: str) -> Transport:
+    """Build (not yet connect) the transport for a named device of the inventory."""
+    entry = inventory.get(name)
+    return device_kind(entry.kind).from_entry(name, entry, inventory.workdir(name))

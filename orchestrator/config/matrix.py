@@ -27,16 +27,16 @@ from orchestrator.config.matrix_values import (
     RepeatPolicy,
     parse_duration,
 )
+from orchestrator.config.probes import load_probes
+from orchestrator.config.quality import QualitySpec
 from orchestrator.config.yamlfile import (
-    ConfigError,
     Problems,
     errors_at,
     line_of,
     load_yaml,
     validate,
 )
-from orchestrator.quality.probes import load_probes
-from orchestrator.quality.spec import QualitySpec
+from orchestrator.errors import ConfigError
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
 MAX_TOKENS = 10_000_000         # tokens per cell: more is a typo
@@ -84,7 +84,7 @@ class Matrix(BaseModel):
     engine_options: dict[str, Any] = Field(default_factory=dict)
     path_check: Literal["warn", "refuse", "off"] = "warn"  # model paths vs streaming (pathcheck.py)
     route_trace: bool = False      # every config writes a route trace (a config's own value wins)
-    quality: QualitySpec | None = None   # quality probes beside the cells (orchestrator/quality)
+    quality: QualitySpec | None = None   # quality probes beside the cells (config/quality.py, run/quality.py)
 
     @field_validator("name")
     @classmethod

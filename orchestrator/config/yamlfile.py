@@ -8,14 +8,12 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from orchestrator.errors import ConfigError
+
 _MERGE = "tag:yaml.org,2002:merge"
 
 # What a cross-key check found: (key path, message) per problem.
 Problems = list[tuple[tuple[str | int, ...], str]]
-
-
-class ConfigError(Exception):
-    """A user file (matrix, inventory) is wrong. The message is meant to be printed as is."""
 
 
 class DuplicateKey(yaml.MarkedYAMLError):

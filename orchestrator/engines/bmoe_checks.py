@@ -4,7 +4,7 @@ A negative time or byte count, a cache hit rate outside 0..100 (other than the -
 sentinel) or a step that does not increase cannot come from a working engine: the file is
 corrupt, was edited, or the writer has a bug. Statistics over such rows would be wrong without
 a sign (tok/s is n / Σ wall), so the parser drops the row and records the problem with its line
-number, and `orch import` refuses the whole file (results/import_checks.py).
+number, and `orch import` refuses the whole file (ingest/checks.py).
 Values that are allowed although they look odd: wall_ms = 0 (speculative decoding puts a
 group's whole cost on its first row), cache_hit_pct = -1 and dense_resident_frac = -1
 (sentinels), io_ms > wall_ms (overlap sums the read lanes' busy time).

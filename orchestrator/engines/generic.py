@@ -320,7 +320,7 @@ class GenericRunParser(RunParser):
         if self.n_rows:
             t["tokens"] = self.n_rows
         if self._counts.get("wall_ms"):
-            # as results/statistics.py / bmoe §6: n counts every row (a speculative group's later rows
+            # as stats/statistics.py / bmoe §6: n counts every row (a speculative group's later rows
             # carry wall 0, an unreadable wall time adds no time)
             wall = self._sums["wall_ms"]
             t["s/tok"] = wall / self.n_rows / 1000.0

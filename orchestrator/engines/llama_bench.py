@@ -23,7 +23,7 @@ from typing import Any
 
 from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
 from orchestrator.record import RunRecord
-from orchestrator.results.statistics import spread
+from orchestrator.stats.statistics import spread
 
 STDERR_TAIL = 50
 MAX_RESULTS = 10_000          # a runaway grid (e.g. -t 1-256) must not fill memory

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from orchestrator.engines.base import CellSpec
 from orchestrator.engines.bmoe import BmoeAdapter
-from orchestrator.run.agent_client import shipped_file
+from orchestrator.shipped import shipped_file
 
 
 class MoeProbeAdapter(BmoeAdapter):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 
 TASK = "orch.lab.cell"            # the one task: run lab_cell <id> (orchestrator/lab/cell_task)
 QUEUE_PREFIX = "dev."

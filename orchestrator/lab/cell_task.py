@@ -16,22 +16,22 @@ from typing import Any
 import yaml
 from sqlalchemy import select
 
-from orchestrator.config.inventory import Inventory
+from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix, Matrix
 from orchestrator.config.plan import Cell, plan_cells
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store, now
-from orchestrator.engines import get_adapter
+from orchestrator.errors import ConfigError
 from orchestrator.lab import state
 from orchestrator.lab.health import HealthGate, HealthLimits, Stopping, check_device
+from orchestrator.plugins import get_adapter
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.lifecycle import USER_STOP, DeviceBusy
 from orchestrator.run.prepare import PreparedDevice, prepare_device
 from orchestrator.run.progress import Progress
 from orchestrator.run.runner import CellOutcome
 from orchestrator.run.session import run_or_collect
-from orchestrator.transports import open_transport
 from orchestrator.transports.base import LinkPolicy, TransportError
 
 log = logging.getLogger("orch.lab")
@@ -227,15 +227,12 @@ class DeviceConsumer:
         return outcome.status == "interrupted" and not (outcome.cause or "").startswith(USER_STOP)
 
     def _earlier(self, row: Any, cell: Cell) -> Any | None:
-        runs = self.store.fetch(select(schema.run).where(
-            schema.run.c.session_id == row.session_id, schema.run.c.cell_key == row.cell_key,
-            schema.run.c.superseded.is_(False)).order_by(schema.run.c.id.desc()))
-        return runs[0] if runs else None
+        runs = Runs(self.store).current(session=row.session_id, cell_key=row.cell_key)
+        return max(runs, key=lambda r: r.id) if runs else None
 
     def _first(self, session_id: int) -> bool:
         """The session's first cell on this device (no cooldown timer before it)."""
-        return not self.store.fetch(select(schema.run.c.id).where(
-            schema.run.c.session_id == session_id).limit(1))
+        return not Runs(self.store).has_any(session_id)
 
     def _end(self, row: Any, status: str, run_id: int | None, cause: str | None = None) -> str:
         state.update_cell(self.store, row.id, state=status, run_id=run_id, ended_at=now())

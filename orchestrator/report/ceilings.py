@@ -12,6 +12,7 @@ from typing import Any
 from orchestrator.db.store import Store
 from orchestrator.report.cells import id_list
 from orchestrator.report.context import Group
+from orchestrator.report.markdown import Table, md_escape
 from orchestrator.results.ceilings import (
     COMPUTE_BOUND_SHARE,
     IO_BOUND_SHARE,
@@ -19,8 +20,7 @@ from orchestrator.results.ceilings import (
     judge,
     nearest,
 )
-from orchestrator.results.markdown import Table, md_escape
-from orchestrator.results.values import DASH, is_missing
+from orchestrator.stats.values import DASH, is_missing
 
 
 def _f(value: Any, pattern: str) -> str:

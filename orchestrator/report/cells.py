@@ -1,10 +1,10 @@
 """The report's combined cells: run-id lists, the spread of repeated runs and the interval of
 their mean, the compute + I/O split and the temperature range.
 
-Single figures are formatted by the one formatter set (orchestrator.results.formatting) that
+Single figures are formatted by the one formatter set (orchestrator.report.formatting) that
 the terminal, `orch table` and `orch compare` use too, so a figure reads the same in every
 view and in the published summary.md; markdown escaping and table layout are in
-orchestrator.results.markdown.
+orchestrator.report.markdown.
 """
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from orchestrator.results import ab
-from orchestrator.results.ab import interval_text
-from orchestrator.results.formatting import STATS, Formatter, ratio
-from orchestrator.results.uncertainty import Comparison, Interval
-from orchestrator.results.values import DASH, is_missing
+from orchestrator.report import ab_table
+from orchestrator.report.ab_table import interval_text
+from orchestrator.report.formatting import STATS, Formatter, ratio
+from orchestrator.stats.uncertainty import Comparison, Interval
+from orchestrator.stats.values import DASH, is_missing
 
 
 def id_list(ids: Sequence[int]) -> str:
@@ -83,11 +83,11 @@ def mean_cell(interval: Interval | None) -> str:
     one run."""
     if interval is None or interval.mean is None:
         return DASH
-    return ab.mean_cell(interval, headline=False)
+    return ab_table.mean_cell(interval, headline=False)
 
 
 def interval_cell(c: Comparison | None) -> str:
-    return DASH if c is None else ab.interval_text(c.low, c.high, ratio)
+    return DASH if c is None else ab_table.interval_text(c.low, c.high, ratio)
 
 
 def verdict_cell(c: Comparison | None) -> str:

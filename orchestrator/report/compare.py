@@ -16,11 +16,13 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
-from orchestrator.report import render
+from orchestrator.errors import ConfigError
+from orchestrator.report import ab_table, render
 from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict_cell
-from orchestrator.results import ab
+from orchestrator.report.formatting import ratio, when
+from orchestrator.report.markdown import Table, md_escape
+from orchestrator.report.session_tables import failure_line
 from orchestrator.results.comparison import (
     ConfigRow,
     SideComparison,
@@ -29,12 +31,9 @@ from orchestrator.results.comparison import (
     build_side,
     records,
 )
-from orchestrator.results.formatting import ratio, when
-from orchestrator.results.markdown import Table, md_escape
 from orchestrator.results.query import Side, select_sides
-from orchestrator.results.session_tables import failure_line
-from orchestrator.results.uncertainty import ALPHA, CONFIDENCE
-from orchestrator.results.values import DASH
+from orchestrator.stats.uncertainty import ALPHA, CONFIDENCE
+from orchestrator.stats.values import DASH
 
 # ---- cells (the A/B tables' cell formats, results/ab.py, so both read alike) -------------
 
@@ -61,8 +60,8 @@ def _row_cells(row: ConfigRow) -> list[str]:
         cells += [mean_cell(interval), id_list(ids) if ids else DASH]
     for c in row.vs_reference:
         cells += [ratio(c.ratio if c is not None else None), interval_cell(c),
-                  ab.p_cell(c.p_value if c is not None else None),
-                  ab.p_cell(c.p_adjusted if c is not None else None), verdict_cell(c)]
+                  ab_table.p_cell(c.p_value if c is not None else None),
+                  ab_table.p_cell(c.p_adjusted if c is not None else None), verdict_cell(c)]
     return cells
 
 

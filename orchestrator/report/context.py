@@ -17,16 +17,17 @@ import yaml
 from sqlalchemy import func, select
 
 from orchestrator.config.matrix import Matrix
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
+from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
+from orchestrator.report.tables import group_title
 from orchestrator.results.ab import ABGroup, ab_groups, stored_matrix
-from orchestrator.results.query import labelled, resolve_session, runs_stats
-from orchestrator.results.statistics import STAT_COLUMNS, spread
-from orchestrator.results.tables import by_model_and_device, group_title
-from orchestrator.results.uncertainty import mean_interval
-from orchestrator.results.values import is_missing, plain
+from orchestrator.results.query import by_model_and_device, labelled
+from orchestrator.stats.statistics import STAT_COLUMNS, spread
+from orchestrator.stats.uncertainty import mean_interval
+from orchestrator.stats.values import is_missing, plain
 
 # How a config's repeats combine into one row. Throughput columns average the runs' values
 # (mean = mean of the runs' means, the figure the spread is about); extremes and device
@@ -117,8 +118,8 @@ class ReportData:
 
 
 class _FrameCache:
-    """Hands results.runs_stats the store's frames and keeps them for the plots, so the token
-    rows are read once (runs_stats only calls `frame`)."""
+    """Hands the read model's statistics (Runs.stats) the store's frames and keeps them for the plots, so the token
+    rows are read once (Runs.stats only calls `frame`)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -138,7 +139,7 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     matrix per device (every device that ran it, or the --device ones); else the newest
     session. `--device` alone means the matrix of the newest session on those devices."""
     if session is not None or (matrix is None and not devices):
-        sid = resolve_session(store, session, matrix)
+        sid = Sessions(store).resolve(session, matrix)
         rows = store.runs(sid)
         if devices:
             missing = [d for d in devices if d not in {r.device for r in rows}]
@@ -256,7 +257,7 @@ def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
     rank = {d: i for i, d in enumerate(dict.fromkeys(r.device for r in rows))}
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
     cache = _FrameCache(store)
-    stats = runs_stats(cache, rows, quantile_method=quantile)      # type: ignore[arg-type]
+    stats = Runs(cache).stats(rows, quantile_method=quantile)      # type: ignore[arg-type]
     records = {rid: {k: plain(v) for k, v in rec.items()}
                for rid, rec in stats.to_dict("index").items()}
     sids = list(dict.fromkeys(r.session_id for r in rows))

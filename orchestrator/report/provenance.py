@@ -13,9 +13,9 @@ from typing import Any
 from orchestrator.record import load_record
 from orchestrator.report.cells import id_list
 from orchestrator.report.context import ReportData, RunView
-from orchestrator.results.formatting import file_size, gib_from_kb, when
-from orchestrator.results.markdown import Table, md_code, md_escape
-from orchestrator.results.values import DAGGER, DASH
+from orchestrator.report.formatting import file_size, gib_from_kb, when
+from orchestrator.report.markdown import Table, md_code, md_escape
+from orchestrator.stats.values import DAGGER, DASH
 
 
 @dataclass

@@ -13,19 +13,19 @@ from sqlalchemy import select
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.quality.formats import (
+from orchestrator.report.ab_table import mean_cell
+from orchestrator.report.context import Group
+from orchestrator.report.formatting import STATS, pct
+from orchestrator.report.markdown import Table, md_escape
+from orchestrator.report.quality_tables import (
     METHOD,
     accuracy_cell,
     differ_lines,
     pp,
     rules_out_cell,
 )
-from orchestrator.quality.summary import ModelQuality, summarise
-from orchestrator.report.context import Group
-from orchestrator.results.ab import mean_cell
-from orchestrator.results.formatting import STATS, pct
-from orchestrator.results.markdown import Table, md_escape
-from orchestrator.results.values import DASH
+from orchestrator.results.quality import ModelQuality, summarise
+from orchestrator.stats.values import DASH
 
 NONE: dict[str, Any] = {"quality": None, "quality_caption": None, "quality_differ": []}
 

@@ -17,19 +17,19 @@ from typing import Any
 from sqlalchemy import select
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict_cell
-from orchestrator.results.formatting import ratio, when
+from orchestrator.report.formatting import ratio, when
+from orchestrator.report.markdown import Table, md_escape
 from orchestrator.results.history import build_label, point_samples
-from orchestrator.results.markdown import Table, md_escape
-from orchestrator.results.query import runs_stats
-from orchestrator.results.uncertainty import (
+from orchestrator.stats.uncertainty import (
     Comparison,
     compare,
     correct,
     mean_interval,
 )
-from orchestrator.results.values import DASH
+from orchestrator.stats.values import DASH
 
 Key = tuple[str, str]
 
@@ -79,7 +79,7 @@ def _section(store: Store, sid: int, device: str, matrix: str, current: list[Any
              last: int, first: int) -> dict[str, Any]:
     bases = [last] if last == first else [last, first]
     sides = [current] + [_side(store, b, device) for b in bases]
-    stats = runs_stats(store, [r for side in sides for r in side])
+    stats = Runs(store).stats([r for side in sides for r in side])
     values = stats["mean"].to_dict() if len(stats) else {}
     keyed = [_by_key(side) for side in sides]
     samples = [{k: point_samples(v, values, "mean")[0] for k, v in side.items()}

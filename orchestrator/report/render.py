@@ -30,17 +30,17 @@ from markupsafe import Markup
 
 from orchestrator import __version__
 from orchestrator.config.matrix import stored_matrix
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
+from orchestrator.errors import ConfigError
 from orchestrator.report import ceilings as against_ceilings
-from orchestrator.report import context, provenance, quality, routing, sections
+from orchestrator.report import context, provenance, quality, routing, sections, tables
+from orchestrator.report import markdown as md
 from orchestrator.report.cells import id_list
+from orchestrator.report.formatting import cell, gib_from_kb, pct, ratio, when
 from orchestrator.report.regressions import sections as regression_sections
-from orchestrator.results import drift, tables
-from orchestrator.results import markdown as md
-from orchestrator.results.formatting import cell, gib_from_kb, pct, ratio, when
+from orchestrator.results import drift
 from orchestrator.results.model_facts import facts_for_group
-from orchestrator.results.values import DAGGER, DASH
+from orchestrator.stats.values import DAGGER, DASH
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
 
@@ -117,7 +117,7 @@ def header(data: context.ReportData) -> dict[str, Any]:
     kinds = {s.kind for s in data.sessions}
     period = (f"{when(min(starts))} → {when(max(starts))} UTC" if starts else DASH)
     if kinds == {"import"}:
-        # imported runs carry their files' times (results/importer.py), the session the import's
+        # imported runs carry their files' times (ingest/importer.py), the session the import's
         measured = [t for r in rows for t in (r.started_at, r.ended_at) if t is not None]
         imported = [s.ended_at for s in data.sessions if s.ended_at is not None]
         period = "; ".join(
@@ -156,7 +156,7 @@ def group_facts_and_pivot(store: Store, data: context.ReportData,
                           g: context.Group) -> dict[str, Any]:
     """What opens a (model, device) section: the model's facts (file size, arch, layers,
     experts, top-k, size against the device's RAM), and for a grid over two flags the pivot of
-    mean tok/s, the same as `orch table` shows (results/model_facts.py, results/tables.py)."""
+    mean tok/s, the same as `orch table` shows (results/model_facts.py, report/tables.py)."""
     session_ids = {r.row.session_id for r in g.runs}
     session = next((s for s in data.sessions if s.id in session_ids), None)
     if session is None:

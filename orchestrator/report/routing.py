@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
 from orchestrator.report.context import ReportData, RunView
-from orchestrator.results.markdown import Table, md_escape
+from orchestrator.report.markdown import Table, md_escape
 from orchestrator.results.routes import (
     LAGS,
     decode_cells,
@@ -35,7 +35,7 @@ from orchestrator.results.routes import (
     replay_trace,
     run_figures,
 )
-from orchestrator.results.values import DASH, is_missing
+from orchestrator.stats.values import DASH, is_missing
 
 POLICIES = ("belady", "lru", "lfu", "layer", "layerlfu")
 STUDY_BUDGETS = (250, 500, 750, 1000, 1500, 2000, 2500, 3000, 4000, 6000, 8000)

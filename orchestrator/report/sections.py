@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from orchestrator.report import ab_table as ab_rows
 from orchestrator.report.cells import (
     ci_cell,
     id_list,
@@ -16,11 +17,10 @@ from orchestrator.report.cells import (
     temp_cell,
 )
 from orchestrator.report.context import ConfigAgg, Group, RunView, left_out_line
-from orchestrator.results import ab as ab_rows
-from orchestrator.results.divergence import divergence
-from orchestrator.results.formatting import STATS, bold
-from orchestrator.results.markdown import Table, md_escape
-from orchestrator.results.values import DASH
+from orchestrator.report.formatting import STATS, bold
+from orchestrator.report.markdown import Table, md_escape
+from orchestrator.stats.divergence import divergence
+from orchestrator.stats.values import DASH
 
 Cell = Callable[[Mapping[str, Any], Mapping[str, Any] | None], str]
 
@@ -40,7 +40,7 @@ THROUGHPUT: list[tuple[str, str, Cell]] = [
     _stat("read_mib_per_token"), _stat("stall_ms_per_token"),
     ("decode: compute + I/O (s/tok)", "---:", lambda v, s: split_cell(v)),
     _stat("majflt_per_token"),
-    # warm-up (MSER-5) and per-token latency, next to the figures above (results/statistics)
+    # warm-up (MSER-5) and per-token latency, next to the figures above (stats/statistics)
     _stat("steady_mean"), _stat("steady_from_token"),
     _stat("latency_p50_ms"), _stat("latency_p90_ms"), _stat("latency_p99_ms"),
 ]

@@ -1,4 +1,5 @@
-"""Stored runs -> numbers and views: per-run statistics (statistics, from the store via
-query), comparability warnings (drift), text divergence (divergence), the published tables
-(tables, session_tables), terminal views (terminal), one formatter set (formatting, markdown,
-values), and data in and out (importer, export)."""
+"""Stored runs -> numbers: per-run statistics from the store (query), A/B rows per model (ab),
+devices and sessions side by side (comparison), comparability warnings (drift), a config's
+history across sessions and builds (history), ceilings, routing figures and cache replay
+(routes, replay), model facts and quality summaries. Nothing here formats text: views are in
+report/."""

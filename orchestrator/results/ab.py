@@ -24,11 +24,9 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.matrix import Matrix, stored_matrix
-from orchestrator.results import markdown as md
-from orchestrator.results.formatting import MINUS, STATS, Formatter, bold, pct
-from orchestrator.results.statistics import delta_pct
-from orchestrator.results.tables import by_model_and_device
-from orchestrator.results.uncertainty import (
+from orchestrator.results.query import by_model_and_device
+from orchestrator.stats.statistics import delta_pct
+from orchestrator.stats.uncertainty import (
     ALPHA,
     Comparison,
     Interval,
@@ -36,10 +34,7 @@ from orchestrator.results.uncertainty import (
     correct,
     mean_interval,
 )
-from orchestrator.results.values import DAGGER, DASH, is_missing
-
-CAPTION = ("**A/B against the baseline** (each model's own baseline; change of each config's "
-           "mean decode tok/s, with 95% intervals):")
+from orchestrator.stats.values import is_missing
 
 
 @dataclass(frozen=True)
@@ -184,7 +179,7 @@ def ab_groups(runs: Sequence[Any], stats: Mapping[int, Mapping[str, Any]],
 
 def session_groups(store: Any, session_id: int, runs: Sequence[Any],
                    stats: pd.DataFrame) -> list[ABGroup]:
-    """The A/B groups of one stored session (`orch table`); `stats` is runs_stats' frame."""
+    """The A/B groups of one stored session (`orch table`); `stats` is Runs.stats' frame."""
     session = store.session_row(session_id)
     matrix = stored_matrix(session.matrix_text if session is not None else None)
     by_run = {int(rid): rec for rid, rec in stats.to_dict("index").items()}
@@ -199,142 +194,3 @@ def shown_by_default(runs: Sequence[Any]) -> bool:
         if len({r.config for r in members}) > 1 and len(ok) > len(set(ok)):
             return True
     return False
-
-
-# ---- cells -------------------------------------------------------------------------------
-
-def interval_text(low: float | None, high: float | None,
-                  fmt: Formatter = STATS["mean"].fmt) -> str:
-    """"low–high" of an interval (tok/s unless `fmt` says otherwise), or "—" when there is
-    none (fewer than two runs)."""
-    if is_missing(low) or is_missing(high):
-        return DASH
-    return f"{fmt(low)}–{fmt(high)}"
-
-
-def mean_cell(interval: Interval, headline: bool = True) -> str:
-    """The mean (bold when it is the row's headline) with its 95% interval:
-    "**12.31** [12.10–12.52]"."""
-    text = (bold(STATS["mean"].fmt) if headline else STATS["mean"].fmt)(interval.mean)
-    ci = interval_text(interval.low, interval.high)
-    return text if ci == DASH else f"{text} [{ci}]"
-
-
-def delta_cell(c: Comparison) -> str:
-    """The % change with its 95% interval: "−12.4% [−14.0%, −10.7%]"."""
-    text = pct(c.delta_pct)
-    if is_missing(c.ci_low_pct) or is_missing(c.ci_high_pct):
-        return text
-    return f"{text} [{pct(c.ci_low_pct)}, {pct(c.ci_high_pct)}]"
-
-
-def p_cell(p: float | None) -> str:
-    if p is None:
-        return DASH
-    return "<0.001" if p < 0.001 else f"{p:.3f}"
-
-
-def pp(value: float | None) -> str:
-    """A difference of two percentages, in percentage points."""
-    return DASH if is_missing(value) else f"{value:+.1f} pp".replace("-", MINUS)
-
-
-HEADERS = ["Config", "decode mean [95% CI]", "Δ mean [95% CI]", "p (Holm)", "verdict",
-           "cache hit", "Δ cache hit", "flash read/token", "Δ read/token"]
-ALIGNS = ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:"]
-
-
-def row_cells(row: ABRow) -> list[str]:
-    """The cells of HEADERS after Config (escaping is the caller's: Config is data)."""
-    c = row.comparison
-    return [
-        mean_cell(row.interval) if row.ids else DASH,
-        "baseline" if row.is_baseline else (delta_cell(c) if c is not None else DASH),
-        p_cell(c.p_adjusted) if c is not None else DASH,
-        row.verdict if row.ids else
-        f"{row.verdict} ({DAGGER}: {', '.join(map(str, row.failed))})",
-        STATS["cache_hit_pct"].fmt(row.cache_hit_pct),
-        DASH if row.is_baseline else pp(row.cache_hit_delta_pp),
-        STATS["read_mib_per_token"].fmt(row.read_mib_per_token),
-        DASH if row.is_baseline else pct(row.read_delta_pct),
-    ]
-
-
-def notes(group: ABGroup) -> list[str]:
-    """How to read a group's A/B table: the method, and what a single run cannot tell."""
-    rows = [r for r in group.rows if r.comparison is not None]
-    tested = [r.comparison for r in rows if r.comparison.p_value is not None]  # type: ignore[union-attr]
-    methods = sorted({c.method for c in tested if c.method})
-    how = {"paired": "paired by round (both configs ran in every round)",
-           "welch": "Welch's t-test (the rounds are not paired)"}
-    out = []
-    if tested:
-        out.append(f"Δ mean: ratio of the geometric means of the runs' decode tok/s, with its "
-                   f"95% interval, tested on log tok/s, "
-                   f"{' or '.join(how[m] for m in methods)}. p is Holm-corrected across the "
-                   f"{group.family} comparison(s) of this document; *faster* / *slower* only "
-                   f"when it is below {ALPHA:g}.")
-    if any(r.comparison.p_value is None for r in rows):  # type: ignore[union-attr]
-        out.append("Configs measured once (or compared with a baseline measured once) have no "
-                   "interval and no test: their Δ is one measurement against another.")
-    if any(not is_missing(r.cache_hit_delta_pp) or not is_missing(r.read_delta_pct)
-           for r in group.rows if not r.is_baseline):
-        out.append("Cache hit and flash read per token follow from the routing and the cache, "
-                   "not from timing: their differences are exact and carry no interval.")
-    return out
-
-
-def table(group: ABGroup) -> md.Table:
-    """The A/B table of one group, without notes (`notes` covers a whole document)."""
-    t = md.Table(list(HEADERS), list(ALIGNS))
-    for row in group.rows:
-        t.rows.append([md.md_escape(row.label)] + row_cells(row))
-    return t.drop_empty(keep=(0, 1, 2, 4))
-
-
-def group_markdown(groups: Sequence[ABGroup], model: str, device: str) -> str:
-    """`orch table`'s A/B section of one (model, device) group: caption, table, notes."""
-    group = next((g for g in groups if (g.model, g.device) == (model, device)), None)
-    if group is None:
-        return ""
-    if group.note:
-        return md.md_escape(group.note) + "\n"
-    parts = [CAPTION + "\n", md.render(table(group)) + "\n"]
-    parts += [n + "\n" for n in notes(group)]
-    return "\n".join(parts)
-
-
-# ---- csv / json --------------------------------------------------------------------------
-
-def records(groups: Sequence[ABGroup]) -> list[dict[str, Any]]:
-    """One record per config and group (`"table": "ab"`); the baseline's own row has no
-    comparison fields."""
-    out = []
-    for g in groups:
-        for row in g.rows:
-            c = row.comparison
-            out.append({
-                "table": "ab", "model": g.model, "device": g.device, "config": row.config,
-                "label": row.label, "baseline": g.baseline,
-                "mean": row.interval.mean, "mean_ci_low": row.interval.low,
-                "mean_ci_high": row.interval.high,
-                "delta_pct": c.delta_pct if c else None,
-                "ci_low_pct": c.ci_low_pct if c else None,
-                "ci_high_pct": c.ci_high_pct if c else None,
-                "p_value": c.p_value if c else None,
-                "p_adjusted": c.p_adjusted if c else None,
-                "significant": bool(c.significant) if c else False,
-                "n_base": c.n_base if c else len(g.rows[0].ids),   # rows[0]: the baseline
-                "n_config": c.n_cand if c else len(row.ids),
-                "method": c.method if c else None,
-                "verdict": row.verdict,
-                "cache_hit_pct": row.cache_hit_pct,
-                "cache_hit_delta_pp": None if row.is_baseline else row.cache_hit_delta_pp,
-                "read_mib_per_token": row.read_mib_per_token,
-                "read_delta_pct": None if row.is_baseline else row.read_delta_pct,
-            })
-    return out
-
-
-def frame(groups: Sequence[ABGroup]) -> pd.DataFrame:
-    return pd.DataFrame(records(groups))

@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.results.values import DASH, is_missing
+from orchestrator.stats.values import DASH, is_missing
 
 IO_BOUND_SHARE = 0.80
 COMPUTE_BOUND_SHARE = 0.80

@@ -15,23 +15,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import select
 
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.results.query import Side, runs_stats
-from orchestrator.results.uncertainty import (
+from orchestrator.errors import ConfigError
+from orchestrator.results.query import Side
+from orchestrator.stats.uncertainty import (
     Comparison,
     Interval,
     compare,
     correct,
     mean_interval,
 )
-from orchestrator.results.values import plain
+from orchestrator.stats.values import plain
 
 Key = tuple[str, str]          # (model, config)
 
@@ -111,7 +111,7 @@ def _unknown_models_matched(per_side: list[dict[Key, Any]]) -> list[dict[Key, An
 def build(store: Store, sides: Sequence[Side]) -> SideComparison:
     """The comparison of these sides (reference first), from one read of their runs."""
     rows = [r for side in sides for r in side.rows]
-    stats = runs_stats(store, rows)
+    stats = Runs(store).stats(rows)
     means = stats["mean"].to_dict() if len(stats) else {}
     per_side: list[dict[Key, list[tuple[int, float | None]]]] = []
     left_out: list[tuple[Side, Any]] = []
@@ -179,7 +179,7 @@ def build_side(store: Store, build: str, device: str | None = None,
                               f"give --device")
         # a `builds:` session's cells are `t1@0.3.30`: compared as `t1` with the other build's
         rows = [r if base_config(r) == r.config else
-                SimpleNamespace(**{**r._mapping, "config": base_config(r)}) for r in rows]
+                r.replace(config=base_config(r)) for r in rows]
         return Side(f"build {build}", devices[0], store.session_row(sid), rows)
     where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
                                 device and f" on {device}") if x)

@@ -19,9 +19,9 @@ import pandas as pd
 import yaml
 from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.record import KIB_PER_GIB, load_record
-from orchestrator.results.query import runs_stats
 from orchestrator.run.validity import RunValidity, ghz
 
 
@@ -224,7 +224,7 @@ def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()
     rows = [r for r in store.runs(session_id) if r.status == "ok"]
     if not rows:
         return []
-    stats = runs_stats(store, rows)
+    stats = Runs(store).stats(rows)
     session = store.session_row(session_id)
     try:
         matrix = yaml.safe_load(session.matrix_text or "") or {}
@@ -232,11 +232,3 @@ def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()
         matrix = {}
     return caveats(rows, stats["mean"].to_dict(),
                    {session_id: matrix if isinstance(matrix, dict) else {}}, t)
-
-
-def markdown_block(found: Iterable[Caveat]) -> str:
-    """The caveats of one group as markdown lines (`orch table`), or "" when there are none."""
-    from orchestrator.results.markdown import md_escape
-
-    return "".join(f"⚠ {md_escape(c.message)}; {md_escape(c.advice)} "
-                   f"(runs {', '.join(map(str, c.run_ids))})\n\n" for c in found)

@@ -21,14 +21,14 @@ from typing import Any
 
 from sqlalchemy import select
 
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
+from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
-from orchestrator.results.changepoints import Step, detect
-from orchestrator.results.query import runs_stats
-from orchestrator.results.uncertainty import Interval, mean_interval
-from orchestrator.results.values import plain
+from orchestrator.stats.changepoints import Step, detect
+from orchestrator.stats.uncertainty import Interval, mean_interval
+from orchestrator.stats.values import plain
 
 _CACHE_PATH = re.compile(r"/llama\.cpp/([^/]+)/bin/[^/]+$")
 METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
@@ -146,7 +146,7 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
         what = " ".join(x for x in (f"matrix {matrix!r}", config and f"config {config!r}",
                                     device and f"on {device}") if x)
         raise ConfigError(f"no runs of {what} in {store.url}")
-    stats = runs_stats(store, rows)
+    stats = Runs(store).stats(rows)
     values = stats[metric].to_dict() if len(stats) else {}
     groups: dict[tuple[str, str, str], dict[tuple[int, str | None], list[Any]]] = {}
     for r in rows:

@@ -19,7 +19,7 @@ import yaml
 
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
-from orchestrator.results.values import is_missing
+from orchestrator.stats.values import is_missing
 
 # GGUF value types (ggml/docs/gguf.md): fixed-size scalars as struct formats
 _SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q",

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.engines.route_trace import RouteTrace
+from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
-from orchestrator.results.markdown import Table, render
-from orchestrator.results.route_trace import RouteTrace
-from orchestrator.results.values import DASH, is_missing
+from orchestrator.stats.values import DASH, is_missing
 
 MIB = float(1 << 20)
 GIB = float(1 << 30)
@@ -305,15 +304,6 @@ def display(value: Any, decimals: int) -> str:
     return f"{round_half_away(value, decimals):.{decimals}f}"
 
 
-def figures_markdown(figures: dict[str, Any]) -> str:
-    """The figures as one markdown table: figure, value, unit, JSON key."""
-    table = Table(["figure", "value", "unit", "key"], ["---", "---:", "---", "---"])
-    for key, label, unit, decimals in ROWS:
-        if key in figures:
-            table.rows.append([label, display(figures[key], decimals), unit, f"`{key}`"])
-    return render(table)
-
-
 # ---- cache replay (route-trace.md §5, results/replay.py) -----------------------------------
 
 def replay_trace(trace: RouteTrace, budgets: list[float], policies: list[str],
@@ -329,20 +319,3 @@ def replay_trace(trace: RouteTrace, budgets: list[float], policies: list[str],
     expert_bytes = {layer: size for layer, (size, _) in trace.layer_bytes.items()}
     return {"replay": replay(trace.rows, expert_bytes, budgets, policies, seed=seed),
             "token_cycle_mib": token_cycle_mib(expert_bytes, trace.top_k)}
-
-
-def replay_markdown(replayed: dict[str, Any]) -> str:
-    from orchestrator.results.markdown import Table, render
-
-
-    table = Table(["budget MiB", "policy", "decode hit %", "cumulative hit %", "MiB read"],
-                  ["---:", "---", "---:", "---:", "---:"])
-    for row in replayed["replay"]:
-        table.rows.append([f'{row["budget_mib"]:g}', row["policy"],   # as the user gave it
-                           display(row["hit_pct_decode"], 3), display(row["hit_pct_cum"], 3),
-                           display(row["read_mib"], 1)])
-    cycle = display(replayed["token_cycle_mib"], 0)
-    return (f"### Cache replay\n\n{render(table)}\n\nOne token cycle (k experts in every "
-            f"layer): {cycle} MiB. A global LRU cache smaller than that evicts each layer's "
-            f"experts before the next token needs them: its decode hit rate falls towards 0 "
-            f"(exactly 0 from about k experts under it).")

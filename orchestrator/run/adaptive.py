@@ -2,9 +2,9 @@
 enough yet? Phoronix's dynamic run count, judged by the 95% interval of the mean instead of a
 standard-deviation threshold.
 
-The one place `run/` reads `results/`: the judgement must use the same per-run tok/s
-(results.query.runs_stats) and the same interval (results.uncertainty.mean_interval) that the
-report prints, or a session could stop on a figure the report then contradicts.
+The judgement uses the same per-run tok/s (the read model's Runs.stats) and the same interval
+(stats.uncertainty.mean_interval) that the report prints, or a session could stop on a figure
+the report then contradicts.
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 
 from orchestrator.config.matrix_values import RepeatPolicy
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.results.query import runs_stats
-from orchestrator.results.uncertainty import mean_interval
+from orchestrator.stats.uncertainty import mean_interval
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def judge(store: Store, session_id: int, policy: RepeatPolicy) -> Verdict:
     within `policy.until` percent of the mean?"""
     rows = store.runs(session_id)
     ok = [r for r in rows if r.status == "ok"]
-    means = runs_stats(store, ok)["mean"].to_dict() if ok else {}
+    means = Runs(store).stats(ok)["mean"].to_dict() if ok else {}
     values: dict[str, list[float | None]] = {}
     for r in rows:
         name = r.config if (r.model or "-") == "-" else f"{r.model}/{r.config}"

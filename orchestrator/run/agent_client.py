@@ -7,29 +7,18 @@ rides out link loss through run/link_retry.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
 from orchestrator.run.link_retry import LinkRetry, retry_link
 from orchestrator.run.stream import LineSplitter, facts_from_lines
+from orchestrator.shipped import AGENT_NAME, agent_source, shipped_file  # noqa: F401 (re-exported)
 from orchestrator.transports.base import (
     CommandResult,
     Transport,
     TransportError,
     sha256_file,
 )
-
-AGENT_NAME = "orch-agent.sh"
-
-
-def agent_source() -> Path:
-    return Path(str(resources.files("orchestrator.agent").joinpath(AGENT_NAME)))
-
-
-def shipped_file(name: str) -> Path:
-    """A file shipped in agent/ (the agent itself, moe_probe.py, ...)."""
-    return Path(str(resources.files("orchestrator.agent").joinpath(name)))
 
 
 def file_sha256(path: Path) -> str:

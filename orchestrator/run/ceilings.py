@@ -15,11 +15,11 @@ from typing import Any
 
 from sqlalchemy import delete
 
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.engines.base import CellSpec
 from orchestrator.engines.llama_bench import LlamaBenchAdapter, LlamaBenchRunParser
+from orchestrator.errors import ConfigError
 from orchestrator.run.pathcheck import probe_paths
 from orchestrator.run.probe_output import (
     IoResult,

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from orchestrator.config.matrix import LoadedMatrix, expand_configs
-from orchestrator.config.yamlfile import ConfigError
+from orchestrator.errors import ConfigError
 from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import Transport
 

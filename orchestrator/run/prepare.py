@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.matrix import LoadedMatrix
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
+from orchestrator.errors import ConfigError
 from orchestrator.run.model_push import prepare_models
 from orchestrator.run.pathcheck import check_model_paths
 from orchestrator.run.progress import Progress

@@ -9,8 +9,8 @@ and summary are measured and stored either way.
 from __future__ import annotations
 
 from orchestrator.db.store import Store
+from orchestrator.engines.route_trace import parse_route_trace
 from orchestrator.record import RunRecord
-from orchestrator.results.route_trace import parse_route_trace
 from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import RemoteFileNotFound, Transport, TransportError
 

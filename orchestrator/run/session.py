@@ -9,19 +9,15 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
 from orchestrator import __version__
-from orchestrator.config.inventory import Inventory
+from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import Cooldown, LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
-from orchestrator.config.yamlfile import ConfigError
-from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.session_lock import SessionBusy, session_lock
 from orchestrator.db.store import Store, now
-from orchestrator.engines import get_adapter
-from orchestrator.plugins import PluginError
-from orchestrator.quality.running import run_quality
+from orchestrator.errors import ConfigError
+from orchestrator.plugins import PluginError, get_adapter
 from orchestrator.run import controller
 from orchestrator.run.cooldown import Reading, wait_for_condition
 from orchestrator.run.device_jobs import (
@@ -32,8 +28,8 @@ from orchestrator.run.device_jobs import (
 from orchestrator.run.lifecycle import USER_STOP
 from orchestrator.run.prepare import prepare_device
 from orchestrator.run.progress import Board, Progress
+from orchestrator.run.quality import run_quality
 from orchestrator.run.runner import CellOutcome, DeviceRunner
-from orchestrator.transports import open_transport
 from orchestrator.transports.base import LinkPolicy, TransportError
 
 
@@ -43,13 +39,6 @@ class SessionResult:
     outcomes: list[CellOutcome] = field(default_factory=list)
     skipped: int = 0
     repeat_stop: str | None = None   # adaptive repeats: why no further round ran
-
-
-def _resume_state(store: Store, session_id: int) -> dict[str, object]:
-    """Latest (not superseded) run per cell key of a session."""
-    rows = store.fetch(select(schema.run).where(schema.run.c.session_id == session_id,
-                                                schema.run.c.superseded.is_(False)))
-    return {row.cell_key: row for row in rows}
 
 
 def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device: str,
@@ -109,7 +98,7 @@ def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatri
                               progress, link, sleep=sleep, stop=stop, force=force)
     runner, baseline, path_warnings = prepared.runner, prepared.baseline, prepared.path_warnings
     loaded = runner.loaded
-    previous = _resume_state(store, session_id) if resume and session_id is not None else {}
+    previous = Runs(store).latest_per_cell(session_id) if resume and session_id is not None else {}
     own = {r.remote_dir for r in previous.values() if r.remote_dir}
     live, notes = check_device_free(store, runner.client, device, loaded.path, resume,
                                     force, own)
@@ -158,7 +147,7 @@ def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatri
             rounds += 1
         store.update_session(session_id, repeat_stop=result.repeat_stop)
         progress.note(f"adaptive repeats: {result.repeat_stop}")
-    # quality probes: after every speed cell, in their own table (orchestrator/quality)
+    # quality probes: after every speed cell, in their own table (config/quality.py, run/quality.py)
     run_quality(runner, loaded, progress)
     store.update_session(session_id, ended_at=now())
     progress.finish()
@@ -237,9 +226,7 @@ def run_or_collect(runner: DeviceRunner, cell: Cell, earlier: Any, cooldown: Coo
 def _changed(earlier: Any) -> Any:
     """An earlier run whose flags differ from the cell's now: neither kept nor collected, but
     superseded by a new run (a status other than ok/interrupted/running forces that)."""
-    from types import SimpleNamespace
-
-    return SimpleNamespace(**{**earlier._asdict(), "status": "changed"})
+    return earlier.replace(status="changed")
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Which files of a study folder `orch import` reads, and why it reads no others.
 
 The folder is walked recursively. Every regular file is classified by its name (what it holds is
-checked when it is read, results/import_checks.py); every other entry gets a reason:
+checked when it is read, ingest/checks.py); every other entry gets a reason:
 - `<stem>.csv`: a run's per-token CSV; `<stem>.metrics` / `.log` / `.out` beside it are its
   sidecars (pressure values, summary lines, whole stdout);
 - `<tag>.route.csv`: a routing trace, one run with `<tag>.metrics` as its per-token CSV;

@@ -1,5 +1,5 @@
 """One imported run into the store: its files' lines through the adapter's own parser, so an
-imported run and a measured one agree; then the facts only files give (results/importer.py
+imported run and a measured one agree; then the facts only files give (ingest/importer.py
 decides which files belong together).
 
 A run's times are its files' times: it ended when its per-token CSV was last written (the
@@ -23,8 +23,8 @@ from orchestrator.engines.bmoe_format import (
     parse_metrics_sidecar,
     split_log,
 )
+from orchestrator.engines.route_trace import RouteTrace
 from orchestrator.record import KIB_PER_GIB, Pressure, RunRecord
-from orchestrator.results.route_trace import RouteTrace
 from orchestrator.run.recorder import RunRecorder
 
 _MIB_PER_GIB = KIB_PER_GIB / 1024

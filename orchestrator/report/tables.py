@@ -1,6 +1,6 @@
 """Report tables from `statistics.runs_table` output, laid out like the BigMoeOnEdge summary.md.
 
-Cells are formatted by the one formatter set (orchestrator.results.formatting); a missing value
+Cells are formatted by the one formatter set (orchestrator.report.formatting); a missing value
 prints "—". Rows are addressed by display label: `labels` maps run_id -> label (the caller's
 knowledge, e.g. which file a config came from) and `order` lists the labels to show; a label
 without a run gets a row of "—" (the published tables list configs that were not measured that
@@ -9,15 +9,15 @@ day); without `order`, every run is a row. `pivot` lays a two-flag grid out as a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pandas as pd
 
 from orchestrator.config.matrix import Matrix, expand_configs
-from orchestrator.results import markdown as md
-from orchestrator.results.formatting import (
+from orchestrator.report import markdown as md
+from orchestrator.report.formatting import (
     STATS,
     Formatter,
     bold,
@@ -26,7 +26,7 @@ from orchestrator.results.formatting import (
     records,
     split,
 )
-from orchestrator.results.values import DASH, is_missing
+from orchestrator.stats.values import DASH, is_missing
 
 
 @dataclass(frozen=True)
@@ -109,20 +109,6 @@ CAPTIONS = {
                 "`--cache-mb auto`; router-prediction recall, useful-hit rate and auto-off "
                 "under `--spec-gate`):",
 }
-
-
-T = TypeVar("T")
-
-
-def by_model_and_device(items: Iterable[T], row: Callable[[T], Any] = lambda x: x,
-                        ) -> list[tuple[tuple[str, str], list[T]]]:
-    """Items grouped by their run row's (model, device), in first-seen order: `orch table`
-    and the report show one set of tables per group. A run without a model counts as "-"."""
-    groups: dict[tuple[str, str], list[T]] = {}
-    for item in items:
-        r = row(item)
-        groups.setdefault((r.model or "-", r.device), []).append(item)
-    return list(groups.items())
 
 
 def group_title(model: str, device: str, engine: str | None) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.results.values import DASH, is_missing, plain
+from orchestrator.stats.values import DASH, is_missing, plain
 
 Formatter = Callable[[Any], str]
 MINUS = "−"                    # the published documents print deltas with a real minus sign

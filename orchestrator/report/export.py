@@ -7,17 +7,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.results.query import runs_stats
 
 
 def export_session(store: Store, session_id: int, out_dir: Path, fmt: str) -> list[Path]:
     """Write the session's three tables to `out_dir`; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = store.runs(session_id, include_superseded=True)
-    run_frame = pd.DataFrame([dict(r._mapping) for r in rows])
+    run_frame = pd.DataFrame([r.as_dict() for r in rows])
     current = [r for r in rows if not r.superseded]
-    stats = runs_stats(store, current).add_prefix("stat_")
+    stats = Runs(store).stats(current).add_prefix("stat_")
     if len(run_frame):
         run_frame = run_frame.merge(stats, left_on="id", right_index=True, how="left")
         for column in ("argv", "summary", "warnings", "temp_start"):

@@ -7,20 +7,23 @@ Table kinds: "model" (the facts), tables.TABLES, and "ab" (results/ab.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pandas as pd
 
 from orchestrator.config.matrix import Matrix, stored_matrix
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.results import ab, tables
-from orchestrator.results.formatting import records
-from orchestrator.results.markdown import md_escape
-from orchestrator.results.markdown import render as md_render
+from orchestrator.report import ab_table, tables
+from orchestrator.report.formatting import records
+from orchestrator.report.markdown import md_escape
+from orchestrator.report.markdown import render as md_render
+from orchestrator.results import ab
+from orchestrator.results.drift import Caveat
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
-from orchestrator.results.query import labelled, runs_stats
-from orchestrator.results.values import DAGGER, is_missing
+from orchestrator.results.query import by_model_and_device, labelled
+from orchestrator.stats.values import DAGGER, is_missing
 
 
 def failure_line(row: Any) -> str:
@@ -57,10 +60,10 @@ def _markdown(store: Store, session_id: int, rows: list[Any], stats: pd.DataFram
     session = store.session_row(session_id)
     matrix = stored_matrix(session.matrix_text)
     labels = row_labels(rows, matrix)
-    groups = tables.by_model_and_device(rows)
+    groups = by_model_and_device(rows)
     parts = []
     ab_groups = ab.session_groups(store, session_id, rows, stats) if "ab" in kinds else []
-    from orchestrator.results.drift import markdown_block, session_warnings
+    from orchestrator.results.drift import session_warnings
 
     caveats = session_warnings(store, session_id)
     for (model, device), members in groups:
@@ -74,7 +77,7 @@ def _markdown(store: Store, session_id: int, rows: list[Any], stats: pd.DataFram
             if kind == "model":
                 continue                       # the facts line above
             if kind == "ab":     # each model against its own baseline (results/ab.py)
-                parts.append(ab.group_markdown(ab_groups, model, device))
+                parts.append(ab_table.group_markdown(ab_groups, model, device))
                 continue
             if kind in tables.CAPTIONS:
                 parts.append(tables.CAPTIONS[kind] + "\n")
@@ -97,7 +100,7 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     rows = store.runs(session_id)
     if not rows:
         return f"session {session_id} has no runs\n"
-    stats = runs_stats(store, rows, quantile_method=quantile)
+    stats = Runs(store).stats(rows, quantile_method=quantile)
     if fmt == "md":
         return _markdown(store, session_id, rows, stats, kinds)
     session = store.session_row(session_id)
@@ -107,13 +110,13 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     frames = []
     for kind in kinds:
         if kind == "ab":
-            frames.append(ab.frame(ab.session_groups(store, session_id, rows, stats)))
+            frames.append(ab_table.frame(ab.session_groups(store, session_id, rows, stats)))
             continue
         if kind == "model":
             frames.append(pd.DataFrame([
                 {"table": "model", "device": device, "model": model,
                  **_without_name(facts_for_group(store, session, model, device, members))}
-                for (model, device), members in tables.by_model_and_device(rows)]))
+                for (model, device), members in by_model_and_device(rows)]))
             continue
         # one row per run: the config's name, its label, and the statistics
         frame = tables.values(stats, kind, labels).rename(columns={"config": "label"})
@@ -137,3 +140,9 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
 # them floats)
 _COUNTS = ("run_id", "repeat", "n", "size_bytes", "layers", "experts", "ram_kb",
            "steady_from_token", "cache_resizes", "spec_experts", "spec_useful")
+
+
+def markdown_block(found: Iterable[Caveat]) -> str:
+    """The caveats of one group as markdown lines (`orch table`), or "" when there are none."""
+    return "".join(f"⚠ {md_escape(c.message)}; {md_escape(c.advice)} "
+                   f"(runs {', '.join(map(str, c.run_ids))})\n\n" for c in found)

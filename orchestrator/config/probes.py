@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config.yamlfile import ConfigError
-from orchestrator.quality.grading import number
-from orchestrator.quality.spec import QualitySpec
+from orchestrator.config.grading import number
+from orchestrator.config.quality import QualitySpec
+from orchestrator.errors import ConfigError
 
 KEYS = ("id", "prompt", "expected")
 

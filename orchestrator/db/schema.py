@@ -194,7 +194,7 @@ ceiling = Table(
 )
 
 quality = Table(
-    # Quality probes (matrix `quality:`, orchestrator/quality/): one row per (session, model,
+    # Quality probes (matrix `quality:`, config/quality.py, run/quality.py): one row per (session, model,
     # config, probe). Kept out of `run` on purpose: a probe invocation is short and answers a
     # different question, so it must never enter a speed statistic, and no query over `run`
     # has to remember to leave it out. A re-run probe (--resume) replaces its row.

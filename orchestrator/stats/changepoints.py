@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from orchestrator.results.uncertainty import ALPHA, compare
+from orchestrator.stats.uncertainty import ALPHA, compare
 
 PENALTY = 8.0
 MIN_SIZE = 2          # points per segment: a single point is an outlier, not a level

@@ -1,6 +1,6 @@
 """Terminal views of the store (rich tables) for `orch run`, `orch runs`, `orch show`,
 `orch devices`. Numbers come from the analysis layer and are written by the one formatter set
-(orchestrator.results.formatting), so a figure reads here as in `orch table` and the report."""
+(orchestrator.report.formatting), so a figure reads here as in `orch table` and the report."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,16 +8,16 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db.store import Store
-from orchestrator.results.formatting import STATS
-from orchestrator.results.values import DAGGER, DASH, is_missing
+from orchestrator.errors import ConfigError
+from orchestrator.report.formatting import STATS
+from orchestrator.stats.values import DAGGER, DASH, is_missing
 
 
 def stats_for_runs(store: Store, run_rows: list[Any]) -> dict[int, dict[str, Any]]:
-    from orchestrator.results.query import stats_dicts
+    from orchestrator.db.runs import Runs
 
-    return stats_dicts(store, run_rows)
+    return Runs(store).stats_dicts(run_rows)
 
 
 def _status(row: Any) -> str:
@@ -34,7 +34,7 @@ _SESSION_STATS = ("n", "mean", "median", "p5", "p95", "min", "max", "read_mib_pe
 
 
 def print_session_table(console: Console, store: Store, session_id: int) -> None:
-    from orchestrator.results.session_tables import failure_line
+    from orchestrator.report.session_tables import failure_line
 
     rows = store.runs(session_id)
     stats = stats_for_runs(store, rows)
@@ -98,7 +98,7 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
                   + f", {stats.get('n', 0)} tokens, engine {row.engine}")
     console.print(f"flags: {row.flags or '(none)'}", highlight=False)
-    from orchestrator.results.import_state import start_facts
+    from orchestrator.ingest.state import start_facts
 
     for line in start_facts(row, (row.summary or {}).get("extra")):
         console.print(line, highlight=False, markup=False)
@@ -142,9 +142,9 @@ def failure_details(store: Store, row: Any) -> list[str]:
 
 def print_devices(console: Console, inventory: Any, names: list[str], probe: bool,
                   db: str | None) -> None:
+    from orchestrator.config.inventory import open_transport
     from orchestrator.plugins import device_kind
     from orchestrator.run.agent_client import AgentClient
-    from orchestrator.transports import open_transport
     from orchestrator.transports.base import TransportError
 
     table = Table()

@@ -15,13 +15,13 @@ from typing import Any
 
 from sqlalchemy import select
 
+from orchestrator.config.grading import grade
 from orchestrator.config.matrix import LoadedMatrix, expand_configs
 from orchestrator.config.plan import Cell
+from orchestrator.config.probes import Probe, load_probes
 from orchestrator.db import schema
 from orchestrator.db.store import Store, now
 from orchestrator.engines import CellSpec
-from orchestrator.quality.grading import grade
-from orchestrator.quality.probes import Probe, load_probes
 from orchestrator.run.agent_client import Job
 from orchestrator.run.progress import Progress
 from orchestrator.run.runner import STATUS_OK, DeviceRunner, classify

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from orchestrator.config.matrix import stored_matrix
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.quality.stats import DropBound, paired_drop_bound, wilson
+from orchestrator.stats.proportions import DropBound, paired_drop_bound, wilson
 
 OK = "ok"
 

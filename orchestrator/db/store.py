@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import pandas as pd
 from sqlalchemy import (
@@ -33,8 +33,11 @@ from sqlalchemy.exc import (
     ProgrammingError,
 )
 
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
+from orchestrator.errors import StoreError
+
+if TYPE_CHECKING:
+    from orchestrator.db.runs import RunRow, SessionRow
 
 DEFAULT_DB = "orch.db"
 ROUTE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
@@ -62,11 +65,6 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
-
-
-class StoreError(ConfigError):
-    """`--db` names no usable store (a directory, a bad URL, a missing driver, a server that
-    does not answer): one line and exit 2, before anything runs."""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -268,7 +266,7 @@ class Store:
             conn.execute(schema.session.delete().where(schema.session.c.id == session_id))
 
     def insert_route(self, run_id: int, rows: pd.DataFrame) -> None:
-        """A route trace's rows (results/route_trace.py columns) for a run, in one transaction,
+        """A route trace's rows (engines/route_trace.py columns) for a run, in one transaction,
         replacing any it had."""
         table = schema.route
         keys = ("run_id", "seq", *(c for c in ROUTE_COLUMNS if c in rows.columns))
@@ -287,28 +285,24 @@ class Store:
         rows = self.fetch(select(schema.device).where(schema.device.c.name == name))
         return rows[0] if rows else None
 
-    def session_row(self, session_id: int) -> Any | None:
-        rows = self.fetch(select(schema.session).where(schema.session.c.id == session_id))
-        return rows[0] if rows else None
+    def session_row(self, session_id: int) -> "SessionRow | None":
+        from orchestrator.db.runs import Sessions
 
-    def run_row(self, run_id: int) -> Any | None:
-        rows = self.fetch(select(schema.run, schema.device.c.name.label("device"))
-                          .join(schema.device).where(schema.run.c.id == run_id))
-        return rows[0] if rows else None
+        return Sessions(self).get(session_id)
+
+    def run_row(self, run_id: int) -> "RunRow | None":
+        from orchestrator.db.runs import Runs
+
+        return Runs(self).get(run_id)
 
     def runs(self, session_id: int | None = None, limit: int | None = None,
-             include_superseded: bool = False) -> list[Any]:
-        stmt = (select(schema.run, schema.device.c.name.label("device"),
-                       schema.session.c.matrix_name, schema.session.c.name.label("session_name"))
-                .join(schema.device).join(schema.session))
-        if session_id is not None:
-            stmt = stmt.where(schema.run.c.session_id == session_id)
-        if not include_superseded:
-            stmt = stmt.where(schema.run.c.superseded.is_(False))
-        stmt = stmt.order_by(schema.run.c.id.desc() if session_id is None else schema.run.c.order_index)
-        if limit:
-            stmt = stmt.limit(limit)
-        return self.fetch(stmt)
+             include_superseded: bool = False) -> "list[RunRow]":
+        """Current runs of a session in run order, or of every session newest first
+        (db/runs.py: Runs.current)."""
+        from orchestrator.db.runs import Runs
+
+        return Runs(self).current(session=session_id, limit=limit,
+                                  include_superseded=include_superseded)
 
     def latest_session(self, matrix_name: str, device_id: int) -> int | None:
         stmt = (select(func.max(schema.run.c.session_id))

@@ -11,10 +11,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.quality.summary import ConfigQuality, Differ, ModelQuality
-from orchestrator.results.formatting import MINUS
-from orchestrator.results.markdown import Table, md_escape, render
-from orchestrator.results.values import DASH
+from orchestrator.report.formatting import MINUS
+from orchestrator.report.markdown import Table, md_escape, render
+from orchestrator.results.quality import ConfigQuality, Differ, ModelQuality
+from orchestrator.stats.values import DASH
 
 
 def _pct(value: float | None) -> float | None:

@@ -5,10 +5,10 @@ path, `warmup/gemma_k6` beside the top folder's `gemma_k6`, so same-stem files i
 subfolders stay two runs (one session per subfolder would split what the study measured as one
 day into sessions `orch table` and the report never show together).
 
-Which file is what: results/import_scan.py; what makes a file unreadable as what it claims:
-results/import_checks.py; matrix stdout sections: results/import_sections.py; entry state
-(driver logs, `.state`): results/import_state.py; one run into the store:
-results/import_run.py. Every file not imported is reported with its reason.
+Which file is what: ingest/scan.py; what makes a file unreadable as what it claims:
+ingest/checks.py; matrix stdout sections: ingest/sections.py; entry state
+(driver logs, `.state`): ingest/state.py; one run into the store:
+ingest/write.py. Every file not imported is reported with its reason.
 
 Importing a folder again imports only files that changed (their runs are replaced, never
 duplicated), with the options stored at the first import; `replace=True` re-imports every run
@@ -28,21 +28,21 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from orchestrator import __version__
-from orchestrator.config.yamlfile import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store, now
-from orchestrator.engines import get_adapter
-from orchestrator.results import import_sections
-from orchestrator.results.import_checks import csv_reason, read_regular, text_reason
-from orchestrator.results.import_run import Planned, write_run
-from orchestrator.results.import_scan import ROUTE_SUFFIX, RunFiles, Scan, scan
-from orchestrator.results.import_state import (
+from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
+from orchestrator.errors import ConfigError
+from orchestrator.ingest import sections as import_sections
+from orchestrator.ingest.checks import csv_reason, read_regular, text_reason
+from orchestrator.ingest.scan import ROUTE_SUFFIX, RunFiles, Scan, scan
+from orchestrator.ingest.state import (
     driver_entries,
     driver_log_entries,
     parse_state,
     start_state,
 )
-from orchestrator.results.route_trace import RouteTrace, parse_route_trace
+from orchestrator.ingest.write import Planned, write_run
+from orchestrator.plugins import get_adapter
 from orchestrator.run import controller
 
 __all__ = ["ROUTE_SUFFIX", "ImportOptions", "ImportReport", "driver_entries", "import_dir",
@@ -297,7 +297,7 @@ def _trace(route: Path) -> tuple[RouteTrace | None, str | None, str | None]:
 
 def _plan_stdouts(found: Scan, plans: list[Planned], skip: Any) -> None:
     """Matrix stdout files: sections that are a CSV run's stdout join it; the others with
-    summary lines become summary-only runs (results/import_sections.py)."""
+    summary lines become summary-only runs (ingest/sections.py)."""
     for rel, path in found.stdouts:
         shown = f"{rel}/{path.name}" if rel else path.name
         text, why = _read_text(path)

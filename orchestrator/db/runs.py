@@ -1,0 +1,348 @@
+"""The read model: stored runs and sessions as frozen rows, and the one rule for which runs
+count (docs/architecture.md, "The read model").
+
+Every layer above db/ reads runs through here, never through db/schema.py:
+
+- **Current runs.** A run is *current* unless a later run of the same cell superseded it
+  (`orch run --resume` re-runs a failed cell as a new row and keeps the failure for the
+  record). Every table, statistic and comparison reads current runs only; `Runs.current` is
+  the one place that rule is written.
+- **`RunRow`** carries every column of the run table, its device's and session's names, and
+  `.record`, the engine's `RunRecord` parsed once from `run.summary` (any schema version).
+- **`SessionRow`** carries the session's columns and `.matrix`, the stored matrix text parsed
+  once (None for imports and for a matrix this orch can no longer read).
+- **Per-run statistics** (`Runs.stats`) belong to the read model as pyperf's result model owns
+  its statistics: every view and the adaptive-repeat judgement in run/ read the same figures.
+  pandas and the statistics are imported when first asked for, so listing runs stays light.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Select, func, select
+
+from orchestrator.db import schema
+from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from orchestrator.config.matrix import Matrix
+    from orchestrator.db.store import Store
+    from orchestrator.record import RunRecord
+
+_RUN_COLUMNS = tuple(c.name for c in schema.run.columns)
+_SESSION_COLUMNS = tuple(c.name for c in schema.session.columns)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One stored run (a cell execution) with its device's and session's names."""
+
+    id: int
+    uid: str
+    session_id: int
+    device_id: int
+    cell_key: str
+    model: str | None
+    config: str | None
+    flags: str | None
+    argv: Any
+    repeat_index: int | None
+    order_index: int | None
+    status: str
+    cause: str | None
+    rc: int | None
+    signal: int | None
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    cooldown_s: float | None
+    cooldown_met: bool | None
+    temp_start: Any
+    mem_avail_start_kb: int | None
+    engine: str | None
+    engine_build: str | None
+    binary_path: str | None
+    binary_sha256: str | None
+    model_size: int | None
+    model_sha256: str | None
+    remote_dir: str | None
+    spool_lines: int | None
+    summary: Any
+    text: str | None
+    warnings: Any
+    superseded: bool
+    device: str = ""
+    matrix_name: str | None = None
+    session_name: str | None = None
+    session_started: dt.datetime | None = None
+
+    @cached_property
+    def record(self) -> "RunRecord":
+        """What the engine reported about the run as a whole, typed (record.py)."""
+        from orchestrator.record import load_record
+
+        return load_record(self.summary)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The stored columns and names, without the parsed record (export)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def replace(self, **values: Any) -> "RunRow":
+        """A copy with some fields changed (a view's relabelled config, say)."""
+        return dataclasses.replace(self, **values)
+
+    @classmethod
+    def of(cls, row: Any) -> "RunRow":
+        m = row._mapping
+        return cls(**{k: m[k] for k in _RUN_COLUMNS},
+                   device=m.get("device", ""), matrix_name=m.get("matrix_name"),
+                   session_name=m.get("session_name"),
+                   session_started=m.get("session_started"))
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One stored session (an `orch run` on one device, an import, a lab submission's
+    device part)."""
+
+    values: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @cached_property
+    def matrix(self) -> "Matrix | None":
+        """The stored matrix, parsed once; None for imports or text this orch cannot read."""
+        from orchestrator.config.matrix import stored_matrix
+
+        return stored_matrix(self.values.get("matrix_text"))
+
+    @classmethod
+    def of(cls, row: Any) -> "SessionRow":
+        return cls(dict(row._mapping))
+
+
+def _run_select() -> Select:
+    return (select(schema.run, schema.device.c.name.label("device"),
+                   schema.session.c.matrix_name, schema.session.c.name.label("session_name"),
+                   schema.session.c.started_at.label("session_started"))
+            .join(schema.device, schema.device.c.id == schema.run.c.device_id)
+            .join(schema.session, schema.session.c.id == schema.run.c.session_id))
+
+
+def current_only(stmt: Select) -> Select:
+    """The rule for which runs count: those no later run superseded (see the module doc)."""
+    return stmt.where(schema.run.c.superseded.is_(False))
+
+
+class Runs:
+    """Reads of stored runs; `Runs(store)` is cheap (no query until asked)."""
+
+    def __init__(self, store: "Store") -> None:
+        self.store = store
+
+    def _fetch(self, stmt: Select) -> list[RunRow]:
+        return [RunRow.of(r) for r in self.store.fetch(stmt)]
+
+    def current(self, session: int | None = None, matrix: str | None = None,
+                device: str | None = None, build: str | None = None,
+                sessions: Iterable[int] | None = None, cell_key: str | None = None,
+                limit: int | None = None, include_superseded: bool = False) -> list[RunRow]:
+        """Current runs, filtered: in a session (in run order) or any (newest first)."""
+        run = schema.run
+        stmt = _run_select()
+        if not include_superseded:
+            stmt = current_only(stmt)
+        if session is not None:
+            stmt = stmt.where(run.c.session_id == session)
+        if sessions is not None:
+            stmt = stmt.where(run.c.session_id.in_(list(sessions)))
+        if matrix is not None:
+            stmt = stmt.where(schema.session.c.matrix_name == matrix)
+        if device is not None:
+            stmt = stmt.where(schema.device.c.name == device)
+        if build is not None:
+            stmt = stmt.where(run.c.engine_build == build)
+        if cell_key is not None:
+            stmt = stmt.where(run.c.cell_key == cell_key)
+        in_order = session is not None or sessions is not None
+        stmt = stmt.order_by(*((run.c.session_id, run.c.order_index, run.c.id) if in_order
+                               else (run.c.id.desc(),)))
+        if limit:
+            stmt = stmt.limit(limit)
+        return self._fetch(stmt)
+
+    def of_session(self, session_id: int) -> list[RunRow]:
+        """Every run of a session, superseded ones included (export, re-import)."""
+        return self.current(session=session_id, include_superseded=True)
+
+    def get(self, run_id: int) -> RunRow | None:
+        rows = self._fetch(_run_select().where(schema.run.c.id == run_id))
+        return rows[0] if rows else None
+
+    def by_ids(self, ids: Iterable[int]) -> list[RunRow]:
+        return self._fetch(_run_select().where(schema.run.c.id.in_(list(ids)))
+                           .order_by(schema.run.c.id))
+
+    def by_remote_dir(self, remote_dir: str) -> list[RunRow]:
+        """Runs whose job directory on the device is this one (a live job's owner)."""
+        return self._fetch(_run_select().where(schema.run.c.remote_dir == remote_dir))
+
+    def running_on(self, device_id: int) -> list[RunRow]:
+        """Runs of a device still marked running (a controller that died mid-run)."""
+        return self._fetch(_run_select().where(schema.run.c.device_id == device_id,
+                                               schema.run.c.status == "running"))
+
+    def latest_per_cell(self, session_id: int) -> dict[str, RunRow]:
+        """The newest current run of each cell key of a session (`--resume`)."""
+        out: dict[str, RunRow] = {}
+        for row in sorted(self.current(session=session_id), key=lambda r: r.id):
+            out[row.cell_key] = row
+        return out
+
+    def session_ids(self, matrix: str | None = None, device: str | None = None,
+                    before: int | None = None) -> list[int]:
+        """Sessions with at least one current run, filtered, newest first."""
+        run, ses = schema.run, schema.session
+        stmt = current_only(select(run.c.session_id).distinct()
+                            .join(ses, ses.c.id == run.c.session_id)
+                            .join(schema.device, schema.device.c.id == run.c.device_id))
+        if matrix is not None:
+            stmt = stmt.where(ses.c.matrix_name == matrix)
+        if device is not None:
+            stmt = stmt.where(schema.device.c.name == device)
+        if before is not None:
+            stmt = stmt.where(run.c.session_id < before)
+        return sorted((r.session_id for r in self.store.fetch(stmt)), reverse=True)
+
+    def has_any(self, session_id: int) -> bool:
+        return bool(self.store.fetch(select(schema.run.c.id)
+                                     .where(schema.run.c.session_id == session_id).limit(1)))
+
+    def output_lines(self, run_id: int, stream: str, limit: int | None = None) -> list[str]:
+        """A run's stored lines of one stream (O stdout, E stderr, W agent warnings)."""
+        out = schema.output
+        stmt = (select(out.c.line).where(out.c.run_id == run_id, out.c.stream == stream)
+                .order_by(out.c.seq))
+        if limit:
+            stmt = stmt.limit(limit)
+        return [r.line for r in self.store.fetch(stmt)]
+
+    # -- per-run statistics ----------------------------------------------------------------
+    def stats(self, rows: Sequence[Any], quantile_method: str = "linear") -> "pd.DataFrame":
+        """statistics.runs_table for these runs, indexed by run id (every row present).
+
+        Each run's record is read back with `load_record` (any schema version); its device
+        pressure comes from the agent's samples when orch measured the run, else from the
+        record (the `.metrics` sidecar an imported run brought along)."""
+        import pandas as pd
+
+        from orchestrator.record import load_record
+        from orchestrator.stats import statistics
+
+        ids = [r.id for r in rows]
+        if not ids:
+            return pd.DataFrame(columns=list(statistics.STAT_COLUMNS))
+        tokens = self.store.frame("token", ids)
+        records = {row.id: (row.record if isinstance(row, RunRow) else load_record(row.summary))
+                   for row in rows}
+        stats = statistics.runs_table(tokens, records,
+                                      statistics.pressure_by_run(self.store.frame("sample", ids)),
+                                      quantile_method=quantile_method)
+        return stats.reindex(ids)
+
+    def stats_dicts(self, rows: Sequence[Any]) -> dict[int, dict[str, Any]]:
+        """Per-run statistics as plain dicts (None for missing), keyed by run id."""
+        from orchestrator.stats.values import plain
+
+        return {rid: {k: plain(v) for k, v in rec.items()}
+                for rid, rec in self.stats(rows).to_dict("index").items()}
+
+
+class Sessions:
+    """Reads of stored sessions."""
+
+    def __init__(self, store: "Store") -> None:
+        self.store = store
+
+    def _fetch(self, stmt: Select) -> list[SessionRow]:
+        return [SessionRow.of(r) for r in self.store.fetch(stmt)]
+
+    def get(self, session_id: int) -> SessionRow | None:
+        rows = self._fetch(select(schema.session).where(schema.session.c.id == session_id))
+        return rows[0] if rows else None
+
+    def by_ids(self, ids: Iterable[int]) -> list[SessionRow]:
+        return self._fetch(select(schema.session).where(schema.session.c.id.in_(list(ids)))
+                           .order_by(schema.session.c.id))
+
+    def resolve(self, session: str | None, matrix: str | None) -> int:
+        """A session id from `SESSION` (id or name) or `--matrix NAME` (its latest session),
+        else the newest session."""
+        table = schema.session
+        if session is not None and session.isdigit():
+            if self.get(int(session)) is None:
+                raise ConfigError(f"no session {session} in {self.store.url}")
+            return int(session)
+        stmt = select(table.c.id).order_by(table.c.id.desc())
+        if session is not None:
+            stmt = stmt.where(table.c.name == session)
+        elif matrix is not None:
+            stmt = stmt.where(table.c.matrix_name == matrix)
+        rows = self.store.fetch(stmt.limit(1))
+        if not rows:
+            what = session or matrix or "any"
+            raise ConfigError(f"no session {what!r} in {self.store.url}")
+        return rows[0].id
+
+    def imports_of(self, source_dir: str) -> list[SessionRow]:
+        """Import sessions of one study folder, oldest first."""
+        table = schema.session
+        return self._fetch(select(table).where(table.c.kind == "import",
+                                               table.c.source_dir == source_dir)
+                           .order_by(table.c.id))
+
+    def imported_files(self, session_ids: Iterable[int]) -> list[Any]:
+        """(session_id, path, sha256) of the files imports brought in."""
+        table = schema.imported_file
+        return self.store.fetch(select(table).where(table.c.session_id.in_(list(session_ids))))
+
+    def newest_matrix(self, device: str | None = None) -> str | None:
+        """The matrix name of the newest session with a current run (on a device)."""
+        run, ses, dev = schema.run, schema.session, schema.device
+        stmt = current_only(select(ses.c.matrix_name).select_from(run)
+                            .join(ses, ses.c.id == run.c.session_id)
+                            .join(dev, dev.c.id == run.c.device_id))
+        if device is not None:
+            stmt = stmt.where(dev.c.name == device)
+        rows = self.store.fetch(stmt.order_by(run.c.session_id.desc()).limit(1))
+        return rows[0].matrix_name if rows else None
+
+    def latest_per_device(self, matrix: str, devices: Iterable[str] | None = None
+                          ) -> dict[str, int]:
+        """Each device's newest session of a matrix that has a current run."""
+        run, ses, dev = schema.run, schema.session, schema.device
+        stmt = current_only(select(dev.c.name, func.max(run.c.session_id).label("sid"))
+                            .select_from(run)
+                            .join(ses, ses.c.id == run.c.session_id)
+                            .join(dev, dev.c.id == run.c.device_id)
+                            .where(ses.c.matrix_name == matrix)
+                            .group_by(dev.c.name))
+        if devices is not None:
+            stmt = stmt.where(dev.c.name.in_(list(devices)))
+        return {r.name: r.sid for r in self.store.fetch(stmt)}
+
+
+def devices_by_name(store: "Store", names: Iterable[str]) -> dict[str, Any]:
+    """Device rows (name, kind, facts, ...) of these names."""
+    rows = store.fetch(select(schema.device).where(schema.device.c.name.in_(list(names))))
+    return {d.name: d for d in rows}
