@@ -7,7 +7,9 @@ view reads it back with `load_record`. Fields are what orch's tables use, named 
 token); everything else an engine reports goes to `extra`. A field an engine does not report is
 None, never 0.
 
-Version 0 records (before this module) are the adapters' old summary dicts: `trailer` (the
+Version 2 gives orch's own facts about a run typed fields of their own (`validity`,
+`route_trace`, `entry_state`); version 1 kept them in `extra`, and `load_record` moves them
+out of it. Version 0 records (before this module) are the adapters' old summary dicts: `trailer` (the
 bmoe `# summary` keys), `lines` (the parsed stdout summary lines), `settings`, `complete`, ...,
 or a bare trailer dict. `load_record` reads them through the same trailer vocabulary that
 bmoe-format engines still write (`trailer_fields`), so runs stored before keep loading.
@@ -21,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 KIB_PER_GIB = 1048576          # the published tables' "GB" is GiB: kB / 1024²
 
 
@@ -49,6 +51,17 @@ _SIDECAR = (
     ("batt_temp_max_c", "batt_temp_max_dC", 10),
 )
 PRESSURE_FIELDS: tuple[str, ...] = tuple(Pressure.model_fields)
+
+
+class EntryState(BaseModel):
+    """How an imported run's device was when it started (and ended), as the study's files
+    recorded it: the driver log's entry line for the run, and its `.state` file's BEFORE /
+    AFTER blocks (frequency caps, temperatures, free RAM)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    driver: dict[str, Any] | None = None    # the driver log's entry (cpu_khz, log, ...)
+    state: dict[str, Any] | None = None     # the `.state` file: {file, before, after}
 
 
 class RunRecord(BaseModel):
@@ -93,6 +106,10 @@ class RunRecord(BaseModel):
     text: str | None = None             # generated text, echoed prompt removed
     stderr_tail: list[str] = Field(default_factory=list)
     pressure: Pressure | None = None    # from a `.metrics` sidecar (imported runs)
+    # orch's own facts about the run (not the engine's)
+    validity: dict[str, Any] | None = None      # load, throttling (run/validity.py: stored())
+    route_trace: dict[str, Any] | None = None   # a stored trace's preamble and layer sizes
+    entry_state: EntryState | None = None       # an imported run's recorded start state
     extra: dict[str, Any] = Field(default_factory=dict)      # engine-specific, free form
 
     def stored(self) -> dict[str, Any]:
@@ -106,8 +123,22 @@ def load_record(stored: Mapping[str, Any] | None) -> RunRecord:
     if not stored:
         return RunRecord()
     if "schema_version" in stored:
+        if (stored.get("schema_version") or 0) < 2:
+            return RunRecord.model_validate(_v1_as_v2(stored))
         return RunRecord.model_validate(stored)
     return _from_v0(stored)
+
+
+def _v1_as_v2(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A version-1 record's orch facts moved from `extra` to their own fields."""
+    extra = dict(stored.get("extra") or {})
+    out = {**stored, "extra": extra, "schema_version": SCHEMA_VERSION}
+    out["validity"] = extra.pop("validity", None)
+    out["route_trace"] = extra.pop("route_trace", None)
+    driver, state = extra.pop("driver", None), extra.pop("state", None)
+    if driver is not None or state is not None:
+        out["entry_state"] = {"driver": driver, "state": state}
+    return out
 
 
 # ---- the `# summary` trailer vocabulary (bmoe-formats §2, §3) --------------------------------

@@ -14,6 +14,7 @@ from cli_helpers import orch_ok as orch
 from scipy import stats as sps
 from test_report import by_label, find, md_tables, run_matrix
 
+from orchestrator.config.matrix import stored_matrix
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.report import ab_table
@@ -42,7 +43,7 @@ def interleaved(model: str, series: dict[str, list[float]]) -> list[tuple]:
 
 
 def matrix(body: str):
-    m = ab.stored_matrix(textwrap.dedent(body))
+    m = stored_matrix(textwrap.dedent(body))
     assert m is not None
     return m
 

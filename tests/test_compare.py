@@ -44,8 +44,8 @@ FAKE = """\
     repeat: 3
     cooldown: 0
     configs:
-      same: --delay 0 --slowdown {ws}/same-{name}
-      changed: --delay 0 --slowdown {ws}/changed-{name}
+      same: --delay 0 --slowdown {ws}/same
+      changed: --delay 0 --slowdown {ws}/changed
     """
 
 
@@ -135,7 +135,10 @@ def test_two_devices_with_intervals(workspace):
 
 def test_two_sessions_on_one_device_big_difference_is_significant(workspace):
     run_matrix(workspace, FAKE.format(name="cmp-1", ws=workspace), file="a.yaml")
-    (workspace / "changed-cmp-2").write_text("20\n")        # +400 ms per token and more
+    # the same flags (what was measured is the same), a slower engine: `same` counts from 0
+    # again, `changed` from 20 (+400 ms per token and more)
+    (workspace / "same").write_text("0\n")
+    (workspace / "changed").write_text("20\n")
     run_matrix(workspace, FAKE.format(name="cmp-2", ws=workspace), file="b.yaml")
     store = Store.open("orch.db")
     one, two = run_means(store, session=1), run_means(store, session=2)

@@ -282,7 +282,7 @@ def test_state_file_gives_start_facts_shown_by_orch_show(db):
     assert code == 0, out
     run = _runs(db)["gemma"]
     assert run.mem_avail_start_kb == 6794156
-    state = load_record(run.summary).extra["state"]
+    state = load_record(run.summary).entry_state.state
     assert state["before"]["thermal_status"] == 1 and state["after"]["thermal_status"] == 2
     assert state["before"]["policies"]["policy0"] == {"scaling_max": 2188800,
                                                       "hw_max": 3321600, "cur": 556800}

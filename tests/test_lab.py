@@ -250,10 +250,10 @@ def test_lab_commands_refuse_bad_input_in_one_line(lab, monkeypatch):
 def test_status_shows_waiting_cells_from_the_store_and_the_broker(lab):
     """A device registered by a worker that is not running: its cells wait, and both the
     store and the broker count them."""
-    from orchestrator.lab import state
+    from orchestrator.db import lab as lab_db
 
     ws, store, _ = lab
-    state.register_device(store, "idle", "local", "gone", "nowhere")
+    lab_db.register_device(store, "idle", "local", "gone", "nowhere")
     code, out = orch("lab", "submit", str(matrix(ws, "waiting", repeat=2)), "-d", "idle")
     assert code == 0, out
     code, out = orch("lab", "status", "--format", "json")

@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
+from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
-from orchestrator.lab import state
 from orchestrator.lab.health import HealthGate, HealthLimits, Stopping, check_device
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.transports.adb import AdbTransport
@@ -44,7 +44,7 @@ def test_a_phone_passes_then_fails_on_battery_and_heat(client, phone):
 
 def test_failures_in_a_row_quarantine_and_a_release_lets_the_cell_go(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
-    state.register_device(store, "emu", "adb", "w", "h")
+    lab_db.register_device(store, "emu", "adb", "w", "h")
     stop = threading.Event()
     gate = HealthGate(store, "emu", HealthLimits(after=3, retry_s=0.01, poll_s=0.01), stop)
     answers = iter(["unreachable: a", "unreachable: b", "unreachable: c", None])
@@ -53,17 +53,17 @@ def test_failures_in_a_row_quarantine_and_a_release_lets_the_cell_go(tmp_path):
     def check():
         answer = next(answers)
         if answer is None:   # the release happened before this check
-            seen.append(state.lab_device(store, "emu").state)
+            seen.append(lab_db.lab_device(store, "emu").state)
         return answer
 
     releaser = threading.Thread(target=lambda: _release_when_quarantined(store))
     releaser.start()
     gate.pass_(check)
     releaser.join(timeout=30)
-    row = state.lab_device(store, "emu")
+    row = lab_db.lab_device(store, "emu")
     assert seen == ["active"] and row.failures == 0 and row.state == "active"
 
-    state.update_device(store, "emu", state=state.QUARANTINED, reason="x")
+    lab_db.update_device(store, "emu", state=lab_db.QUARANTINED, reason="x")
     stop.set()
     with pytest.raises(Stopping):   # a consumer shutting down leaves the held cell taken
         gate.pass_(lambda: None)
@@ -73,10 +73,10 @@ def _release_when_quarantined(store: Store) -> None:
     import time
 
     for _ in range(3000):
-        row = state.lab_device(store, "emu")
-        if row.state == state.QUARANTINED:
+        row = lab_db.lab_device(store, "emu")
+        if row.state == lab_db.QUARANTINED:
             assert row.failures == 3 and row.reason == "unreachable: c"
-            state.update_device(store, "emu", state=state.ACTIVE, failures=0)
+            lab_db.update_device(store, "emu", state=lab_db.ACTIVE, failures=0)
             return
         time.sleep(0.01)
     raise AssertionError("never quarantined")

@@ -208,11 +208,11 @@ def test_good_x_line_still_parses():
 
 def test_session_lock_refuses_a_second_holder(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
-    with session_lock(store.engine, 7):
+    with session_lock(store, 7):
         with pytest.raises(SessionBusy, match="session 7 is being run"), \
-                session_lock(store.engine, 7):
+                session_lock(store, 7):
             pass
-        with session_lock(store.engine, 8):   # another session is free
+        with session_lock(store, 8):   # another session is free
             pass
         # another process is refused as well (an fcntl lock on a file next to the database)
         code = subprocess.run(
@@ -222,13 +222,13 @@ def test_session_lock_refuses_a_second_holder(tmp_path):
                 from orchestrator.db.session_lock import SessionBusy, session_lock
                 store = Store.open({str(tmp_path / "orch.db")!r})
                 try:
-                    with session_lock(store.engine, 7):
+                    with session_lock(store, 7):
                         sys.exit(0)
                 except SessionBusy:
                     sys.exit(3)
                 """)], check=False, timeout=60).returncode
         assert code == 3
-    with session_lock(store.engine, 7):   # released
+    with session_lock(store, 7):   # released
         pass
 
 
@@ -378,7 +378,7 @@ def test_concurrent_resume_is_refused(workspace, slow_matrix):
     assert rc == 0, out
     store = Store.open(str(workspace / "orch.db"))
     session_id = _runs(workspace)[0].session_id
-    with session_lock(store.engine, session_id):
+    with session_lock(store, session_id):
         rc, out = _finish(_orch(workspace, "run", str(slow_matrix), "--resume"))
     assert rc == 1 and f"session {session_id} is being run by another orch" in out, out
     assert "IntegrityError" not in out and "Traceback" not in out

@@ -220,12 +220,12 @@ def test_llama_token_route_trace(workspace, build, bindings, tiny):
         assert run.status == "ok", run.cause
         assert not [w for w in run.warnings or [] if w.startswith("route trace")], run.warnings
         record = load_record(run.summary)
-        meta = record.extra["route_trace"]["preamble"]
+        meta = record.route_trace["preamble"]
         assert (meta["arch"], meta["n_layer"], meta["n_expert"], meta["n_expert_used"]) == \
             ("qwen3moe", 4, 8, k)
         one_expert = 3 * 256 * 128 * 2             # gate + up + down of one f16 expert
-        assert record.extra["route_trace"]["layer_bytes"] == {
-            str(layer): [one_expert, record.extra["route_trace"]["layer_bytes"]["0"][1]]
+        assert record.route_trace["layer_bytes"] == {
+            str(layer): [one_expert, record.route_trace["layer_bytes"]["0"][1]]
             for layer in range(4)}
         rows = store.route_frame(run.id)
         cells = rows.groupby(["phase", "step", "layer"])

@@ -100,11 +100,27 @@ def test_stored_json_carries_the_schema_version_and_no_nan():
     record = RunRecord(complete=True, decode_tps=float("nan"), extra={"x": [float("inf"), 1.0],
                                                                       "path": Path("/a")})
     stored = record.stored()
-    assert stored["schema_version"] == SCHEMA_VERSION == 1
+    assert stored["schema_version"] == SCHEMA_VERSION == 2
     assert stored["decode_tps"] is None and stored["extra"] == {"x": [None, 1.0], "path": "/a"}
     json.dumps(stored, allow_nan=False)
-    newer = dict(stored, schema_version=2, field_of_the_future=1)
+    newer = dict(stored, schema_version=3, field_of_the_future=1)
     assert load_record(newer).complete is True          # unknown fields are dropped
+
+
+def test_a_version_1_record_reads_its_orch_facts_into_their_fields():
+    """Version 1 kept validity, the route trace and an import's entry state in `extra`."""
+    v1 = {"schema_version": 1, "complete": True, "decode_tps": 2.5,
+          "extra": {"validity": {"load": "calm"}, "route_trace": {"preamble": {"model": "m"}},
+                    "driver": {"cpu_khz": 1555200}, "state": {"file": "a.state"},
+                    "trailer": {"tok/s": 2.5}}}
+    record = load_record(v1)
+    assert record.schema_version == SCHEMA_VERSION
+    assert record.validity == {"load": "calm"}
+    assert record.route_trace == {"preamble": {"model": "m"}}
+    assert record.entry_state.driver == {"cpu_khz": 1555200}
+    assert record.entry_state.state == {"file": "a.state"}
+    assert record.extra == {"trailer": {"tok/s": 2.5}}     # the engine's own, free form
+    assert load_record(record.stored()) == record           # and it round-trips as v2
 
 
 def test_garbled_trailer_values_cost_the_value_not_the_record():

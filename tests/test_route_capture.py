@@ -172,7 +172,7 @@ def test_orch_run_stores_traces_and_orch_routes_reads_them(workspace):
         run = runs[config]
         rows = store.route_frame(run.id)
         assert len(rows) == (3 + 40) * 4 * 4
-        meta = load_record(run.summary).extra["route_trace"]
+        meta = load_record(run.summary).route_trace
         assert meta["preamble"]["arch"] == "moe-probe" and meta["preamble"]["n_expert"] == 32
         code, text = orch("routes", str(run.id), "--format", "json")
         assert code == 0, text
@@ -234,6 +234,6 @@ def test_example_matrix_traces_every_config(workspace):
     runs = {r.config: r for r in store.runs()}
     assert set(runs) == {"uniform", "skewed"}
     figures = {c: routing_figures(RouteTrace.from_stored(
-        load_record(r.summary).extra["route_trace"], store.route_frame(r.id)))
+        load_record(r.summary).route_trace, store.route_frame(r.id)))
         for c, r in runs.items()}
     assert figures["skewed"]["top8_share_mean_pct"] > figures["uniform"]["top8_share_mean_pct"]

@@ -176,8 +176,8 @@ def test_import_stores_the_trace_rows_and_its_preamble_with_the_run(imported):
     store = Store.open(imported)
     (run,) = store.runs()
     assert run.config == "gemma" and run.status == "ok"
-    assert run.summary["extra"]["route_trace"]["preamble"]["n_expert_used"] == 6
-    assert len(run.summary["extra"]["route_trace"]["layer_bytes"]) == 30
+    assert run.record.route_trace["preamble"]["n_expert_used"] == 6
+    assert len(run.record.route_trace["layer_bytes"]) == 30
     rows = store.route_frame(run.id)
     assert rows.equals(read_route_trace(TRACE).rows)
     tokens = store.frame("token", [run.id])

@@ -33,7 +33,7 @@ def test_imported_session_flags_start_temperature(tmp_path):
     assert runs["gpt_c2000_l4"].temp_start == {"cpu_temp_mC": 52900, "batt_temp_dC": 380}
     assert runs["gpt_c2000_l4"].mem_avail_start_kb == 7117300
     assert runs["gpt_c2000_l8"].cooldown_s == 180          # driver log: waited=180s
-    assert load_record(runs["gpt_c2000_l8_k2"].summary).extra["driver"]["cpu_khz"] == 1555200
+    assert load_record(runs["gpt_c2000_l8_k2"].summary).entry_state.driver["cpu_khz"] == 1555200
     found = [c for c in session_warnings(store, report.session_id) if c.kind == "start_temp"]
     gpt = [c for c in found if c.model.startswith("gpt-oss")]
     assert len(gpt) == 1
@@ -159,7 +159,7 @@ def test_run_on_a_busy_device_is_flagged(busy_device):
     (run,) = store.runs()
     device = store.device_by_name("local")
     assert device.facts["cpu.max_khz"] == "3187200" and device.facts["cpu.governor"] == "schedutil"
-    validity = load_record(run.summary).extra["validity"]
+    validity = load_record(run.summary).validity
     assert validity["load1_median"] == 4.07 and validity["cpu_khz_median"] == 1000000
     assert any("load average 4.07" in w for w in run.warnings)
     assert any("throttled" in w for w in run.warnings)

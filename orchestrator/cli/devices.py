@@ -2,11 +2,17 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from orchestrator.cli.options import console, db_option, friendly, inventory_option
 from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.config.inventory import Inventory
 
 
 @click.group(invoke_without_command=True)
@@ -24,8 +30,6 @@ def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: 
     if ctx.invoked_subcommand is not None:
         return
     from orchestrator.config.inventory import load_inventory
-    from orchestrator.report.terminal import print_devices
-
     inv = load_inventory(inventory)
     print_devices(console, inv, list(names) or inv.names(), probe, db)
     if probe:
@@ -33,6 +37,46 @@ def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: 
         from orchestrator.results.ceilings import print_ceilings
 
         print_ceilings(console, Store.open(db), list(names) or inv.names())
+
+
+def print_devices(console: Console, inventory: Inventory, names: list[str], probe: bool,
+                  db: str | None) -> None:
+    """The inventory's devices as a table; with `probe`, each device's facts, collected by
+    the agent and stored (the device row keeps the newest)."""
+    from rich.table import Table
+
+    from orchestrator.config.inventory import open_transport
+    from orchestrator.plugins import device_kind
+    from orchestrator.run.agent_client import AgentClient
+    from orchestrator.transports.base import TransportError
+
+    table = Table()
+    for name in ("device", "kind", "address", "workdir", "description"):
+        table.add_column(name)
+    for name in names:
+        entry = inventory.get(name)
+        table.add_row(name, entry.kind, device_kind(entry.kind).address(entry),
+                      inventory.workdir(name), entry.description or "")
+    console.print(table)
+    if not probe:
+        return
+    from orchestrator.db.store import Store
+
+    store = Store.open(db)
+    for name in names:
+        try:
+            with open_transport(inventory, name) as transport:
+                facts = AgentClient(transport).facts()
+        except TransportError as exc:
+            console.print(f"[red]{name}: {exc}[/]")
+            continue
+        store.upsert_device(name, inventory.get(name).kind, facts)
+        facts_table = Table(title=f"{name} facts", title_justify="left", show_header=False)
+        facts_table.add_column("fact")
+        facts_table.add_column("value")
+        for key, value in facts.items():
+            facts_table.add_row(key, value)
+        console.print(facts_table)
 
 
 @devices.command()

@@ -127,11 +127,12 @@ def submit(matrix_file: str, devices: tuple[str, ...], yes: bool, broker: str | 
     (device, cell) on the device's queue, in the matrix's order. Prints the sessions and
     returns at once; `orch lab wait` follows them. Quality probes and adaptive repeats are
     refused (use `orch run`)."""
-    from orchestrator.cli.preflight import check_engine, confirm_size
+    from orchestrator.cli.preflight import confirm_size
     from orchestrator.config.matrix import load_matrix
     from orchestrator.lab.app import broker_url, make_app
     from orchestrator.lab.submit import refuse_unsupported
     from orchestrator.lab.submit import submit as submit_batch
+    from orchestrator.run.preflight import check_engine
 
     loaded = load_matrix(matrix_file)
     check_engine(loaded)
@@ -167,14 +168,14 @@ def status(fmt: str, broker: str | None, db: str | None) -> None:
     ORCH_BROKER is given), the running cell, and the consumer's heartbeat."""
     import json
 
-    from orchestrator.lab import state
+    from orchestrator.db import lab as lab_db
     from orchestrator.lab.app import make_app, queue_depths
     from orchestrator.lab.status import status_rows, status_table
 
     store = _store(db, create=False)
     depths = None
     if broker:
-        depths = queue_depths(make_app(broker), [r.name for r in state.lab_devices(store)])
+        depths = queue_depths(make_app(broker), [r.name for r in lab_db.lab_devices(store)])
     rows = status_rows(store, depths)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
@@ -237,21 +238,21 @@ def devices() -> None:
 @friendly
 def devices_add(name: str, worker: str | None, broker: str | None, db: str | None) -> None:
     """Serve NAME again (or on another worker): its worker starts a consumer within a second."""
-    from orchestrator.lab import state
+    from orchestrator.db import lab as lab_db
     from orchestrator.lab.app import LabError
 
     store = _store(db)
-    row = state.lab_device(store, name)
+    row = lab_db.lab_device(store, name)
     if row is None and worker is None:
         raise LabError(f"device {name!r} is not in the lab yet: give --worker W (a worker "
                        f"whose inventory lists it)")
     if row is None:
-        state.register_device(store, name, "unknown", worker, "")
-    values = {"state": state.ACTIVE if row is None or row.state != state.QUARANTINED
-              else state.QUARANTINED}
+        lab_db.register_device(store, name, "unknown", worker, "")
+    values = {"state": lab_db.ACTIVE if row is None or row.state != lab_db.QUARANTINED
+              else lab_db.QUARANTINED}
     if worker:
         values["worker"] = worker
-    state.update_device(store, name, **values)
+    lab_db.update_device(store, name, **values)
     click.echo(f"{name}: served by worker {worker or row.worker}")
 
 
@@ -263,13 +264,13 @@ def devices_add(name: str, worker: str | None, broker: str | None, db: str | Non
 def devices_remove(name: str, broker: str | None, db: str | None) -> None:
     """Stop serving NAME: its consumer stops after its running cell; its waiting cells stay
     queued until it is added again."""
-    from orchestrator.lab import state
+    from orchestrator.db import lab as lab_db
     from orchestrator.lab.app import LabError
 
     store = _store(db, create=False)
-    if state.lab_device(store, name) is None:
+    if lab_db.lab_device(store, name) is None:
         raise LabError(f"device {name!r} is not in the lab")
-    state.update_device(store, name, state=state.REMOVED)
+    lab_db.update_device(store, name, state=lab_db.REMOVED)
     click.echo(f"{name}: removed (its waiting cells stay queued)")
 
 
@@ -281,16 +282,16 @@ def devices_remove(name: str, broker: str | None, db: str | None) -> None:
 def release(names: tuple[str, ...], broker: str | None, db: str | None) -> None:
     """Release quarantined devices: their held cell is checked again and, if the device
     passes, its cells run."""
-    from orchestrator.lab import state
+    from orchestrator.db import lab as lab_db
     from orchestrator.lab.app import LabError
 
     store = _store(db, create=False)
     for name in names:
-        row = state.lab_device(store, name)
+        row = lab_db.lab_device(store, name)
         if row is None:
             raise LabError(f"device {name!r} is not in the lab")
-        if row.state != state.QUARANTINED:
+        if row.state != lab_db.QUARANTINED:
             click.echo(f"{name}: not quarantined ({row.state})")
             continue
-        state.update_device(store, name, state=state.ACTIVE, failures=0)
+        lab_db.update_device(store, name, state=lab_db.ACTIVE, failures=0)
         click.echo(f"{name}: released (was: {row.reason})")

@@ -66,7 +66,8 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
 
     loaded = load_matrix(matrix_file)
     inv = load_inventory(inventory)
-    from orchestrator.cli.preflight import check_engine, confirm_size, device_names
+    from orchestrator.cli.preflight import confirm_size
+    from orchestrator.run.preflight import check_engine, device_names
     from orchestrator.run.session import run_devices
 
     names = device_names(inv, devices)

@@ -126,6 +126,18 @@ class SessionRow:
 
         return stored_matrix(self.values.get("matrix_text"))
 
+    @cached_property
+    def matrix_data(self) -> dict[str, Any]:
+        """The stored matrix as plain YAML data, parsed once ({} for imports or bad text):
+        for readers that need keys the Matrix model normalises away."""
+        import yaml
+
+        try:
+            data = yaml.safe_load(self.values.get("matrix_text") or "")
+        except yaml.YAMLError:
+            return {}
+        return data if isinstance(data, dict) else {}
+
     @classmethod
     def of(cls, row: Any) -> "SessionRow":
         return cls(dict(row._mapping))
@@ -174,7 +186,7 @@ class Runs:
             stmt = stmt.where(run.c.engine_build == build)
         if cell_key is not None:
             stmt = stmt.where(run.c.cell_key == cell_key)
-        in_order = session is not None or sessions is not None
+        in_order = session is not None or sessions is not None or matrix is not None
         stmt = stmt.order_by(*((run.c.session_id, run.c.order_index, run.c.id) if in_order
                                else (run.c.id.desc(),)))
         if limit:
@@ -228,14 +240,15 @@ class Runs:
         return bool(self.store.fetch(select(schema.run.c.id)
                                      .where(schema.run.c.session_id == session_id).limit(1)))
 
-    def output_lines(self, run_id: int, stream: str, limit: int | None = None) -> list[str]:
-        """A run's stored lines of one stream (O stdout, E stderr, W agent warnings)."""
+    def output_lines(self, run_id: int, stream: str, last: int | None = None) -> list[str]:
+        """A run's stored lines of one stream (O stdout, E stderr, W agent warnings), in
+        order; only the last `last` of them when given."""
         out = schema.output
-        stmt = (select(out.c.line).where(out.c.run_id == run_id, out.c.stream == stream)
-                .order_by(out.c.seq))
-        if limit:
-            stmt = stmt.limit(limit)
-        return [r.line for r in self.store.fetch(stmt)]
+        stmt = select(out.c.line).where(out.c.run_id == run_id, out.c.stream == stream)
+        if last:
+            rows = self.store.fetch(stmt.order_by(out.c.seq.desc()).limit(last))
+            return [r.line for r in reversed(rows)]
+        return [r.line for r in self.store.fetch(stmt.order_by(out.c.seq))]
 
     # -- per-run statistics ----------------------------------------------------------------
     def stats(self, rows: Sequence[Any], quantile_method: str = "linear") -> "pd.DataFrame":
@@ -316,14 +329,14 @@ class Sessions:
         table = schema.imported_file
         return self.store.fetch(select(table).where(table.c.session_id.in_(list(session_ids))))
 
-    def newest_matrix(self, device: str | None = None) -> str | None:
-        """The matrix name of the newest session with a current run (on a device)."""
+    def newest_matrix(self, devices: Iterable[str] | None = None) -> str | None:
+        """The matrix name of the newest session with a current run (on these devices)."""
         run, ses, dev = schema.run, schema.session, schema.device
         stmt = current_only(select(ses.c.matrix_name).select_from(run)
                             .join(ses, ses.c.id == run.c.session_id)
                             .join(dev, dev.c.id == run.c.device_id))
-        if device is not None:
-            stmt = stmt.where(dev.c.name == device)
+        if devices is not None:
+            stmt = stmt.where(dev.c.name.in_(list(devices)))
         rows = self.store.fetch(stmt.order_by(run.c.session_id.desc()).limit(1))
         return rows[0].matrix_name if rows else None
 

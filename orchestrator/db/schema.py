@@ -54,6 +54,7 @@ session = Table(
     Column("repeat_stop", Text),                           # why adaptive repeats stopped
     Column("label", Text),                                 # import --label: shown in reports
     Column("import_options", JSON),                        # import: device, name, model, label
+    Column("device_facts", JSON),                          # the device's facts when it ran
     Column("started_at", DateTime(timezone=True)),
     Column("ended_at", DateTime(timezone=True)),
 )
@@ -138,7 +139,7 @@ output = Table(
 
 route = Table(
     # bmoe-cli `# route_trace v1` rows (route-trace.md): one per routed expert, in file order.
-    # The preamble and per-layer sizes live in the run's summary, extra["route_trace"].
+    # The preamble and per-layer sizes live in the run's summary, route_trace field.
     "route", metadata,
     Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
     Column("seq", Integer, primary_key=True),        # row order in the trace, 0-based

@@ -11,7 +11,10 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.db.store import Store
 
 _HELD: set[tuple[str, str, int]] = set()  # (database, namespace, id) held by this process
 _GUARD = threading.Lock()
@@ -33,20 +36,21 @@ class DeviceTaken(RuntimeError):
 
 
 @contextmanager
-def session_lock(engine: Any, session_id: int) -> Iterator[None]:
-    """Hold session `session_id` for the duration; SessionBusy when someone else holds it."""
-    with _hold(engine, "sessions", PG_CLASS, session_id, lambda: _busy(session_id)):
+def session_lock(store: "Store", session_id: int) -> Iterator[None]:
+    """Hold session `session_id` of the store for the duration; SessionBusy when someone else
+    holds it."""
+    with _hold(store.engine, "sessions", PG_CLASS, session_id, lambda: _busy(session_id)):
         yield
 
 
 @contextmanager
-def device_lock(engine: Any, device_id: int, name: str) -> Iterator[None]:
+def device_lock(store: "Store", device_id: int, name: str) -> Iterator[None]:
     """Hold lab device `device_id` for a consumer's life: two consumers of one device (two
     workers given the same device by mistake) would run two engines on it at once."""
     def taken() -> DeviceTaken:
         return DeviceTaken(f"device {name} is already served by another lab worker process "
                            f"(`orch lab status` shows which)")
-    with _hold(engine, "devices", PG_DEVICE_CLASS, device_id, taken):
+    with _hold(store.engine, "devices", PG_DEVICE_CLASS, device_id, taken):
         yield
 
 

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
 from orchestrator import __version__
-from orchestrator.db import schema
+from orchestrator.db.runs import SessionRow, Sessions
 from orchestrator.db.store import Store, now
 from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
 from orchestrator.errors import ConfigError
@@ -103,10 +102,8 @@ def _model(rules: Mapping[str, str], prefix: str | None, preamble: Any) -> str:
     return prefix or "-"
 
 
-def _find_session(store: Store, source: str) -> Any | None:
-    rows = store.fetch(select(schema.session).where(schema.session.c.kind == "import",
-                                                    schema.session.c.source_dir == source)
-                       .order_by(schema.session.c.id))
+def _find_session(store: Store, source: str) -> SessionRow | None:
+    rows = Sessions(store).imports_of(source)
     return rows[0] if rows else None
 
 
@@ -153,8 +150,7 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
     report.session_id = sid
     old = store.runs(sid, include_superseded=True)
     existing = {} if replace else {r.config: r for r in old}
-    known = {} if replace else {r.path: r.sha256 for r in store.fetch(
-        select(schema.imported_file).where(schema.imported_file.c.session_id == sid))}
+    known = {} if replace else {r.path: r.sha256 for r in Sessions(store).imported_files([sid])}
     device_id = store.upsert_device(opts.device, "imported")
     order = max((r.order_index for r in old), default=-1) + 1
     digests: dict[str, str] = {}

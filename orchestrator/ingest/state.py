@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.engines.bmoe_format import BOM
+from orchestrator.record import EntryState
 
 _SECTION = re.compile(r"^=+ (\S.*?) =+$")
 _ENTRY_ITEM = re.compile(r"(\w+)=(-?\d+)\s*(dC|kB|s)?")
@@ -125,10 +126,10 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if _is_number(v)), None)
 
 
-def start_facts(row: Any, extra: dict[str, Any] | None) -> list[str]:
+def start_facts(row: Any, entry: EntryState | None) -> list[str]:
     """What `orch show` prints about a run's start: temperatures, free RAM, cooldown, and an
-    imported run's driver entry state and `.state` BEFORE/AFTER blocks (`extra`: the record's
-    extra). Empty when the run has none of them."""
+    imported run's driver entry state and `.state` BEFORE/AFTER blocks (the record's
+    entry_state). Empty when the run has none of them."""
     out = []
     temps = row.temp_start or {}
     bits = [f"{k} {v}" for k, v in sorted(temps.items())]
@@ -138,10 +139,10 @@ def start_facts(row: Any, extra: dict[str, Any] | None) -> list[str]:
         bits.append(f"cooldown waited {row.cooldown_s:g} s")
     if bits:
         out.append("start: " + ", ".join(bits))
-    driver = (extra or {}).get("driver") or {}
+    driver = (entry.driver if entry else None) or {}
     if driver.get("cpu_khz") is not None:
         out.append(f"driver entry ({driver.get('log')}): CPU {driver['cpu_khz']} kHz")
-    state = (extra or {}).get("state") or {}
+    state = (entry.state if entry else None) or {}
     for when in ("before", "after"):
         block = state.get(when)
         if block:

@@ -24,7 +24,7 @@ from orchestrator.engines.bmoe_format import (
     split_log,
 )
 from orchestrator.engines.route_trace import RouteTrace
-from orchestrator.record import KIB_PER_GIB, Pressure, RunRecord
+from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord
 from orchestrator.run.recorder import RunRecorder
 
 _MIB_PER_GIB = KIB_PER_GIB / 1024
@@ -120,12 +120,10 @@ def write_run(store: Store, adapter: Any, session_id: int, device_id: int, plan:
         record.pressure = Pressure.from_sidecar(sidecar)
         record.extra["sidecar"] = sidecar
     record.pressure = memory.fill(record.pressure)
-    if plan.entry is not None:
-        record.extra["driver"] = plan.entry
-    if plan.state is not None:
-        record.extra["state"] = plan.state
+    if plan.entry is not None or plan.state is not None:
+        record.entry_state = EntryState(driver=plan.entry, state=plan.state)
     if plan.trace is not None:
-        record.extra["route_trace"] = plan.trace.meta()
+        record.route_trace = plan.trace.meta()
         store.insert_route(run_id, plan.trace.rows)
     model = model_of(record.settings.get("model"))
     status, cause = _status(plan, record)

@@ -14,16 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from sqlalchemy import select
 
 from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix, Matrix
 from orchestrator.config.plan import Cell, plan_cells
-from orchestrator.db import schema
+from orchestrator.db import lab as lab_db
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError
-from orchestrator.lab import state
 from orchestrator.lab.health import HealthGate, HealthLimits, Stopping, check_device
 from orchestrator.plugins import get_adapter
 from orchestrator.run.agent_client import AgentClient
@@ -107,7 +105,7 @@ class DeviceConsumer:
 
     def _session(self, row: Any) -> _Session:
         if row.session_id not in self.sessions:
-            batch = state.batch_row(self.store, row.batch_id)
+            batch = lab_db.batch_row(self.store, row.batch_id)
             loaded = loaded_from_batch(batch)
             seed = self.store.session_row(row.session_id).seed
             adapter = get_adapter(loaded.matrix.engine, loaded.matrix.engine_options)
@@ -135,17 +133,12 @@ class DeviceConsumer:
 
     def _own_jobs(self) -> set[str]:
         """Job dirs of this device's runs that are this lab's to collect (taken cells)."""
-        run, cell = schema.run, schema.lab_cell
-        rows = self.store.fetch(select(run.c.remote_dir).join(
-            cell, (cell.c.session_id == run.c.session_id) & (cell.c.cell_key == run.c.cell_key))
-            .where(cell.c.device == self.device, cell.c.state == "delivered",
-                   run.c.status.in_(("running", "interrupted"))))
-        return {r.remote_dir for r in rows if r.remote_dir}
+        return lab_db.own_job_dirs(self.store, self.device)
 
     # -- tasks ---------------------------------------------------------------------------------
     def execute(self, cell_id: int) -> str:
         """The task body. Returns what happened (for the log): a state or `ignored`."""
-        row = state.cell_row(self.store, cell_id)
+        row = lab_db.cell_row(self.store, cell_id)
         if row is None:
             log.warning("%s: task for cell %s, which is not in this store: ignored",
                         self.device, cell_id)
@@ -154,12 +147,12 @@ class DeviceConsumer:
             log.warning("%s: task for cell %s of device %s: ignored", self.device, cell_id,
                         row.device)
             return "ignored"
-        if row.state not in state.PENDING:
+        if row.state not in lab_db.PENDING:
             log.info("%s: cell %s already ended (%s): nothing to do", self.device, cell_id,
                      row.state)
             return row.state
-        state.take_cell(self.store, cell_id, self.worker)
-        return self._guarded(state.cell_row(self.store, cell_id))
+        lab_db.take_cell(self.store, cell_id, self.worker)
+        return self._guarded(lab_db.cell_row(self.store, cell_id))
 
     def _guarded(self, row: Any) -> str:
         """_run, with an unexpected error ending the cell `failed` (logged with its
@@ -177,7 +170,7 @@ class DeviceConsumer:
     def recover(self) -> int:
         """Before consuming: finish the cells an earlier consumer of this device took and did
         not end (it was killed), in the order it took them. Returns how many."""
-        rows = state.taken_cells(self.store, self.device)
+        rows = lab_db.taken_cells(self.store, self.device)
         for row in rows:
             log.info("%s: cell %s was taken by a consumer that ended; finishing it",
                      self.device, row.id)
@@ -202,7 +195,7 @@ class DeviceConsumer:
             earlier = self._earlier(row, cell)
             if earlier is not None and earlier.status == "ok":
                 return self._end(row, "kept", earlier.id)
-            state.update_device(self.store, self.device, current_cell_id=row.id)
+            lab_db.update_device(self.store, self.device, current_cell_id=row.id)
             prepared = session.prepared
             try:
                 outcome = run_or_collect(prepared.runner, cell, earlier, session.loaded.matrix.cooldown,
@@ -214,7 +207,7 @@ class DeviceConsumer:
                                    else f"busy: {exc}")
                 continue
             finally:
-                state.update_device(self.store, self.device, current_cell_id=None)
+                lab_db.update_device(self.store, self.device, current_cell_id=None)
             if self._lost_link(outcome):
                 self._drop_connection()
                 self.gate.failed(f"unreachable: {outcome.cause}")
@@ -235,10 +228,10 @@ class DeviceConsumer:
         return not Runs(self.store).has_any(session_id)
 
     def _end(self, row: Any, status: str, run_id: int | None, cause: str | None = None) -> str:
-        state.update_cell(self.store, row.id, state=status, run_id=run_id, ended_at=now())
+        lab_db.update_cell(self.store, row.id, state=status, run_id=run_id, ended_at=now())
         if cause:
             log.error("%s: cell %s %s: %s", self.device, row.id, status, cause)
-        if state.session_pending(self.store, row.session_id) == 0:
+        if lab_db.session_pending(self.store, row.session_id) == 0:
             self.store.update_session(row.session_id, ended_at=now())
             self.sessions.pop(row.session_id, None)   # a consumer lives for weeks: let it go
         return status

@@ -19,9 +19,9 @@ import threading
 import warnings
 
 from orchestrator.config.inventory import load_inventory
+from orchestrator.db import lab as lab_db
 from orchestrator.db.session_lock import DeviceTaken, device_lock
 from orchestrator.db.store import Store, now
-from orchestrator.lab import state
 from orchestrator.lab.app import TASK, VISIBILITY_TIMEOUT_S, make_app, queue_name
 from orchestrator.lab.cell_task import DeviceConsumer
 from orchestrator.lab.health import HealthLimits
@@ -66,7 +66,7 @@ def _heartbeat(store: Store, device: str, stop: threading.Event, parent: int | N
             log.error("%s: the worker process is gone; stopping", device)
             os._exit(1)
         try:
-            state.update_device(store, device, seen_at=now(), pid=os.getpid())
+            lab_db.update_device(store, device, seen_at=now(), pid=os.getpid())
         except Exception as exc:  # noqa: BLE001 - a store hiccup must not kill the consumer
             log.warning("%s: heartbeat not stored: %s", device, exc)
 
@@ -91,8 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     beat = threading.Thread(target=_heartbeat, args=(store, args.device, consumer.stop,
                                                      args.parent), daemon=True)
     try:
-        with device_lock(store.engine, consumer.device_id, args.device):
-            state.update_device(store, args.device, pid=os.getpid(), seen_at=now())
+        with device_lock(store, consumer.device_id, args.device):
+            lab_db.update_device(store, args.device, pid=os.getpid(), seen_at=now())
             beat.start()
             recovered = consumer.recover()
             if recovered:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         consumer.stop.set()
         consumer.close()
         try:
-            state.update_device(store, args.device, pid=None)
+            lab_db.update_device(store, args.device, pid=None)
         except Exception:  # noqa: BLE001, S110 - shutting down: the row's pid is advisory
             pass
     return 0

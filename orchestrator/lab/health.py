@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
-from orchestrator.lab import state
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.cooldown import run_agent_cooldown
 from orchestrator.run.device_jobs import live_jobs
@@ -72,30 +72,30 @@ class HealthGate:
 
     def pass_(self, check: Callable[[], str | None]) -> None:
         while True:
-            row = state.lab_device(self.store, self.device)
-            if row is not None and row.state == state.QUARANTINED:
+            row = lab_db.lab_device(self.store, self.device)
+            if row is not None and row.state == lab_db.QUARANTINED:
                 self._hold(row.reason)
                 continue
             reason = check()
             if reason is None:
                 if row is not None and row.failures:
-                    state.update_device(self.store, self.device, failures=0, reason=None)
+                    lab_db.update_device(self.store, self.device, failures=0, reason=None)
                 return
             self.failed(reason)
 
     def failed(self, reason: str) -> None:
         """One more failed check in a row: quarantine at `after`, else wait retry_s. A cell
         that lost its device mid-run counts here too."""
-        row = state.lab_device(self.store, self.device)
+        row = lab_db.lab_device(self.store, self.device)
         failures = (row.failures if row is not None else 0) + 1
         if failures >= self.limits.after:
-            state.update_device(self.store, self.device, failures=failures, reason=reason,
-                                state=state.QUARANTINED)
+            lab_db.update_device(self.store, self.device, failures=failures, reason=reason,
+                                 state=lab_db.QUARANTINED)
             log.warning("%s: quarantined after %d failed checks in a row: %s "
                         "(`orch lab release %s` when it is fixed)", self.device, failures,
                         reason, self.device)
             return
-        state.update_device(self.store, self.device, failures=failures, reason=reason)
+        lab_db.update_device(self.store, self.device, failures=failures, reason=reason)
         log.warning("%s: check %d of %d failed: %s; again in %g s", self.device, failures,
                     self.limits.after, reason, self.limits.retry_s)
         self._wait(self.limits.retry_s)
@@ -106,8 +106,8 @@ class HealthGate:
                  self.device, reason, self.device)
         while True:
             self._wait(self.limits.poll_s)
-            row = state.lab_device(self.store, self.device)
-            if row is None or row.state != state.QUARANTINED:
+            row = lab_db.lab_device(self.store, self.device)
+            if row is None or row.state != lab_db.QUARANTINED:
                 log.info("%s: released", self.device)
                 return
 

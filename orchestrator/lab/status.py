@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.table import Table
 
+from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
-from orchestrator.lab import state
 from orchestrator.lab.app import LabError
 
 
@@ -19,24 +19,24 @@ def status_rows(store: Store, depths: dict[str, int | None] | None = None) -> li
     """One dict per lab device: name, kind, worker, host, state, health, waiting (cells not
     ended, from the store), broker (messages in its queue, when the broker was asked),
     running (the cell now running), seen_s (heartbeat age)."""
-    pending = state.pending_counts(store)
+    pending = lab_db.pending_counts(store)
     out = []
-    for row in state.lab_devices(store):
+    for row in lab_db.lab_devices(store):
         running = None
         if row.current_cell_id is not None:
-            cell = state.cell_row(store, row.current_cell_id)
+            cell = lab_db.cell_row(store, row.current_cell_id)
             if cell is not None:
                 running = f"{cell.cell_key} (session {cell.session_id})"
-        seen = state.heartbeat_age(row)
+        seen = lab_db.heartbeat_age(row)
         health = "ok" if not row.failures else f"{row.failures} failed: {row.reason}"
-        if row.state == state.QUARANTINED:
+        if row.state == lab_db.QUARANTINED:
             health = f"quarantined: {row.reason}"
         out.append({"device": row.name, "kind": row.kind, "worker": row.worker,
                     "host": row.host, "state": row.state, "health": health,
                     "waiting": pending.get(row.name, 0),
                     "broker": (depths or {}).get(row.name), "running": running,
                     "seen_s": None if seen is None else round(seen, 1),
-                    "alive": state.consumer_alive(row)})
+                    "alive": lab_db.consumer_alive(row)})
     return out
 
 
@@ -64,15 +64,15 @@ def sessions_to_wait(store: Store, session: int | None) -> list[int]:
     """The session given (with the other sessions of its submission: one per device), else
     every session of the newest submission."""
     if session is not None:
-        batch = state.session_batch(store, session)
+        batch = lab_db.session_batch(store, session)
         if batch is None:
             raise LabError(f"session {session} was not submitted to the lab "
                            f"(`orch lab status` lists what waits)")
         return [session]
-    batch = state.newest_batch(store)
+    batch = lab_db.newest_batch(store)
     if batch is None:
         raise LabError("nothing was submitted to the lab in this store (orch lab submit)")
-    return state.batch_sessions(store, batch)
+    return lab_db.batch_sessions(store, batch)
 
 
 def wait(store: Store, sessions: list[int], on_change: Callable[[Counter, int], None],
@@ -81,13 +81,13 @@ def wait(store: Store, sessions: list[int], on_change: Callable[[Counter, int], 
     began = time.monotonic()
     last = None
     while True:
-        cells = state.cells_of_sessions(store, sessions)
+        cells = lab_db.cells_of_sessions(store, sessions)
         states = Counter(cell.state for cell in cells)
         if states != last:
             on_change(states, len(cells))
             last = states
-        if not any(states[s] for s in state.PENDING):
-            ok = all(cell.state in state.GOOD for cell in cells)
+        if not any(states[s] for s in lab_db.PENDING):
+            ok = all(cell.state in lab_db.GOOD for cell in cells)
             return WaitResult(sessions, states, ok)
         if timeout_s is not None and time.monotonic() - began > timeout_s:
             return WaitResult(sessions, states, False)

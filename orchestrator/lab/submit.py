@@ -13,8 +13,8 @@ from typing import Any
 from orchestrator import __version__
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import plan_cells
+from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store, now
-from orchestrator.lab import state
 from orchestrator.lab.app import TASK, LabError, check_broker, queue_name
 from orchestrator.run import controller
 
@@ -42,13 +42,13 @@ def refuse_unsupported(loaded: LoadedMatrix) -> None:
 def check_devices(store: Store, devices: list[str]) -> dict[str, Any]:
     """Every device must be served by a lab worker (registered in the store) and not removed.
     A quarantined device is accepted: its cells wait until it is released."""
-    known = {row.name: row for row in state.lab_devices(store)}
+    known = {row.name: row for row in lab_db.lab_devices(store)}
     for name in devices:
         if name not in known:
             served = ", ".join(sorted(known)) or "none yet"
             raise LabError(f"device {name!r} is served by no lab worker (served: {served}); "
                            f"start `orch lab worker --inventory FILE` on its host first")
-        if known[name].state == state.REMOVED:
+        if known[name].state == lab_db.REMOVED:
             raise LabError(f"device {name!r} was removed from the lab; `orch lab devices add "
                            f"{name}` first")
     return {name: known[name] for name in devices}
@@ -68,9 +68,9 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
         seed = random.SystemRandom().randrange(1 << 31)
     cells = plan_cells(matrix, seed)
     command = command or " ".join(sys.argv)
-    batch_id = state.create_batch(store, matrix_name=matrix.name, matrix_path=loaded.path,
-                                  matrix_text=loaded.text, prompt_text=loaded.prompt_text,
-                                  command=command, submitted_from=controller.host())
+    batch_id = lab_db.create_batch(store, matrix_name=matrix.name, matrix_path=loaded.path,
+                                   matrix_text=loaded.text, prompt_text=loaded.prompt_text,
+                                   command=command, submitted_from=controller.host())
     result = Submission(batch_id)
     rows = []
     for device in devices:
@@ -85,7 +85,7 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
                   "cell_key": cell.key, "position": position, "state": "queued",
                   "attempts": 0, "enqueued_at": now()}
                  for position, cell in enumerate(cells)]
-    ids = state.insert_cells(store, rows)
+    ids = lab_db.insert_cells(store, rows)
     began = time.perf_counter()
     try:
         with app.producer_or_acquire() as producer:

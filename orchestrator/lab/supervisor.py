@@ -21,8 +21,8 @@ from pathlib import Path
 import yaml
 
 from orchestrator.config.inventory import Inventory, load_inventory
+from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
-from orchestrator.lab import state
 from orchestrator.lab.app import LabError
 
 log = logging.getLogger("orch.lab")
@@ -76,17 +76,17 @@ class Supervisor:
         served = []
         for name in names:
             entry = self.inventory.get(name)   # ConfigError for a name not in the inventory
-            row = state.lab_device(self.store, name)
-            if row is not None and row.worker != self.options.name and state.consumer_alive(row):
+            row = lab_db.lab_device(self.store, name)
+            if row is not None and row.worker != self.options.name and lab_db.consumer_alive(row):
                 log.warning("%s: served by worker %s right now; not taken (stop that worker, "
                             "or move it: `orch lab devices add %s --worker %s`)", name,
                             row.worker, name, self.options.name)
                 continue
             served.append(name)
-            kept = state.register_device(self.store, name, entry.kind, self.options.name, host)
-            if kept != state.ACTIVE:
+            kept = lab_db.register_device(self.store, name, entry.kind, self.options.name, host)
+            if kept != lab_db.ACTIVE:
                 log.warning("%s: stays %s (%s)", name, kept,
-                            "`orch lab release` it" if kept == state.QUARANTINED else
+                            "`orch lab release` it" if kept == lab_db.QUARANTINED else
                             "`orch lab devices add` it")
         if not served:
             raise LabError(f"every device of this worker is served by another live worker "
@@ -117,8 +117,8 @@ class Supervisor:
                 _signal(child.proc, signal.SIGQUIT)
 
     def _wanted(self) -> set[str]:
-        rows = state.lab_devices(self.store, worker=self.options.name)
-        return {row.name for row in rows if row.state != state.REMOVED}
+        rows = lab_db.lab_devices(self.store, worker=self.options.name)
+        return {row.name for row in rows if row.state != lab_db.REMOVED}
 
     def _reconcile(self) -> None:
         wanted = self._wanted()
@@ -144,13 +144,13 @@ class Supervisor:
             if name not in self.inventory.entries:
                 self.inventory = load_inventory(self.options.inventory)  # added to the file?
                 if name not in self.inventory.entries:
-                    state.update_device(self.store, name, reason=f"not in worker "
-                                        f"{self.options.name}'s inventory")
+                    lab_db.update_device(self.store, name, reason=f"not in worker "
+                                         f"{self.options.name}'s inventory")
                     self.next_start[name] = time.monotonic() + 30.0
                     continue
             # `devices add` may have named this worker for a device it never registered
-            state.update_device(self.store, name, kind=self.inventory.get(name).kind,
-                                host=socket.gethostname())
+            lab_db.update_device(self.store, name, kind=self.inventory.get(name).kind,
+                                 host=socket.gethostname())
             self.children[name] = _Child(self._start(name), time.monotonic())
 
     def _start(self, device: str) -> subprocess.Popen:

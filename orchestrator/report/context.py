@@ -13,17 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-import yaml
-from sqlalchemy import func, select
 
 from orchestrator.config.matrix import Matrix
-from orchestrator.db import schema
-from orchestrator.db.runs import Runs, Sessions
+from orchestrator.db.runs import Runs, SessionRow, Sessions, devices_by_name
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
 from orchestrator.report.tables import group_title
-from orchestrator.results.ab import ABGroup, ab_groups, stored_matrix
+from orchestrator.results.ab import ABGroup, ab_groups
 from orchestrator.results.query import by_model_and_device, labelled
 from orchestrator.stats.statistics import STAT_COLUMNS, spread
 from orchestrator.stats.uncertainty import mean_interval
@@ -87,8 +84,8 @@ class Group:
 
 @dataclass
 class ReportData:
-    sessions: list[Any]
-    devices: dict[str, Any]        # name -> device row (facts)
+    sessions: list[SessionRow]
+    devices: dict[str, DeviceView]
     runs: list[RunView]
     groups: list[Group]
     matrices: dict[int, dict[str, Any]]   # session id -> parsed matrix YAML ({} for imports)
@@ -147,21 +144,12 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
                 raise ConfigError(f"session {sid} has no runs on {', '.join(missing)}")
             rows = [r for r in rows if r.device in devices]
         return rows
-    run, dev, ses = schema.run, schema.device, schema.session
+    sessions = Sessions(store)
     if matrix is None:
-        newest = store.fetch(select(ses.c.matrix_name).select_from(run)
-                             .join(ses, run.c.session_id == ses.c.id)
-                             .join(dev, run.c.device_id == dev.c.id)
-                             .where(dev.c.name.in_(list(devices)))
-                             .order_by(ses.c.id.desc()).limit(1))
-        if not newest:
+        matrix = sessions.newest_matrix(devices)
+        if matrix is None:
             raise ConfigError(f"no runs on {', '.join(devices)} in {store.url}")
-        matrix = newest[0].matrix_name
-    stmt = (select(dev.c.name, func.max(run.c.session_id).label("sid")).join(dev).join(ses)
-            .where(ses.c.matrix_name == matrix).group_by(dev.c.name))
-    if devices:
-        stmt = stmt.where(dev.c.name.in_(list(devices)))
-    latest = {r.name: r.sid for r in store.fetch(stmt)}
+    latest = sessions.latest_per_device(matrix, devices or None)
     missing = [d for d in devices if d not in latest]
     if missing or not latest:
         raise ConfigError(f"no session of matrix {matrix!r} on "
@@ -238,14 +226,37 @@ def _groups(runs: list[RunView], ab: list[ABGroup],
     return groups
 
 
-def _matrix_yaml(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return {}
-    return data if isinstance(data, dict) else {}
+@dataclass(frozen=True)
+class DeviceView:
+    """A device as the report's sessions saw it: its facts are the snapshot its (newest)
+    session took when it ran, else the device row's newest probe."""
+
+    name: str
+    kind: str
+    facts: dict[str, Any]
+    facts_at: Any                  # when those facts were collected (None: never)
+    snapshot: bool                 # True when the facts are the session's own snapshot
+
+
+def device_views(store: Store, rows: Sequence[Any], sessions: Sequence[SessionRow]
+                 ) -> dict[str, DeviceView]:
+    """Each device of the runs, in their order, with the facts of when it ran."""
+    names = list(dict.fromkeys(r.device for r in rows))
+    stored = devices_by_name(store, names)
+    by_id = {s.id: s for s in sessions}
+    out = {}
+    for name in names:
+        own = [by_id[sid] for sid in dict.fromkeys(r.session_id for r in rows if r.device == name)
+               if sid in by_id and by_id[sid].device_facts]
+        dev = stored.get(name)
+        if own:
+            newest = max(own, key=lambda s: s.id)
+            out[name] = DeviceView(name, dev.kind if dev else "", dict(newest.device_facts),
+                                   newest.started_at, True)
+        else:
+            out[name] = DeviceView(name, dev.kind if dev else "", dict(dev.facts or {}) if dev
+                                   else {}, dev.facts_at if dev else None, False)
+    return out
 
 
 def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
@@ -261,20 +272,16 @@ def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
     records = {rid: {k: plain(v) for k, v in rec.items()}
                for rid, rec in stats.to_dict("index").items()}
     sids = list(dict.fromkeys(r.session_id for r in rows))
-    sessions = store.fetch(select(schema.session).where(schema.session.c.id.in_(sids))
-                           .order_by(schema.session.c.id))
-    parsed = {s.id: stored_matrix(s.matrix_text) for s in sessions}
+    sessions = Sessions(store).by_ids(sids)
+    parsed = {s.id: s.matrix for s in sessions}
     labels = labelled(rows)      # "config #2 †": the config part as its label
     runs = [RunView(r, _label(r, parsed) + labels[r.id][len(r.config):], records.get(r.id, {}))
             for r in rows]
-    names = list(dict.fromkeys(r.device for r in rows))
-    devices = {d.name: d for d in store.fetch(select(schema.device)
-                                             .where(schema.device.c.name.in_(names)))}
+    devices = device_views(store, rows, sessions)
     files: dict[int, Any] = {}
-    for f in store.fetch(select(schema.imported_file)
-                         .where(schema.imported_file.c.session_id.in_(sids))):
+    for f in Sessions(store).imported_files(sids):
         files.setdefault(f.session_id, {})[f.path] = f
-    matrices = {s.id: _matrix_yaml(s.matrix_text) for s in sessions}
+    matrices = {s.id: s.matrix_data for s in sessions}
     # each (model, device) group against its own model's baseline; Holm across all of them
     ab = ab_groups(rows, records, parsed, baseline)
     return ReportData(sessions=sessions, devices=devices, runs=runs,

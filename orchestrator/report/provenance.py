@@ -57,6 +57,11 @@ def devices_table(data: ReportData) -> Table:
                        md_code(f.get("prop.ro.build.fingerprint")),
                        _fact(f, "prop.ro.product.cpu.abi", "arch"), when(dev.facts_at)])
     t = t.drop_empty(keep=(0, 1))
+    probed = [name for name, dev in data.devices.items() if dev.facts and not dev.snapshot]
+    if probed:
+        t.notes.append(f"Facts of {', '.join(md_escape(n) for n in probed)}: the newest probe, "
+                       f"not a snapshot of when the session ran (sessions stored by an older "
+                       f"orch, or imports).")
     if any(not dev.facts for dev in data.devices.values()):
         t.notes.append("Devices without facts were imported from files (no probe) or never "
                        "probed (`orch devices --probe`).")

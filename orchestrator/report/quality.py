@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-
-from orchestrator.db import schema
+from orchestrator.db.quality import newest_probed_session
 from orchestrator.db.store import Store
 from orchestrator.report.ab_table import mean_cell
 from orchestrator.report.context import Group
@@ -35,13 +33,10 @@ def _probed(store: Store, group: Group) -> ModelQuality | None:
     sessions = sorted({r.row.session_id for r in group.runs}, reverse=True)
     if not sessions:
         return None
-    table = schema.quality
-    found = store.fetch(select(table.c.session_id).where(table.c.session_id.in_(sessions),
-                                                         table.c.model == group.model)
-                        .order_by(table.c.session_id.desc()).limit(1))
-    if not found:
+    probed = newest_probed_session(store, sessions, group.model)
+    if probed is None:
         return None
-    models = summarise(store, found[0].session_id, group.model)
+    models = summarise(store, probed, group.model)
     return models[0] if models else None
 
 

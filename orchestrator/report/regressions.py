@@ -2,7 +2,7 @@
 ran on that device before, what moved beyond its interval since the last earlier session and
 since the first one (results/history.py gives the points).
 
-Per (model, config): the session's figure (mean tok/s over its ok runs, or one run's
+Per (model, config as measured: results/measured.py): the session's figure (mean tok/s over its ok runs, or one run's
 repetitions) against the same figure of the earlier session: the ratio of geometric means with
 its 95% interval and Welch p-value (uncertainty.compare: two sessions' runs are not paired),
 Holm-corrected across every test of the section; "moved" only when the corrected p-value is
@@ -14,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import select
-
-from orchestrator.db import schema
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict_cell
 from orchestrator.report.formatting import ratio, when
 from orchestrator.report.markdown import Table, md_escape
 from orchestrator.results.history import build_label, point_samples
+from orchestrator.results.measured import config_labels
 from orchestrator.stats.uncertainty import (
     Comparison,
     compare,
@@ -34,22 +32,18 @@ from orchestrator.stats.values import DASH
 Key = tuple[str, str]
 
 
-def _earlier(store: Store, matrix: str, device_id: int, session_id: int) -> list[int]:
+def _earlier(store: Store, matrix: str, device: str, session_id: int) -> list[int]:
     """The sessions of `matrix` before `session_id` with current runs on the device, oldest
     first."""
-    run, ses = schema.run, schema.session
-    stmt = (select(run.c.session_id).select_from(run).join(ses, run.c.session_id == ses.c.id)
-            .where(ses.c.matrix_name == matrix, run.c.device_id == device_id,
-                   run.c.session_id < session_id, run.c.superseded.is_(False)).distinct())
-    return sorted(r.session_id for r in store.fetch(stmt))
+    return sorted(Runs(store).session_ids(matrix=matrix, device=device, before=session_id))
 
 
-
-
-def _by_key(rows: Sequence[Any]) -> dict[Key, list[Any]]:
-    out: dict[Key, list[Any]] = {}
+def _by_key(rows: Sequence[RunRow], labels: dict[int, str]) -> dict[Key, list[RunRow]]:
+    """(model, config as measured): a config edited since, under the same name, is another
+    row (results/measured.py), never a regression of the old one."""
+    out: dict[Key, list[RunRow]] = {}
     for r in rows:
-        out.setdefault((r.model or "-", r.config), []).append(r)
+        out.setdefault((r.model or "-", labels[r.id]), []).append(r)
     return out
 
 
@@ -64,7 +58,7 @@ def sections(store: Store, rows: Sequence[Any]) -> list[dict[str, Any]]:
         matrix = current[0].matrix_name
         if not matrix:
             continue
-        earlier = _earlier(store, matrix, current[0].device_id, sid)
+        earlier = _earlier(store, matrix, device, sid)
         if not earlier:
             continue
         out.append(_section(store, sid, device, matrix, current, earlier[-1], earlier[0]))
@@ -81,7 +75,8 @@ def _section(store: Store, sid: int, device: str, matrix: str, current: list[Any
     sides = [current] + [_side(store, b, device) for b in bases]
     stats = Runs(store).stats([r for side in sides for r in side])
     values = stats["mean"].to_dict() if len(stats) else {}
-    keyed = [_by_key(side) for side in sides]
+    labels = config_labels([r for side in sides for r in side])
+    keyed = [_by_key(side, labels) for side in sides]
     samples = [{k: point_samples(v, values, "mean")[0] for k, v in side.items()}
                for side in keyed]
     keys = list(keyed[0])

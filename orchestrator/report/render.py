@@ -29,7 +29,6 @@ from jinja2 import (
 from markupsafe import Markup
 
 from orchestrator import __version__
-from orchestrator.config.matrix import stored_matrix
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.report import ceilings as against_ceilings
@@ -162,7 +161,7 @@ def group_facts_and_pivot(store: Store, data: context.ReportData,
     if session is None:
         return {"facts": None, "pivot": None, "pivot_caption": None}
     facts = facts_for_group(store, session, g.model, g.device, [r.row for r in g.runs]).line()
-    matrix = stored_matrix(session.matrix_text) if len(session_ids) == 1 else None
+    matrix = session.matrix if len(session_ids) == 1 else None
     pivot = tables.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
     return {"facts": md.md_escape(facts) if facts else None, "pivot": pivot,
             "pivot_caption": tables.pivot_caption(matrix) if pivot is not None else None}

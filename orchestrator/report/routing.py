@@ -86,7 +86,7 @@ class RoutingSection:
 def traced_runs(data: ReportData) -> list[RunView]:
     """The report's ok runs whose record carries a route trace (no query: the summary is read)."""
     return [r for r in data.runs
-            if r.ok and load_record(r.row.summary).extra.get("route_trace")]
+            if r.ok and load_record(r.row.summary).route_trace]
 
 
 def _nice(value: float) -> float:
@@ -132,7 +132,7 @@ def model_names(run: RunView) -> set[str]:
     CSV preamble and its route trace's preamble give. Two runs are of the same model when
     these sets meet (an imported trace may carry only the file name; a matrix run its key)."""
     record = load_record(run.row.summary)
-    trace = (record.extra.get("route_trace") or {}).get("preamble") or {}
+    trace = (record.route_trace or {}).get("preamble") or {}
     names = {_file_name(run.row.model), _file_name(record.settings.get("model")),
              _file_name(trace.get("model"))}
     return {n for n in names if n}

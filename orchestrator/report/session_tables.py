@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.config.matrix import Matrix, stored_matrix
+from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.report import ab_table, tables
@@ -58,7 +58,7 @@ def _config_means(members: Sequence[Any], stats: pd.DataFrame) -> dict[str, floa
 def _markdown(store: Store, session_id: int, rows: list[Any], stats: pd.DataFrame,
               kinds: list[str]) -> str:
     session = store.session_row(session_id)
-    matrix = stored_matrix(session.matrix_text)
+    matrix = session.matrix
     labels = row_labels(rows, matrix)
     groups = by_model_and_device(rows)
     parts = []
@@ -104,7 +104,7 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     if fmt == "md":
         return _markdown(store, session_id, rows, stats, kinds)
     session = store.session_row(session_id)
-    labels = row_labels(rows, stored_matrix(session.matrix_text))
+    labels = row_labels(rows, session.matrix)
     by_id = {r.id: r for r in rows}
     ordered = [by_id[i] for i in stats.index]
     frames = []

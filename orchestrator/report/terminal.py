@@ -8,6 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.report.formatting import STATS
@@ -15,8 +16,6 @@ from orchestrator.stats.values import DAGGER, DASH, is_missing
 
 
 def stats_for_runs(store: Store, run_rows: list[Any]) -> dict[int, dict[str, Any]]:
-    from orchestrator.db.runs import Runs
-
     return Runs(store).stats_dicts(run_rows)
 
 
@@ -100,7 +99,7 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(f"flags: {row.flags or '(none)'}", highlight=False)
     from orchestrator.ingest.state import start_facts
 
-    for line in start_facts(row, (row.summary or {}).get("extra")):
+    for line in start_facts(row, row.record.entry_state):
         console.print(line, highlight=False, markup=False)
     table = Table(show_header=False)
     table.add_column("metric")
@@ -122,55 +121,12 @@ STDERR_TAIL = 10   # lines of the engine's stderr `orch show` prints for a run t
 def failure_details(store: Store, row: Any) -> list[str]:
     """Why a run did not end ok, in the engine's words: the parse errors its output gave
     (a bad CSV line, a missing summary) and the last lines of its stderr."""
-    from sqlalchemy import select
-
-    from orchestrator.db import schema
-
     summary = row.summary or {}
     lines = [f"parse error: {error}" for error in summary.get("errors") or []]
     tail = list(summary.get("stderr_tail") or [])
     if not tail:
-        out = schema.output
-        found = store.fetch(select(out.c.line).where(out.c.run_id == row.id, out.c.stream == "E")
-                            .order_by(out.c.seq.desc()).limit(STDERR_TAIL))
-        tail = [r.line for r in reversed(found)]
+        tail = Runs(store).output_lines(row.id, "E", last=STDERR_TAIL)
     if tail:
         lines.append(f"engine stderr (last {min(len(tail), STDERR_TAIL)} lines):")
         lines += [f"  {line}" for line in tail[-STDERR_TAIL:]]
     return lines
-
-
-def print_devices(console: Console, inventory: Any, names: list[str], probe: bool,
-                  db: str | None) -> None:
-    from orchestrator.config.inventory import open_transport
-    from orchestrator.plugins import device_kind
-    from orchestrator.run.agent_client import AgentClient
-    from orchestrator.transports.base import TransportError
-
-    table = Table()
-    for name in ("device", "kind", "address", "workdir", "description"):
-        table.add_column(name)
-    for name in names:
-        entry = inventory.get(name)
-        table.add_row(name, entry.kind, device_kind(entry.kind).address(entry),
-                      inventory.workdir(name), entry.description or "")
-    console.print(table)
-    if not probe:
-        return
-    from orchestrator.db.store import Store
-
-    store = Store.open(db)
-    for name in names:
-        try:
-            with open_transport(inventory, name) as transport:
-                facts = AgentClient(transport).facts()
-        except TransportError as exc:
-            console.print(f"[red]{name}: {exc}[/]")
-            continue
-        store.upsert_device(name, inventory.get(name).kind, facts)
-        facts_table = Table(title=f"{name} facts", title_justify="left", show_header=False)
-        facts_table.add_column("fact")
-        facts_table.add_column("value")
-        for key, value in facts.items():
-            facts_table.add_row(key, value)
-        console.print(facts_table)

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.config.matrix import Matrix, stored_matrix
+from orchestrator.config.matrix import Matrix
 from orchestrator.results.query import by_model_and_device
 from orchestrator.stats.statistics import delta_pct
 from orchestrator.stats.uncertainty import (
@@ -181,7 +181,7 @@ def session_groups(store: Any, session_id: int, runs: Sequence[Any],
                    stats: pd.DataFrame) -> list[ABGroup]:
     """The A/B groups of one stored session (`orch table`); `stats` is Runs.stats' frame."""
     session = store.session_row(session_id)
-    matrix = stored_matrix(session.matrix_text if session is not None else None)
+    matrix = session.matrix if session is not None else None
     by_run = {int(rid): rec for rid, rec in stats.to_dict("index").items()}
     return ab_groups(runs, by_run, {session_id: matrix})
 

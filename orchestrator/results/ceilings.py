@@ -19,9 +19,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from sqlalchemy import select
 
-from orchestrator.db import schema
+from orchestrator.db.ceilings import ceiling_rows
 from orchestrator.db.store import Store
 from orchestrator.stats.values import DASH, is_missing
 
@@ -82,19 +81,10 @@ def judge(values: dict[str, Any], row: Any) -> Judgement:
                      io_ceiling(row), ideal)
 
 
-def _rows(store: Store, device_names: Iterable[str] | None = None) -> list[Any]:
-    c, d = schema.ceiling, schema.device
-    stmt = (select(c, d.c.name.label("device")).join(d, c.c.device_id == d.c.id)
-            .order_by(d.c.name, c.c.measured_at.desc()))
-    if device_names is not None:
-        stmt = stmt.where(d.c.name.in_(list(device_names)))
-    return store.fetch(stmt)
-
-
 def latest(store: Store, device_names: Iterable[str] | None = None) -> dict[str, Any]:
     """device name -> its newest ceiling row."""
     out: dict[str, Any] = {}
-    for row in _rows(store, device_names):
+    for row in ceiling_rows(store, device_names):
         out.setdefault(row.device, row)
     return out
 
@@ -106,7 +96,7 @@ def _aware(t: dt.datetime) -> dt.datetime:
 def nearest(store: Store, device: str, when: dt.datetime | None) -> Any | None:
     """The device's ceiling row measured closest in time to `when` (its newest without one):
     a device's ceilings change with firmware, fill level and host load."""
-    rows = _rows(store, [device])
+    rows = ceiling_rows(store, [device])
     if not rows or when is None:
         return rows[0] if rows else None
     return min(rows, key=lambda r: abs(_aware(r.measured_at) - _aware(when)))

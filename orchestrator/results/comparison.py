@@ -1,6 +1,7 @@
 """The numbers of `orch compare`: two or more sides (devices or sessions) config by config.
 
-Configs are matched by (model, config); a side that does not know its model ("-") matches
+Configs are matched by (model, config as measured: name and settings, results/measured.py);
+a side that does not know its model ("-") matches
 by config name where that is unambiguous. Per side, a config's figure is the mean of its ok
 runs' mean tok/s with a 95% interval over those runs (uncertainty.mean_interval, the same
 aggregate the report shows). Against the reference side (the first): the ratio of geometric
@@ -17,12 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from orchestrator.db import schema
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
+from orchestrator.results.measured import config_labels
 from orchestrator.results.query import Side
 from orchestrator.stats.uncertainty import (
     Comparison,
@@ -112,6 +111,9 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
     """The comparison of these sides (reference first), from one read of their runs."""
     rows = [r for side in sides for r in side.rows]
     stats = Runs(store).stats(rows)
+    # configs pair by name *and* settings: the same name measured another way on one side is
+    # its own row (results/measured.py), present on that side only
+    labels = config_labels(rows)
     means = stats["mean"].to_dict() if len(stats) else {}
     per_side: list[dict[Key, list[tuple[int, float | None]]]] = []
     left_out: list[tuple[Side, Any]] = []
@@ -119,7 +121,7 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
         configs: dict[Key, list[tuple[int, float | None]]] = {}
         for r in side.rows:
             if r.status == "ok":
-                configs.setdefault((r.model or "-", r.config), []).append(
+                configs.setdefault((r.model or "-", labels[r.id]), []).append(
                     (r.id, plain(means.get(r.id))))
             else:
                 left_out.append((side, r))
@@ -130,7 +132,7 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
     for i, side in enumerate(sides):
         for r in side.rows:
             if r.status != "ok":
-                failed[i].setdefault((r.model or "-", r.config), []).append(r.id)
+                failed[i].setdefault((r.model or "-", labels[r.id]), []).append(r.id)
     keys = list(dict.fromkeys(k for configs in per_side for k in configs))
     raw = [[compare([m for _, m in per_side[0][key]], [m for _, m in c[key]], paired=False)
             if key in per_side[0] and key in c else None for c in per_side[1:]]
@@ -160,15 +162,7 @@ def build_side(store: Store, build: str, device: str | None = None,
     devices there needs --device."""
     from orchestrator.results.history import base_config, build_matches
 
-    run, dev, ses = schema.run, schema.device, schema.session
-    stmt = (select(run.c.session_id).select_from(run).join(dev, run.c.device_id == dev.c.id)
-            .join(ses, run.c.session_id == ses.c.id).where(run.c.superseded.is_(False)))
-    if device is not None:
-        stmt = stmt.where(dev.c.name == device)
-    if matrix is not None:
-        stmt = stmt.where(ses.c.matrix_name == matrix)
-    sessions = sorted({r.session_id for r in store.fetch(stmt.distinct())}, reverse=True)
-    for sid in sessions:
+    for sid in Runs(store).session_ids(matrix=matrix, device=device):
         rows = [r for r in store.runs(sid) if build_matches(r, build)
                 and (device is None or r.device == device)]
         if not rows:

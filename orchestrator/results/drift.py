@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
 from orchestrator.db.runs import Runs
@@ -139,7 +138,7 @@ def _frame(rows: Iterable[Any], means: Mapping[int, Any]) -> pd.DataFrame:
         "session_id": r.session_id, "order_index": r.order_index,
         "mean": means.get(r.id), "cooldown_met": r.cooldown_met,
         "temp": _start_temp(r.temp_start), "free_kb": r.mem_avail_start_kb,
-        "validity": RunValidity.from_stored(load_record(r.summary).extra.get("validity")),
+        "validity": RunValidity.from_stored(load_record(r.summary).validity),
     } for r in rows if r.status == "ok"],
         columns=["id", "device", "model", "config", "session_id", "order_index", "mean",
                  "cooldown_met", "temp", "free_kb", "validity"])
@@ -226,9 +225,4 @@ def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()
         return []
     stats = Runs(store).stats(rows)
     session = store.session_row(session_id)
-    try:
-        matrix = yaml.safe_load(session.matrix_text or "") or {}
-    except yaml.YAMLError:
-        matrix = {}
-    return caveats(rows, stats["mean"].to_dict(),
-                   {session_id: matrix if isinstance(matrix, dict) else {}}, t)
+    return caveats(rows, stats["mean"].to_dict(), {session_id: session.matrix_data}, t)

@@ -2,7 +2,10 @@
 and the steps in it (changepoints.py). The numbers of `orch history` and the report's
 regressions section (report/regressions.py).
 
-A point is the mean of the metric over the session's ok runs of the config on the device, with
+A series is one (device, model, config as measured): a config edited under the same name, or
+run on another model file, is a series of its own, labelled by what differs
+(results/measured.py). A point is the mean of the metric over the session's ok runs of the
+config on the device, with
 a 95% interval over those runs; a session with a single run whose engine reported repetitions
 (llama-bench's samples_ts, for the `mean` metric) takes its interval from the repetitions.
 Points are ordered by time (the session's start), or by engine build (a version like 0.3.30
@@ -19,13 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from orchestrator.db import schema
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.record import load_record
+from orchestrator.results.measured import config_labels
 from orchestrator.stats.changepoints import Step, detect
 from orchestrator.stats.uncertainty import Interval, mean_interval
 from orchestrator.stats.values import plain
@@ -109,17 +109,8 @@ class Series:
     change_points: list[ChangePoint] = field(default_factory=list)
 
 
-def _runs(store: Store, matrix: str, device: str | None, config: str | None) -> list[Any]:
-    run, dev, ses = schema.run, schema.device, schema.session
-    stmt = (select(run, dev.c.name.label("device"), ses.c.name.label("session_name"),
-                   ses.c.started_at.label("session_started"))
-            .select_from(run).join(dev, run.c.device_id == dev.c.id)
-            .join(ses, run.c.session_id == ses.c.id)
-            .where(ses.c.matrix_name == matrix, run.c.superseded.is_(False))
-            .order_by(run.c.session_id, run.c.order_index, run.c.id))
-    if device is not None:
-        stmt = stmt.where(dev.c.name == device)
-    rows = store.fetch(stmt)
+def _runs(store: Store, matrix: str, device: str | None, config: str | None) -> list[RunRow]:
+    rows = Runs(store).current(matrix=matrix, device=device)
     return [r for r in rows if config in (None, r.config, base_config(r))]
 
 
@@ -128,7 +119,7 @@ def point_samples(rows: list[Any], values: dict[int, Any],
     """The measurements behind one point: the runs' figures, or one run's repetitions."""
     ok = [r for r in rows if r.status == "ok" and plain(values.get(r.id)) is not None]
     if len(ok) == 1 and metric == "mean":
-        reps = (load_record(ok[0].summary).extra or {}).get("repetitions") or []
+        reps = (ok[0].record.extra or {}).get("repetitions") or []
         reps = [float(v) for v in reps if isinstance(v, (int, float)) and math.isfinite(v)]
         if len(reps) >= 2:
             return reps, "repetitions"
@@ -149,8 +140,11 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
     stats = Runs(store).stats(rows)
     values = stats[metric].to_dict() if len(stats) else {}
     groups: dict[tuple[str, str, str], dict[tuple[int, str | None], list[Any]]] = {}
+    # one series per config *as measured*: an edited config under the same name is another
+    # series (results/measured.py), never a step in this one
+    labels = config_labels(rows, base_config)
     for r in rows:
-        key = (r.device, r.model or "-", base_config(r))
+        key = (r.device, r.model or "-", labels[r.id])
         groups.setdefault(key, {}).setdefault((r.session_id, build_label(r)), []).append(r)
     first_seen: dict[str | None, int] = {}
     for r in rows:

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import yaml
 
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
@@ -150,15 +149,11 @@ def _value(f: BinaryIO, vtype: int) -> Any:
 
 # ---- one model's facts ---------------------------------------------------------------------
 
-def model_file(name: str, matrix_text: str | None, matrix_path: str | None,
+def model_file(name: str, matrix: dict[str, Any], matrix_path: str | None,
                device_kind: str | None) -> Path | None:
-    """The model's file on this machine, when the matrix names one orch can read: `{local:
-    FILE}` (relative to the matrix file), or a plain path on a `local` device."""
-    try:
-        matrix = yaml.safe_load(matrix_text or "") or {}
-    except yaml.YAMLError:
-        return None
-    entry = (matrix.get("models") or {}).get(name) if isinstance(matrix, dict) else None
+    """The model's file on this machine, when the matrix (its YAML data) names one orch can
+    read: `{local: FILE}` (relative to the matrix file), or a plain path on a `local` device."""
+    entry = (matrix.get("models") or {}).get(name)
     if isinstance(entry, dict) and entry.get("local"):
         path = Path(str(entry["local"])).expanduser()
         if not path.is_absolute() and matrix_path:
@@ -212,5 +207,5 @@ def facts_for_group(store: Store, session: Any, model: str, device: str,
     the runs belong to (its matrix names the model's file), `runs` the group's run rows."""
     dev = store.device_by_name(device)
     kind = dev.kind if dev is not None else None
-    path = model_file(model, session.matrix_text, session.matrix_path, kind)
+    path = model_file(model, session.matrix_data, session.matrix_path, kind)
     return model_facts(model, runs, dev.facts if dev is not None else None, path)

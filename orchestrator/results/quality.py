@@ -7,10 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
-from orchestrator.config.matrix import stored_matrix
-from orchestrator.db import schema
+from orchestrator.db.quality import probe_rows
 from orchestrator.db.store import Store
 from orchestrator.stats.proportions import DropBound, paired_drop_bound, wilson
 
@@ -48,20 +45,11 @@ class ModelQuality:
     differ: list[Differ] = field(default_factory=list)
 
 
-def rows(store: Store, session_id: int, model: str | None = None) -> list[Any]:
-    """The session's probe rows in the order they ran (model filter optional)."""
-    table = schema.quality
-    stmt = select(table).where(table.c.session_id == session_id)
-    if model is not None:
-        stmt = stmt.where(table.c.model == model)
-    return store.fetch(stmt.order_by(table.c.id))
-
-
 def _baseline(store: Store, session_id: int, model: str, configs: Sequence[str]) -> str:
     """The matrix's baseline for the model when it is among the probed configs, else the
     first probed config (the same choice the A/B table makes)."""
     session = store.session_row(session_id)
-    matrix = stored_matrix(getattr(session, "matrix_text", None))
+    matrix = session.matrix if session is not None else None
     if matrix is not None:
         try:
             chosen = matrix.baseline_for(model)
@@ -75,7 +63,7 @@ def _baseline(store: Store, session_id: int, model: str, configs: Sequence[str])
 def summarise(store: Store, session_id: int, model: str | None = None) -> list[ModelQuality]:
     """One ModelQuality per model with probe rows in the session, configs in run order."""
     by_model: dict[str, list[Any]] = {}
-    for row in rows(store, session_id, model):
+    for row in probe_rows(store, session_id, model):
         by_model.setdefault(row.model, []).append(row)
     return [_model(store, session_id, name, members) for name, members in by_model.items()]
 

@@ -239,7 +239,7 @@ def stored_trace(store: Any, run_id: int) -> tuple[RouteTrace, Any]:
     if row is None:
         raise ConfigError(f"run {run_id}: no such run")
     record = load_record(row.summary)
-    meta = record.extra.get("route_trace")
+    meta = record.route_trace
     rows = store.route_frame(run_id)
     if not meta or rows.empty:
         raise ConfigError(f"run {run_id} ({row.config}) has no route trace: import a "

@@ -13,9 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete
-
-from orchestrator.db import schema
+from orchestrator.db.ceilings import replace_day
 from orchestrator.db.store import Store
 from orchestrator.engines.base import CellSpec
 from orchestrator.engines.llama_bench import LlamaBenchAdapter, LlamaBenchRunParser
@@ -192,8 +190,5 @@ def save(store: Store, device_id: int, m: Measurement) -> int:
                  "mib": m.mem.mib},
         "compute_tps": m.compute_tps, "compute_note": m.compute_note, "notes": m.notes,
     }
-    table = schema.ceiling
-    with store.lock, store.engine.begin() as conn:
-        conn.execute(delete(table).where(table.c.device_id == device_id, table.c.day == day))
-        return int(conn.execute(table.insert().values(**row)).inserted_primary_key[0])
+    return replace_day(store, row)
 

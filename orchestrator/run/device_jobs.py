@@ -6,11 +6,8 @@ of the device, never a reason to start a second engine."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import select
-
-from orchestrator.db import schema
+from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.session_lock import SessionBusy, session_lock
 from orchestrator.db.store import Store
 from orchestrator.run.agent_client import AgentClient
@@ -69,10 +66,8 @@ def job_state(client: AgentClient, jobdir: str) -> tuple[str, int | None]:
     return words[0], int(words[1]) if len(words) == 2 else None
 
 
-def _run_of(store: Store, jobdir: str) -> Any | None:
-    rows = store.fetch(select(schema.run.c.id, schema.run.c.session_id, schema.session.c.name)
-                       .join(schema.session, schema.session.c.id == schema.run.c.session_id)
-                       .where(schema.run.c.remote_dir == jobdir))
+def _run_of(store: Store, jobdir: str) -> RunRow | None:
+    rows = Runs(store).by_remote_dir(jobdir)
     return rows[0] if rows else None
 
 
@@ -81,7 +76,7 @@ def busy_message(store: Store, device: str, jobs: list[LiveJob], matrix_path: st
     """One line naming the live job and the ways on: wait, --resume, --force."""
     job = jobs[0]
     run = _run_of(store, job.jobdir)
-    whose = f"run #{run.id} of session {run.session_id} ({run.name})" if run is not None \
+    whose = f"run #{run.id} of session {run.session_id} ({run.session_name})" if run is not None \
         else "not in this database"
     what = "an engine left without its supervisor" if job.state == "orphan" else "an orch job"
     more = f" (and {len(jobs) - 1} more)" if len(jobs) > 1 else ""
@@ -112,15 +107,12 @@ def settle_orphaned_runs(store: Store, device_id: int, live: set[str],
     """Runs of this device left `running` by an orch that died, whose job is no longer live:
     marked interrupted (a later --resume of their session collects or re-runs them), so no
     run stays `running` for ever. A session another orch holds right now is left alone."""
-    rows = store.fetch(select(schema.run.c.id, schema.run.c.session_id, schema.run.c.remote_dir)
-                       .where(schema.run.c.device_id == device_id,
-                              schema.run.c.status == "running"))
     settled = []
-    for row in rows:
+    for row in Runs(store).running_on(device_id):
         if row.session_id == skip_session or row.remote_dir in live:
             continue
         try:
-            with session_lock(store.engine, row.session_id):
+            with session_lock(store, row.session_id):
                 store.update_run(row.id, status="interrupted",
                                  cause="orch ended before this run did; `orch run --resume` of "
                                        "its session collects it")

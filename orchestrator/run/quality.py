@@ -13,14 +13,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select
-
 from orchestrator.config.grading import grade
 from orchestrator.config.matrix import LoadedMatrix, expand_configs
 from orchestrator.config.plan import Cell
 from orchestrator.config.probes import Probe, load_probes
-from orchestrator.db import schema
-from orchestrator.db.store import Store, now
+from orchestrator.db.quality import answered_ok, start_probe, update_probe
+from orchestrator.db.store import now
 from orchestrator.engines import CellSpec
 from orchestrator.run.agent_client import Job
 from orchestrator.run.progress import Progress
@@ -48,13 +46,6 @@ class QualitySummary:
     failed: int = 0
 
 
-def _done(store: Store, session_id: int) -> set[tuple[str, str, str]]:
-    table = schema.quality
-    rows = store.fetch(select(table.c.model, table.c.config, table.c.probe_id)
-                       .where(table.c.session_id == session_id, table.c.status == STATUS_OK))
-    return {(r.model, r.config, r.probe_id) for r in rows}
-
-
 def run_quality(runner: DeviceRunner, loaded: LoadedMatrix, progress: Progress) -> QualitySummary:
     """Every probe for every (model, config) of the matrix that has not already been answered
     ok in this session. No-op without `quality:`."""
@@ -63,7 +54,7 @@ def run_quality(runner: DeviceRunner, loaded: LoadedMatrix, progress: Progress) 
     if spec is None:
         return summary
     probes = load_probes(spec, loaded.path)
-    done = _done(runner.store, runner.session_id)
+    done = answered_ok(runner.store, runner.session_id)
     models = list(loaded.matrix.models.items()) or [("-", None)]
     for model, path in models:
         for config, flags in expand_configs(loaded.matrix):
@@ -84,23 +75,6 @@ def run_quality(runner: DeviceRunner, loaded: LoadedMatrix, progress: Progress) 
     return summary
 
 
-def _store_start(store: Store, values: dict[str, Any]) -> int:
-    """A fresh row for the probe, replacing an earlier attempt (--resume of a failed one)."""
-    table = schema.quality
-    with store.lock, store.engine.begin() as conn:
-        conn.execute(table.delete().where(table.c.session_id == values["session_id"],
-                                          table.c.model == values["model"],
-                                          table.c.config == values["config"],
-                                          table.c.probe_id == values["probe_id"]))
-        return conn.execute(table.insert().values(**values)).inserted_primary_key[0]
-
-
-def _update(store: Store, row_id: int, **values: Any) -> None:
-    table = schema.quality
-    with store.lock, store.engine.begin() as conn:
-        conn.execute(table.update().where(table.c.id == row_id).values(**values))
-
-
 def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
                tokens: int) -> tuple[str, bool]:
     """One probe invocation: (status, correct)."""
@@ -112,7 +86,7 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
                     tokens=tokens, flags=cell.argv_flags, csv_path=f"{jobdir}/tokens.csv",
                     extra={"workdir": runner.transport.workdir, **matrix.engine_options})
     argv = runner.adapter.build_argv(spec)
-    row_id = _store_start(runner.store, {
+    row_id = start_probe(runner.store, {
         "session_id": runner.session_id, "device_id": runner.device_id, "model": cell.model,
         "config": cell.config, "flags": cell.flags, "probe_id": probe.id,
         "prompt": probe.prompt, "expected": probe.expected, "grader": grader,
@@ -132,19 +106,20 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
             runner.client.kill(jobdir)
         except TransportError:
             pass
-        _update(runner.store, row_id, status="interrupted", cause="stopped by the user",
-                ended_at=now())
+        update_probe(runner.store, row_id, status="interrupted", cause="stopped by the user",
+                     ended_at=now())
         raise
     except TransportError as exc:
-        _update(runner.store, row_id, status="failed", cause=f"device: {exc}", ended_at=now())
+        update_probe(runner.store, row_id, status="failed", cause=f"device: {exc}",
+                     ended_at=now())
         return "failed", False
     status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]
     reply = parser.record().text
     graded = grade(grader, reply, probe.expected)
     correct = graded.correct and status == STATUS_OK
-    _update(runner.store, row_id, status=status, cause=cause, reply=reply, answer=graded.answer,
-            correct=correct if status == STATUS_OK else None,
-            rc=seen.exit.rc if seen.exit is not None else None, ended_at=now())
+    update_probe(runner.store, row_id, status=status, cause=cause, reply=reply,
+                 answer=graded.answer, correct=correct if status == STATUS_OK else None,
+                 rc=seen.exit.rc if seen.exit is not None else None, ended_at=now())
     return status, correct
 
 

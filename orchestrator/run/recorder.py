@@ -10,14 +10,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import update
-
-from orchestrator.db import schema
-from orchestrator.db.store import Store, bulk_insert
-from orchestrator.engines.base import TOKEN_COLUMNS, RunParser, TokenRow
+from orchestrator.db.store import Store
+from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
+from orchestrator.engines.base import RunParser, TokenRow
 from orchestrator.run.stream import Exit, GarbledExit, ProtocolError, parse_line
 
-TOKEN_KEYS = ("run_id", "seq") + TOKEN_COLUMNS + ("extra",)
 TokenCallback = Callable[[TokenRow, int], None]
 
 
@@ -42,7 +39,7 @@ class RunRecorder:
         self.last_sample: dict[str, int] | None = None
         self.warnings: list[str] = []
         self.protocol_errors: list[str] = []
-        self._tokens: list[dict[str, Any]] = []
+        self._tokens: list[tuple[Any, ...]] = []
         self._samples: list[dict[str, Any]] = []
         self._outputs: list[dict[str, Any]] = []
         self._flush_rows = flush_rows
@@ -69,7 +66,7 @@ class RunRecorder:
             tag, payload = event.tag, event.text
         if tag in ("C", "O", "E"):
             for row in self.parser.feed(tag, payload):
-                if not replay:   # in TOKEN_KEYS' order, spelled out: one per token
+                if not replay:   # in TOKEN_KEYS' order (db/writes.py), spelled out: one per token
                     self._tokens.append((self.run_id, self.token_seq, row.step, row.wall_ms,
                                          row.io_ms, row.compute_ms, row.stall_ms, row.mgmt_ms,
                                          row.read_bytes, row.cache_hit_pct, row.majflt,
@@ -90,11 +87,11 @@ class RunRecorder:
             if self._on_sample is not None and not replay:
                 self._on_sample(values)
             if not replay:
-                row: dict[str, Any] = dict.fromkeys(schema.SAMPLE_FIELDS)
+                row: dict[str, Any] = dict.fromkeys(SAMPLE_FIELDS)
                 row.update(run_id=self.run_id, seq=self.sample_seq, t_ms=event.sample.t_ms)
                 extra = {}
                 for key, value in values.items():
-                    if key in schema.SAMPLE_FIELDS:
+                    if key in SAMPLE_FIELDS:
                         row[key] = value
                     else:
                         extra[key] = value
@@ -126,11 +123,7 @@ class RunRecorder:
         self._last_flush = time.monotonic()
         if self.lines <= self.stored_lines:
             return
-        with self.store.lock, self.store.engine.begin() as conn:
-            bulk_insert(conn, schema.token, self._tokens, TOKEN_KEYS)
-            bulk_insert(conn, schema.sample, self._samples)
-            bulk_insert(conn, schema.output, self._outputs)
-            conn.execute(update(schema.run).where(schema.run.c.id == self.run_id)
-                         .values(spool_lines=self.lines))
+        write_batch(self.store, self.run_id, self._tokens, self._samples, self._outputs,
+                    self.lines)
         self.stored_lines = self.lines
         self._tokens, self._samples, self._outputs = [], [], []

@@ -1,6 +1,6 @@
 """A traced cell's `# route_trace v1` file (route-trace.md §1), fetched from the device after
 the run and stored with it: rows into the `route` table, preamble and layer sizes into the
-record's extra["route_trace"] (as `orch import` stores an imported trace), so `orch routes RUN`
+record's route_trace field (as `orch import` stores an imported trace), so `orch routes RUN`
 reads a measured run and an imported one alike.
 
 A trace that is missing or does not parse costs the run a warning, never the run: its tokens
@@ -37,5 +37,5 @@ def collect_route_trace(transport: Transport, store: Store, run_id: int, path: s
     except ValueError as exc:
         return f"route trace: {path} not stored: {exc}"
     store.insert_route(run_id, trace.rows)
-    record.extra["route_trace"] = trace.meta()
+    record.route_trace = trace.meta()
     return None

@@ -289,7 +289,7 @@ class DeviceRunner:
         # replays its early lines without keeping them in the recorder)
         validity = summarise(sample_dicts(self.store.frame("sample", [run_id])), self.facts)
         if validity.samples:
-            record.extra["validity"] = validity.stored()
+            record.validity = validity.stored()
         warnings = recorder.warnings + recorder.parser.warnings() + run_messages(validity)
         if trace_warning:
             warnings.append(trace_warning)

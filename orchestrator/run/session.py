@@ -75,7 +75,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
     locks = ExitStack()
     begun: dict[str, int] = {}   # the session, once it exists: Ctrl-C ends it
     if session_id is not None:   # --resume: before anything else, so two never interleave
-        locks.enter_context(session_lock(store.engine, session_id))
+        locks.enter_context(session_lock(store, session_id))
     try:
         with locks, transport:
             return _run_session(store, transport, adapter, loaded, device, entry, device_id,
@@ -114,8 +114,8 @@ def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatri
             matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
             git_rev=controller.git_revision(), python_version=controller.python_version(),
             controller_host=controller.host(), command=command or " ".join(sys.argv),
-            seed=seed)
-        locks.enter_context(session_lock(store.engine, session_id))
+            seed=seed, device_facts=dict(runner.facts))
+        locks.enter_context(session_lock(store, session_id))
     begun["id"] = session_id
     runner.session_id = session_id
     result = SessionResult(session_id)

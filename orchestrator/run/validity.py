@@ -15,7 +15,7 @@ numbers mean less than they seem:
 
 Medians over the samples taken while the engine ran (those with the engine's `rss_kb`): the
 1-minute average lags, and one sample at a DVFS low must not flag a run. The summary is
-computed once, when the run ends, and kept in the run's record (`extra["validity"]`), so a
+computed once, when the run ends, and kept in the run's record (`validity`), so a
 report reads it without reading samples again and later thresholds still apply to it.
 """
 from __future__ import annotations

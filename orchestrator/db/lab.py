@@ -1,5 +1,9 @@
-"""The lab's tables (db/schema.py lab_device, lab_batch, lab_cell): every read and write the
-lab's commands and consumers make, in one place."""
+"""The lab's tables (lab_device, lab_batch, lab_cell): every read and write the lab's
+commands, workers and consumers make, in one place.
+
+They live in the db layer so that lab/ never composes SQL or takes the store's lock itself:
+the schema and the store's one-writer discipline stay behind functions of the store, as for
+the runs (db/runs.py)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -148,6 +152,17 @@ def batch_sessions(store: Store, batch_id: int) -> list[int]:
     table = schema.lab_cell
     return [r[0] for r in store.fetch(select(table.c.session_id).where(table.c.batch_id == batch_id)
                                       .distinct().order_by(table.c.session_id))]
+
+
+def own_job_dirs(store: Store, device: str) -> set[str]:
+    """Job dirs of `device`'s runs that are the lab's to collect: runs still `running` or
+    `interrupted` whose cell a consumer took (state `delivered`) and did not end."""
+    run, cell = schema.run, schema.lab_cell
+    rows = store.fetch(select(run.c.remote_dir).join(
+        cell, (cell.c.session_id == run.c.session_id) & (cell.c.cell_key == run.c.cell_key))
+        .where(cell.c.device == device, cell.c.state == "delivered",
+               run.c.status.in_(("running", "interrupted"))))
+    return {r.remote_dir for r in rows if r.remote_dir}
 
 
 def session_batch(store: Store, session_id: int) -> int | None:

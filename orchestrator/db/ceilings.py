@@ -1,0 +1,34 @@
+"""The `ceiling` table: a device's measured hardware ceilings (storage, memory, compute), one
+row per device and UTC day, written by `orch ceilings` (run/ceilings.py) and read by the views
+that judge configs against them (results/ceilings.py). Their SQL lives here so the schema and
+the store's write lock stay inside db/.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from orchestrator.db import schema
+from orchestrator.db.store import Store
+
+
+def replace_day(store: Store, row: dict[str, Any]) -> int:
+    """Store `row` as its device's ceilings of its day (`device_id`, `day`), replacing an
+    earlier measurement of that day, in one transaction; the new row's id."""
+    table = schema.ceiling
+    with store.lock, store.engine.begin() as conn:
+        conn.execute(delete(table).where(table.c.device_id == row["device_id"],
+                                         table.c.day == row["day"]))
+        return int(conn.execute(table.insert().values(**row)).inserted_primary_key[0])
+
+
+def ceiling_rows(store: Store, device_names: Iterable[str] | None = None) -> list[Any]:
+    """Ceiling rows with their device's name (`device`), by device name and newest first."""
+    c, d = schema.ceiling, schema.device
+    stmt = (select(c, d.c.name.label("device")).join(d, c.c.device_id == d.c.id)
+            .order_by(d.c.name, c.c.measured_at.desc()))
+    if device_names is not None:
+        stmt = stmt.where(d.c.name.in_(list(device_names)))
+    return store.fetch(stmt)

@@ -1,0 +1,39 @@
+"""The streaming write path: one recorder batch (token, sample and output rows of a run) and
+the spool line count it reaches, stored in one transaction.
+
+Rows and the count must commit together: after a crash or a dropped link the run resumes from
+the line after the last stored one, so nothing is lost and nothing is stored twice. This is the
+hot path of ingest (bench/ingest measures its rows/s), so rows arrive as the recorder built them
+and go straight to `bulk_insert`'s compiled executemany: no per-row work here.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import update
+
+from orchestrator.db import schema
+from orchestrator.db.schema import SAMPLE_FIELDS
+from orchestrator.db.store import Store, bulk_insert
+from orchestrator.engines.base import TOKEN_COLUMNS
+
+__all__ = ["SAMPLE_FIELDS", "TOKEN_KEYS", "write_batch"]
+
+# The order of a token row tuple: the recorder spells its tuples out in this order (one per
+# token, no dict), and bulk_insert takes them as they are.
+TOKEN_KEYS = ("run_id", "seq") + TOKEN_COLUMNS + ("extra",)
+
+
+def write_batch(store: Store, run_id: int, tokens: Sequence[tuple[Any, ...]],
+                samples: Sequence[dict[str, Any]], outputs: Sequence[dict[str, Any]],
+                spool_lines: int) -> None:
+    """Insert the batch's rows (token tuples in TOKEN_KEYS order; sample rows with every
+    SAMPLE_FIELDS key, `run_id`, `seq`, `t_ms` and `extra`; output rows with `run_id`, `seq`,
+    `stream`, `line`) and set the run's `spool_lines`, in one transaction."""
+    with store.lock, store.engine.begin() as conn:
+        bulk_insert(conn, schema.token, tokens, TOKEN_KEYS)
+        bulk_insert(conn, schema.sample, samples)
+        bulk_insert(conn, schema.output, outputs)
+        conn.execute(update(schema.run).where(schema.run.c.id == run_id)
+                     .values(spool_lines=spool_lines))

@@ -1,0 +1,66 @@
+"""What a run measured, as comparisons across sessions and builds key it (history, the
+report's regressions section, `orch compare`).
+
+A config's name is what a person typed; what was measured is the config's settings (its
+engine flags) and the model file (its sha256). A config edited under the same name, or run
+on another quantisation of the model, is another measurement: comparing the two would call
+the edit a regression. So runs are keyed by name *and* settings, and where one name covers
+several settings the label says which is which ("t1 (flags -t 4)"). The engine build is not
+part of the key: it is what history and `compare --builds` put side by side.
+
+A model that was never hashed (an import, a device path orch did not read) is unknown, not
+different: it joins the variant there is, and is labelled apart ("model unknown") only when
+the name has runs of several known model files. Flags are compared as recorded (an import
+records none).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+UNKNOWN = ""
+
+
+@dataclass(frozen=True, order=True)
+class Settings:
+    """The settings of a run beyond its name: flags (whitespace normalised) and model sha256."""
+
+    flags: str
+    model_sha256: str
+
+    @classmethod
+    def of(cls, row: Any) -> "Settings":
+        flags = " ".join(str(getattr(row, "flags", None) or "").split())
+        return cls(flags, str(getattr(row, "model_sha256", None) or ""))
+
+
+def _variant_text(s: Settings, flags_differ: bool, models_differ: bool) -> str:
+    parts = []
+    if flags_differ:
+        parts.append(f"flags {s.flags}" if s.flags else "no flags")
+    if models_differ:
+        parts.append(f"model {s.model_sha256[:8]}" if s.model_sha256 else "model unknown")
+    return ", ".join(parts)
+
+
+def config_labels(rows: Iterable[Any], config: Any = lambda r: r.config) -> dict[int, str]:
+    """Per run id, the config as comparisons key it: the name, plus the settings that set it
+    apart when runs of one (model, name) were measured with different settings."""
+    rows = list(rows)
+    variants: dict[tuple[str, str], set[Settings]] = {}
+    for r in rows:
+        variants.setdefault((r.model or "-", config(r)), set()).add(Settings.of(r))
+    out: dict[int, str] = {}
+    for r in rows:
+        name = config(r)
+        seen = variants[(r.model or "-", name)]
+        flags = {s.flags for s in seen}
+        models = {s.model_sha256 for s in seen if s.model_sha256 != UNKNOWN}
+        flags_differ, models_differ = len(flags) > 1, len(models) > 1
+        if not (flags_differ or models_differ):
+            out[r.id] = name
+            continue
+        text = _variant_text(Settings.of(r), flags_differ, models_differ)
+        out[r.id] = f"{name} ({text})" if text else name
+    return out
