@@ -107,7 +107,7 @@ def _find_session(store: Store, source: str) -> SessionRow | None:
     return rows[0] if rows else None
 
 
-def _options(row: Any, given: dict[str, Any], replace: bool) -> tuple[ImportOptions, list[str]]:
+def _options(row: SessionRow | None, given: dict[str, Any], replace: bool) -> tuple[ImportOptions, list[str]]:
     """The options this import applies, and those it ignores: a folder imported before keeps
     its stored options unless `replace` (its runs must not mix two devices or model rules)."""
     stored = ImportOptions.model_validate(row.import_options) \

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from orchestrator.db.runs import RunRow
 from orchestrator.engines.bmoe_format import BOM
 from orchestrator.record import EntryState
 
@@ -126,7 +127,7 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if _is_number(v)), None)
 
 
-def start_facts(row: Any, entry: EntryState | None) -> list[str]:
+def start_facts(row: RunRow, entry: EntryState | None) -> list[str]:
     """What `orch show` prints about a run's start: temperatures, free RAM, cooldown, and an
     imported run's driver entry state and `.state` BEFORE/AFTER blocks (the record's
     entry_state). Empty when the run has none of them."""

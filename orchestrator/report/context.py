@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.matrix import Matrix
-from orchestrator.db.runs import Runs, SessionRow, Sessions, devices_by_name
+from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions, devices_by_name
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
@@ -35,7 +35,7 @@ _WORST = {"min": min, "max": max, "peak_rss_gib": max, "mem_floor_gib": min,
 
 @dataclass
 class RunView:
-    row: Any                      # run row joined with device, matrix_name, session_name
+    row: RunRow
     label: str                    # config (#repeat), with a dagger when it did not end ok
     stats: dict[str, Any]
 
@@ -155,7 +155,7 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
         raise ConfigError(f"no session of matrix {matrix!r} on "
                           f"{', '.join(missing) or 'any device'} in {store.url}")
     order = list(devices) or sorted(latest)
-    rows: list[Any] = []
+    rows: list[RunRow] = []
     by_session: dict[int, list[Any]] = {}
     for name in order:
         sid = latest[name]
@@ -200,7 +200,7 @@ def _slug(*parts: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:60] or "group"
 
 
-def _label(row: Any, matrices: dict[int, Matrix | None]) -> str:
+def _label(row: RunRow, matrices: dict[int, Matrix | None]) -> str:
     """A run's config as the reader sees it: its `labels:` entry, else its name."""
     matrix = matrices.get(row.session_id)
     return matrix.label(row.config) if matrix is not None else row.config
@@ -238,7 +238,7 @@ class DeviceView:
     snapshot: bool                 # True when the facts are the session's own snapshot
 
 
-def device_views(store: Store, rows: Sequence[Any], sessions: Sequence[SessionRow]
+def device_views(store: Store, rows: Sequence[RunRow], sessions: Sequence[SessionRow]
                  ) -> dict[str, DeviceView]:
     """Each device of the runs, in their order, with the facts of when it ran."""
     names = list(dict.fromkeys(r.device for r in rows))
@@ -259,7 +259,7 @@ def device_views(store: Store, rows: Sequence[Any], sessions: Sequence[SessionRo
     return out
 
 
-def build(store: Store, rows: Sequence[Any], baseline: str | None = None,
+def build(store: Store, rows: Sequence[RunRow], baseline: str | None = None,
           quantile: str = "linear", keep_frames: bool = True) -> ReportData:
     """Everything a report shows, from the selected runs."""
     if not rows:

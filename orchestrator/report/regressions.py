@@ -47,7 +47,7 @@ def _by_key(rows: Sequence[RunRow], labels: dict[int, str]) -> dict[Key, list[Ru
     return out
 
 
-def sections(store: Store, rows: Sequence[Any]) -> list[dict[str, Any]]:
+def sections(store: Store, rows: Sequence[RunRow]) -> list[dict[str, Any]]:
     """One context per (session, device) of the report's runs that has earlier sessions of
     its matrix on its device (nothing when none has: the report reads as before)."""
     out = []
@@ -117,6 +117,6 @@ def _section(store: Store, sid: int, device: str, matrix: str, current: list[Any
                 1 for row in tests for c in row if c is not None and c.p_value is not None)}
 
 
-def _builds(rows: Sequence[Any]) -> str:
+def _builds(rows: Sequence[RunRow]) -> str:
     names = list(dict.fromkeys(b for b in (build_label(r) for r in rows) if b))
     return ", ".join(names) if names else "build unknown"

@@ -24,6 +24,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.matrix import Matrix
+from orchestrator.db.runs import RunRow
 from orchestrator.results.query import by_model_and_device
 from orchestrator.stats.statistics import delta_pct
 from orchestrator.stats.uncertainty import (
@@ -94,12 +95,12 @@ def _paired(matrix: Matrix | None, base: str, config: str) -> bool:
     return matrix.order == "interleaved" or any(base in p and config in p for p in matrix.pairs)
 
 
-def _by_round(runs: Sequence[Any], stats: Mapping[int, Mapping[str, Any]]
+def _by_round(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]]
               ) -> dict[tuple[int, int], float | None]:
     return {(r.session_id, r.repeat_index or 0): stats.get(r.id, {}).get("mean") for r in runs}
 
 
-def _group(model: str, device: str, members: list[Any], stats: Mapping[int, Mapping[str, Any]],
+def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, Mapping[str, Any]],
            matrix: Matrix | None, override: str | None) -> ABGroup | None:
     configs: dict[str, list[Any]] = {}
     for r in members:
@@ -152,7 +153,7 @@ def _group(model: str, device: str, members: list[Any], stats: Mapping[int, Mapp
     return ABGroup(model, device, baseline, rows)
 
 
-def ab_groups(runs: Sequence[Any], stats: Mapping[int, Mapping[str, Any]],
+def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
               matrices: Mapping[int, Matrix | None], baseline: str | None = None,
               alpha: float = ALPHA) -> list[ABGroup]:
     """The A/B groups of these runs (run rows: id, session_id, model, device, config, status,
@@ -177,7 +178,7 @@ def ab_groups(runs: Sequence[Any], stats: Mapping[int, Mapping[str, Any]],
         for g in groups]
 
 
-def session_groups(store: Any, session_id: int, runs: Sequence[Any],
+def session_groups(store: Any, session_id: int, runs: Sequence[RunRow],
                    stats: pd.DataFrame) -> list[ABGroup]:
     """The A/B groups of one stored session (`orch table`); `stats` is Runs.stats' frame."""
     session = store.session_row(session_id)
@@ -186,7 +187,7 @@ def session_groups(store: Any, session_id: int, runs: Sequence[Any],
     return ab_groups(runs, by_run, {session_id: matrix})
 
 
-def shown_by_default(runs: Sequence[Any]) -> bool:
+def shown_by_default(runs: Sequence[RunRow]) -> bool:
     """Whether `orch table` shows the A/B rows unasked: some (model, device) group has two
     configs and a config that ran ok more than once. With single runs there is no test."""
     for _, members in by_model_and_device(runs):

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.record import KIB_PER_GIB, load_record
 from orchestrator.run.validity import RunValidity, ghz
@@ -132,7 +132,7 @@ def _start_temp(temps: Any) -> float | None:
     return max(zones) / 1000.0 if zones else None
 
 
-def _frame(rows: Iterable[Any], means: Mapping[int, Any]) -> pd.DataFrame:
+def _frame(rows: Iterable[RunRow], means: Mapping[int, Any]) -> pd.DataFrame:
     return pd.DataFrame([{
         "id": r.id, "device": r.device, "model": r.model or "-", "config": r.config,
         "session_id": r.session_id, "order_index": r.order_index,
@@ -205,7 +205,7 @@ def _group(runs: pd.DataFrame, how: HowRun, t: Thresholds) -> list[Caveat]:
     return out
 
 
-def caveats(rows: Iterable[Any], means: Mapping[int, Any],
+def caveats(rows: Iterable[RunRow], means: Mapping[int, Any],
             matrices: Mapping[int, Mapping[str, Any]], t: Thresholds = Thresholds()) -> list[Caveat]:
     """Every warning about these runs (run rows joined with their device name), per (device,
     model) group in first-seen order. `means` maps run id -> mean tok/s; `matrices` maps

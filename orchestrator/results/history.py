@@ -34,13 +34,13 @@ _CACHE_PATH = re.compile(r"/llama\.cpp/([^/]+)/bin/[^/]+$")
 METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
 
 
-def build_label(row: Any) -> str | None:
+def build_label(row: RunRow) -> str | None:
     """The engine build a run measured: the build cache's version, else run.engine_build."""
     m = _CACHE_PATH.search(getattr(row, "binary_path", None) or "")
     return m.group(1) if m else (getattr(row, "engine_build", None) or None)
 
 
-def base_config(row: Any) -> str:
+def base_config(row: RunRow) -> str:
     """The config a run measured without its build: a `builds:` matrix names its cells
     `t1@0.3.30`, and across builds (history, `compare --builds`) they are one config `t1`."""
     label = build_label(row)
@@ -48,7 +48,7 @@ def base_config(row: Any) -> str:
     return row.config[:-len(suffix)] if label and row.config.endswith(suffix) else row.config
 
 
-def build_matches(row: Any, build: str) -> bool:
+def build_matches(row: RunRow, build: str) -> bool:
     """Whether `build` (a cache version, an engine_build string or a commit prefix) names the
     build this run measured."""
     label = build_label(row)
@@ -114,7 +114,7 @@ def _runs(store: Store, matrix: str, device: str | None, config: str | None) -> 
     return [r for r in rows if config in (None, r.config, base_config(r))]
 
 
-def point_samples(rows: list[Any], values: dict[int, Any],
+def point_samples(rows: list[RunRow], values: dict[int, Any],
                   metric: str) -> tuple[list[float], str]:
     """The measurements behind one point: the runs' figures, or one run's repetitions."""
     ok = [r for r in rows if r.status == "ok" and plain(values.get(r.id)) is not None]

@@ -15,9 +15,10 @@ records none).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from orchestrator.db.runs import RunRow
 
 UNKNOWN = ""
 
@@ -30,7 +31,7 @@ class Settings:
     model_sha256: str
 
     @classmethod
-    def of(cls, row: Any) -> "Settings":
+    def of(cls, row: RunRow) -> "Settings":
         flags = " ".join(str(getattr(row, "flags", None) or "").split())
         return cls(flags, str(getattr(row, "model_sha256", None) or ""))
 
@@ -44,7 +45,8 @@ def _variant_text(s: Settings, flags_differ: bool, models_differ: bool) -> str:
     return ", ".join(parts)
 
 
-def config_labels(rows: Iterable[Any], config: Any = lambda r: r.config) -> dict[int, str]:
+def config_labels(rows: Iterable[RunRow],
+                  config: Callable[[RunRow], str] = lambda r: r.config) -> dict[int, str]:
     """Per run id, the config as comparisons key it: the name, plus the settings that set it
     apart when runs of one (model, name) were measured with different settings."""
     rows = list(rows)

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-
+from orchestrator.db.runs import RunRow
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 from orchestrator.stats.values import is_missing
@@ -165,7 +165,7 @@ def model_file(name: str, matrix: dict[str, Any], matrix_path: str | None,
     return path if path.is_file() else None
 
 
-def model_facts(name: str, runs: Sequence[Any], device_facts: Mapping[str, Any] | None = None,
+def model_facts(name: str, runs: Sequence[RunRow], device_facts: Mapping[str, Any] | None = None,
                 file: Path | None = None) -> ModelFacts:
     """The facts of model `name` from its runs (rows with `model_size` and `summary`), the
     device's facts and, when given, its GGUF file (see `model_file`)."""
@@ -202,7 +202,7 @@ def _int(value: Any) -> int | None:
 
 
 def facts_for_group(store: Store, session: Any, model: str, device: str,
-                    runs: Sequence[Any]) -> ModelFacts:
+                    runs: Sequence[RunRow]) -> ModelFacts:
     """The facts that open a (model, device) group's section: `session` is the session row
     the runs belong to (its matrix names the model's file), `runs` the group's run rows."""
     dev = store.device_by_name(device)

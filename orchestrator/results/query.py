@@ -13,7 +13,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.stats.values import DAGGER
 
 
-def labelled(rows: Iterable[Any]) -> dict[int, str]:
+def labelled(rows: Iterable[RunRow]) -> dict[int, str]:
     """Row labels: the config name (and repeat), with a dagger on runs that did not end ok."""
     out = {}
     for row in rows:
