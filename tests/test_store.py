@@ -1,12 +1,14 @@
 """The store: migrations match the schema, WAL on SQLite, URL resolution, batched writes."""
 from __future__ import annotations
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
 from orchestrator.db import schema
-from orchestrator.db.store import Store, bulk_insert, resolve_url
+from orchestrator.db.store import MIGRATIONS, Store, bulk_insert, resolve_url, revisions
+from orchestrator.errors import StoreError
 from orchestrator.engines.base import TOKEN_COLUMNS
 
 
@@ -14,6 +16,28 @@ def test_migrations_create_exactly_the_schema(store):
     with store.engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn), schema.metadata)
     assert diff == []
+
+
+def test_the_revisions_orch_knows_are_alembics_chain():
+    """Store.open recognises a current store from the migration files' names alone (no
+    Alembic import): that list must be Alembic's own chain, oldest first."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    chain = [s.revision for s in ScriptDirectory.from_config(config).walk_revisions()]
+    assert revisions() == chain[::-1]
+
+
+def test_a_store_written_by_a_newer_orch_is_refused_in_one_line(tmp_path):
+    path = tmp_path / "newer.db"
+    store = Store.open(str(path))
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    store.engine.dispose()
+    with pytest.raises(StoreError, match="written by a newer orch .*revision 9999"):
+        Store.open(str(path))
 
 
 def test_token_table_holds_the_token_columns():

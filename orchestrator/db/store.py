@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-import pandas as pd
 from sqlalchemy import (
     JSON,
     Connection,
@@ -23,6 +22,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     ArgumentError,
@@ -37,12 +37,22 @@ from orchestrator.db import schema
 from orchestrator.errors import StoreError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from orchestrator.db.runs import RunRow, SessionRow
 
 DEFAULT_DB = "orch.db"
 ROUTE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
                  "expert_bytes", "dropped")
 MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def pandas() -> Any:
+    """pandas, imported when a frame is first asked for: commands that only list runs
+    (`orch runs`, `orch show`, `orch lab status`) never pay its import."""
+    import pandas as pd
+
+    return pd
 
 
 def now() -> dt.datetime:
@@ -76,22 +86,32 @@ def _first_line(exc: BaseException) -> str:
 def migrate(engine: Engine) -> None:
     """Bring the schema to Alembic's head (a no-op when it is there already).
 
+    A store already at the head is recognised by one query against `alembic_version` and the
+    newest migration file's revision, without importing Alembic (a third of a short command's
+    start-up). A store stamped by a revision this orch does not have was written by a newer
+    orch: refused with a StoreError rather than "migrated" into an unknown state.
+
     Two processes may open a new database at the same moment (`orch run` and `orch report`, a
     test watching a run, lab workers): both see no schema, one creates it, and the other's
     CREATE fails once the first commits. That loser finds the schema at head on its next look
     and goes on; any other failure is raised."""
+    known = revisions()
+    head = known[-1]
+    stamped = current_revision(engine)
+    if stamped == head:
+        return
+    if stamped is not None and stamped not in known:
+        raise StoreError(f"{engine.url.render_as_string(hide_password=True)}: written by a "
+                         f"newer orch (schema revision {stamped}; this orch knows up to "
+                         f"{head}): use that orch, or another --db")
     from alembic import command
     from alembic.config import Config
-    from alembic.runtime.migration import MigrationContext
-    from alembic.script import ScriptDirectory
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    head = ScriptDirectory.from_config(config).get_current_head()
 
     def current() -> str | None:
-        with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+        return current_revision(engine)
 
     for attempt in range(3):
         if current() == head:
@@ -107,6 +127,23 @@ def migrate(engine: Engine) -> None:
             if attempt == 2:
                 raise
             time.sleep(0.2 * (attempt + 1))
+
+
+def revisions() -> list[str]:
+    """The schema revisions this orch has, oldest first: migration files are named by their
+    revision (`0008_session_device_facts.py` is revision 0008, each revising the one before;
+    tests/test_store.py checks that against Alembic's own view)."""
+    names = sorted(p.name.split("_", 1)[0] for p in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+    return names
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision a store is stamped with; None for an empty one."""
+    with engine.connect() as conn:
+        if not sa_inspect(conn).has_table("alembic_version"):
+            return None
+        rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
+    return rows[0][0] if rows else None
 
 
 _COMPILED: dict[tuple[str, str, tuple[str, ...]], tuple[str, tuple[str, ...] | None]] = {}
@@ -186,6 +223,9 @@ class Store:
             event.listen(engine, "connect", _sqlite_pragmas)
         try:
             migrate(engine)
+        except StoreError:
+            engine.dispose()
+            raise
         except (DBAPIError, OSError) as exc:
             engine.dispose()
             raise StoreError(f"--db {parsed.render_as_string(hide_password=True)}: cannot open "
@@ -318,7 +358,7 @@ class Store:
         stmt = select(*(table.c[c] for c in ROUTE_COLUMNS)).where(table.c.run_id == run_id) \
             .order_by(table.c.seq)
         with self.engine.connect() as conn:
-            rows = pd.DataFrame(conn.execute(stmt).fetchall(), columns=list(ROUTE_COLUMNS))
+            rows = pandas().DataFrame(conn.execute(stmt).fetchall(), columns=list(ROUTE_COLUMNS))
         if rows["dropped"].isna().all():
             rows = rows.drop(columns="dropped")
         ints = [c for c in rows.columns if c != "weight"]
@@ -332,4 +372,4 @@ class Store:
         ids = list(run_ids)
         stmt = select(table).where(table.c.run_id.in_(ids)).order_by(table.c.run_id, table.c.seq)
         with self.engine.connect() as conn:
-            return pd.read_sql(stmt, conn)
+            return pandas().read_sql(stmt, conn)
