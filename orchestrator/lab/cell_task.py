@@ -25,8 +25,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.lab.health import HealthGate, HealthLimits, Stopping, check_device
 from orchestrator.plugins import get_adapter
 from orchestrator.run.agent_client import AgentClient
+from orchestrator.run.device_session import DevicePolicy, DeviceSession, begin_session
 from orchestrator.run.lifecycle import USER_STOP, DeviceBusy
-from orchestrator.run.prepare import PreparedDevice, prepare_device
+from orchestrator.run.prepare import prepare_device
 from orchestrator.run.progress import Progress
 from orchestrator.run.runner import CellOutcome
 from orchestrator.run.session import run_or_collect
@@ -54,9 +55,8 @@ class LogProgress(Progress):
 
 @dataclass
 class _Session:
-    prepared: PreparedDevice
-    cells: dict[str, Cell]
-    loaded: LoadedMatrix
+    device: DeviceSession       # this device's part of the session (run/device_session.py)
+    cells: dict[str, Cell]      # the session's plan, by cell key
 
 
 def loaded_from_batch(batch: Any) -> LoadedMatrix:
@@ -110,11 +110,12 @@ class DeviceConsumer:
             seed = self.store.session_row(row.session_id).seed
             adapter = get_adapter(loaded.matrix.engine, loaded.matrix.engine_options)
             prepared = prepare_device(self.store, self._connected(), adapter, loaded,
-                                      self.device, self.kind, self.device_id, self.progress,
-                                      self.link)
-            prepared.runner.session_id = row.session_id
+                                      self.device, self.kind, self.device_id, self.progress)
+            # the session was submitted before its device was seen: begin_session stores
+            # this device's facts as its snapshot
+            device = begin_session(prepared, row.session_id, DevicePolicy(link=self.link))
             cells = {cell.key: cell for cell in plan_cells(loaded.matrix, seed)}
-            self.sessions[row.session_id] = _Session(prepared, cells, prepared.runner.loaded)
+            self.sessions[row.session_id] = _Session(device, cells)
         return self.sessions[row.session_id]
 
     def _check(self) -> str | None:
@@ -196,11 +197,9 @@ class DeviceConsumer:
             if earlier is not None and earlier.status == "ok":
                 return self._end(row, "kept", earlier.id)
             lab_db.update_device(self.store, self.device, current_cell_id=row.id)
-            prepared = session.prepared
             try:
-                outcome = run_or_collect(prepared.runner, cell, earlier, session.loaded.matrix.cooldown,
-                                         self._first(row.session_id), prepared.baseline,
-                                         prepared.path_warnings)
+                outcome = run_or_collect(session.device, cell, earlier,
+                                         self._first(row.session_id))
             except (TransportError, DeviceBusy) as exc:
                 self._drop_connection()
                 self.gate.failed(f"unreachable: {exc}" if isinstance(exc, TransportError)

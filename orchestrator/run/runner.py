@@ -1,13 +1,14 @@
-"""One cell on one device (DESIGN §1): its job directory, the engine's start through the agent,
-following the spool across link loss, and the run's final status. The session decides which
-cells run, in what order and after which cooldown."""
+"""One cell on one device: its job directory, the engine's start through the agent, following
+the spool across link loss, and the run's final status (docs/architecture.md, "Data flow").
+The session decides which cells run, in what order and after which cooldown; the runner is
+built by run/device_session.py once its session exists, so every run row it writes names it."""
 from __future__ import annotations
 
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any
 
 from orchestrator.config.matrix import LoadedMatrix
@@ -77,7 +78,8 @@ def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[st
 
 @dataclass
 class DeviceRunner:
-    """Runs cells of one matrix on one device, recording into one session."""
+    """Runs cells of one matrix on one device, recording into one session: built for a
+    session that exists (run/device_session.py builds it from the prepared device)."""
 
     store: Store
     transport: Transport
@@ -90,12 +92,14 @@ class DeviceRunner:
     stop: threading.Event | None = None          # set by Ctrl-C when several devices run
     force: bool = False                          # --force: start beside another live job
     sleep: Callable[[float], None] = time.sleep
+    facts: dict[str, Any] = field(default_factory=dict)       # the device facts (cores, ...)
+    model_info: dict[str, Any] = field(default_factory=dict)  # model -> ModelInfo (size, sha256)
+    agent: InitVar[AgentClient | None] = None    # the prepared device's client; None: a new one
 
-    def __post_init__(self) -> None:
-        self.client = AgentClient(self.transport)
-        self.mem_total_kb: int | None = None   # from the device facts, for oom evidence
-        self.facts: dict[str, Any] = {}        # the device facts (cores, cpu.max_khz)
-        self.model_info: dict[str, Any] = {}   # model name -> ModelInfo (size, sha256)
+    def __post_init__(self, agent: AgentClient | None) -> None:
+        self.client = agent or AgentClient(self.transport)
+        total = str(self.facts.get("mem_total_kb", ""))
+        self.mem_total_kb = int(total) if total.isdigit() else None   # oom evidence
         # per binary (None: the matrix's; else a `builds:` cell's cached binary): (path on
         # the device, sha256), and engine_version()'s answer ("" when none)
         self._binaries: dict[str | None, tuple[str, str | None]] = {}

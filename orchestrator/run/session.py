@@ -1,9 +1,15 @@
-"""One `orch run`: a session on one device, its cells in order, with cooldowns and --resume."""
+"""One `orch run`: a session on one device, its cells in order, with cooldowns and --resume.
+
+The device is prepared (run/prepare.py) before the session row exists: a device busy with
+another orch job is refused first, and the new session stores the device's facts. The
+session's part on the device is then one DeviceSession (run/device_session.py), which the
+cell loop here and the lab's tasks (lab/cell_task.py, through `run_or_collect`) share."""
 from __future__ import annotations
 
 import random
 import sys
 import threading
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -11,7 +17,7 @@ from typing import Any
 
 from orchestrator import __version__
 from orchestrator.config.inventory import Inventory, open_transport
-from orchestrator.config.matrix import Cooldown, LoadedMatrix
+from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db.runs import Runs
 from orchestrator.db.session_lock import SessionBusy, session_lock
@@ -20,13 +26,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.plugins import PluginError, get_adapter
 from orchestrator.run import controller
 from orchestrator.run.cooldown import Reading, wait_for_condition
-from orchestrator.run.device_jobs import (
-    check_device_free,
-    job_state,
-    settle_orphaned_runs,
-)
-from orchestrator.run.lifecycle import USER_STOP
-from orchestrator.run.prepare import prepare_device
+from orchestrator.run.device_jobs import check_device_free, settle_orphaned_runs
+from orchestrator.run.device_session import DevicePolicy, DeviceSession, begin_session
+from orchestrator.run.prepare import PreparedDevice, prepare_device
 from orchestrator.run.progress import Board, Progress
 from orchestrator.run.quality import run_quality
 from orchestrator.run.runner import CellOutcome, DeviceRunner
@@ -54,11 +56,11 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
         adapter = get_adapter(matrix.engine, matrix.engine_options)
     except (KeyError, PluginError) as exc:
         raise ConfigError(f"{loaded.path}: engine: {exc.args[0]}") from None
-    entry = inventory.get(device)
-    link = link or LinkPolicy()
+    kind = inventory.get(device).kind
+    policy = DevicePolicy(link or LinkPolicy(), stop, force, sleep or time.sleep)
     transport = open_transport(inventory, device)
-    transport.link = link  # every reconnect of this session waits as long as --link-grace
-    device_id = store.upsert_device(device, entry.kind)
+    transport.link = policy.link  # every reconnect of this session waits as long as --link-grace
+    device_id = store.upsert_device(device, kind)
 
     session_id = None
     if resume:
@@ -73,64 +75,76 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
         seed = random.SystemRandom().randrange(1 << 31)
 
     locks = ExitStack()
-    begun: dict[str, int] = {}   # the session, once it exists: Ctrl-C ends it
+    begun: int | None = None     # the session, once it exists: Ctrl-C ends it
     if session_id is not None:   # --resume: before anything else, so two never interleave
         locks.enter_context(session_lock(store, session_id))
     try:
         with locks, transport:
-            return _run_session(store, transport, adapter, loaded, device, entry, device_id,
-                                progress, session_id, seed, locks, begun, resume, link,
-                                command, sleep, stop, force)
+            prepared = prepare_device(store, transport, adapter, loaded, device, kind,
+                                      device_id, progress)
+            previous = Runs(store).latest_per_cell(session_id) if session_id is not None else {}
+            live = _device_free(prepared, previous, session_id, resume, force)
+            if session_id is None:
+                session_id = _create_session(prepared, seed, command)
+                locks.enter_context(session_lock(store, session_id))
+            begun = session_id
+            return _run_session(begin_session(prepared, session_id, policy), seed, previous,
+                                live)
     except KeyboardInterrupt:
-        if "id" in begun:
-            store.update_session(begun["id"], ended_at=now())
+        if begun is not None:
+            store.update_session(begun, ended_at=now())
         raise
 
 
-def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatrix, device: str,
-                 entry: Any, device_id: int, progress: Progress, session_id: int | None,
-                 seed: int | None, locks: ExitStack, begun: dict[str, int], resume: bool,
-                 link: LinkPolicy,
-                 command: str | None, sleep: Callable[[float], None] | None,
-                 stop: threading.Event | None, force: bool) -> SessionResult:
-    matrix = loaded.matrix
-    prepared = prepare_device(store, transport, adapter, loaded, device, entry.kind, device_id,
-                              progress, link, sleep=sleep, stop=stop, force=force)
-    runner, baseline, path_warnings = prepared.runner, prepared.baseline, prepared.path_warnings
-    loaded = runner.loaded
-    previous = Runs(store).latest_per_cell(session_id) if resume and session_id is not None else {}
+def _device_free(prepared: PreparedDevice, previous: dict[str, Any], session_id: int | None,
+                 resume: bool, force: bool) -> set[str]:
+    """Refuse a device busy with another orch job (DeviceBusy, unless `force`) and mark runs
+    of an orch that ended early interrupted. Returns the job dirs of this session's runs that
+    still run on the device (collected first)."""
+    store, progress = prepared.store, prepared.progress
     own = {r.remote_dir for r in previous.values() if r.remote_dir}
-    live, notes = check_device_free(store, runner.client, device, loaded.path, resume,
-                                    force, own)
+    live, notes = check_device_free(store, prepared.client, prepared.device,
+                                    prepared.loaded.path, resume, force, own)
     for note in notes:
         progress.note(note)
-    settled = settle_orphaned_runs(store, device_id, live | own, session_id)
+    settled = settle_orphaned_runs(store, prepared.device_id, live | own, session_id)
     if settled:
         progress.note(f"runs {', '.join(map(str, settled))} of an orch that ended early are "
                       f"marked interrupted (--resume of their session collects them)")
-    if session_id is None:
-        session_id = store.create_session(
-            kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,
-            matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
-            git_rev=controller.git_revision(), python_version=controller.python_version(),
-            controller_host=controller.host(), command=command or " ".join(sys.argv),
-            seed=seed, device_facts=dict(runner.facts))
-        locks.enter_context(session_lock(store, session_id))
-    begun["id"] = session_id
-    runner.session_id = session_id
+    return live
+
+
+def _create_session(prepared: PreparedDevice, seed: int | None, command: str | None) -> int:
+    """A new session row for the matrix on the prepared device, with its facts as they are."""
+    loaded = prepared.loaded
+    name = loaded.matrix.name
+    return prepared.store.create_session(
+        kind="run", name=name, matrix_name=name, matrix_path=loaded.path,
+        matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
+        git_rev=controller.git_revision(), python_version=controller.python_version(),
+        controller_host=controller.host(), command=command or " ".join(sys.argv),
+        seed=seed, device_facts=dict(prepared.facts))
+
+
+def _run_session(device: DeviceSession, seed: int | None, previous: dict[str, Any],
+                 live: set[str]) -> SessionResult:
+    """The session's cells in order (--resume: those not ok yet), then adaptive rounds while
+    they are needed, then the quality probes."""
+    store, session_id, progress = device.store, device.session_id, device.progress
+    loaded = device.loaded
+    matrix = loaded.matrix
     result = SessionResult(session_id)
     policy = matrix.repeat
     # --resume first completes every round that was started (an adaptive session may
     # have added some), and only then judges whether another is needed
     started = max((r.repeat_index for r in previous.values()), default=-1) + 1
     rounds = max(policy.min, min(started, policy.max))
-    cells = plan_cells(loaded.matrix, seed)
-    per_round = len(plan_cells(loaded.matrix, seed, range(policy.min, policy.min + 1)))
+    cells = plan_cells(matrix, seed)
+    per_round = len(plan_cells(matrix, seed, range(policy.min, policy.min + 1)))
     for k in range(policy.min, rounds):
-        cells += _extra_round(loaded.matrix, seed, k, per_round)
-    run = _CellLoop(runner, progress, matrix.cooldown, baseline, store, path_warnings,
-                    result, previous, live)
-    run.cells(cells, device)
+        cells += _extra_round(matrix, seed, k, per_round)
+    run = _CellLoop(device, result, previous, live)
+    run.cells(cells)
     if policy.adaptive:
         # imported here: it loads scipy, which only adaptive sessions need (a lab consumer
         # per device stays ~60 MiB smaller without it)
@@ -143,12 +157,12 @@ def _run_session(store: Store, transport: Any, adapter: Any, loaded: LoadedMatri
                 break
             progress.note(f"adaptive repeats: round {rounds + 1} "
                           f"(widest 95% interval ±{verdict.widest:.2f}% > ±{policy.until:g}%)")
-            run.cells(_extra_round(loaded.matrix, seed, rounds, per_round), device)
+            run.cells(_extra_round(matrix, seed, rounds, per_round))
             rounds += 1
         store.update_session(session_id, repeat_stop=result.repeat_stop)
         progress.note(f"adaptive repeats: {result.repeat_stop}")
     # quality probes: after every speed cell, in their own table (config/quality.py, run/quality.py)
-    run_quality(runner, loaded, progress)
+    run_quality(device.runner, loaded, progress)
     store.update_session(session_id, ended_at=now())
     progress.finish()
     return result
@@ -167,19 +181,14 @@ class _CellLoop:
     """Runs planned cells in order: skips those already ok (--resume), collects or re-runs
     interrupted ones, and waits the cooldown before each."""
 
-    runner: DeviceRunner
-    progress: Progress
-    cooldown: Cooldown
-    baseline: dict[str, float] | None
-    store: Store
-    path_warnings: list[Any]
+    device: DeviceSession
     result: SessionResult
     previous: dict[str, Any]
     live: set[str] = field(default_factory=set)   # job dirs of this session still running
     first: bool = True
     planned: int = 0
 
-    def cells(self, cells: list[Cell], device: str) -> None:
+    def cells(self, cells: list[Cell]) -> None:
         todo: list[tuple[Cell, Any]] = []
         for cell in cells:
             earlier = self.previous.get(cell.key)
@@ -194,32 +203,29 @@ class _CellLoop:
         todo.sort(key=lambda item: item[1] is None or item[1].remote_dir not in self.live)
         start = self.planned
         self.planned += len(todo)
-        self.progress.start(device, self.planned, self.result.skipped)
+        progress = self.device.progress
+        progress.start(self.device.device, self.planned, self.result.skipped)
         for index, (cell, earlier) in enumerate(todo, start):
-            self.progress.cell_started(index, cell)
-            outcome = run_or_collect(self.runner, cell, earlier, self.cooldown, self.first,
-                                     self.baseline, self.path_warnings)
+            progress.cell_started(index, cell)
+            outcome = run_or_collect(self.device, cell, earlier, self.first)
             self.first = False
             self.result.outcomes.append(outcome)
 
 
-def run_or_collect(runner: DeviceRunner, cell: Cell, earlier: Any, cooldown: Cooldown,
-                   first: bool, baseline: dict[str, float] | None,
-                   path_warnings: list[Any]) -> CellOutcome:
+def run_or_collect(device: DeviceSession, cell: Cell, earlier: Any, first: bool) -> CellOutcome:
     """One cell that is not ok yet: an earlier interrupted or running run of it is collected
     from the device's spool when its engine is still there (or finished), else the cooldown
-    is waited and the cell runs (superseding the earlier run). `orch run` and the lab's
-    tasks both go through here."""
+    is waited (none before the session's `first` cell on a fixed timer) and the cell runs
+    (superseding the earlier run). `orch run` and the lab's tasks both go through here."""
     outcome = None
     if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
-        outcome = _collect(runner, earlier, cell)
+        outcome = device.collect(earlier, cell)
     if outcome is None:
-        settled = _settle(runner, runner.progress, cooldown, first, baseline)
-        outcome = runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
-                                  cooldown_temps=settled.temps,
-                                  superseding=earlier.id if earlier is not None else None)
-    _add_warnings(runner.store, outcome.run_id,
-                  [w for w in path_warnings if w.applies(cell.model, cell.matrix_config)])
+        settled = _settle(device, first)
+        outcome = device.runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
+                                         cooldown_temps=settled.temps,
+                                         superseding=earlier.id if earlier is not None else None)
+    device.add_path_warnings(outcome.run_id, cell)
     return outcome
 
 
@@ -236,17 +242,17 @@ class Settled:
     temps: dict[str, int] | None = None
 
 
-def _settle(runner: DeviceRunner, progress: Progress, spec: Cooldown, first: bool,
-            baseline: dict[str, float] | None) -> Settled:
+def _settle(device: DeviceSession, first: bool) -> Settled:
     """The cooldown before a cell: the thermal condition before every cell (the first one
     too: it should start from the baseline as well), or the fixed timer between cells."""
+    spec, progress = device.cooldown, device.progress
     if spec.is_condition:
         def shown(reading: Reading) -> None:
             temp = reading.values.get("value_mC")
             progress.cooldown(spec.max, spec.max - reading.elapsed_ms / 1000.0,
                               None if temp is None else temp / 1000.0)
 
-        result = wait_for_condition(runner.client, spec, baseline, shown)
+        result = wait_for_condition(device.client, spec, device.baseline, shown)
         if result.outcome == "max":
             progress.note(f"cooldown hit its max ({spec.max:g} s) before the condition was met")
         elif result.outcome == "nosensor":
@@ -256,7 +262,7 @@ def _settle(runner: DeviceRunner, progress: Progress, spec: Cooldown, first: boo
                        {k: v for k, v in last.items() if v is not None} or None)
     if first or not spec.seconds:
         return Settled()
-    _count_down(runner, progress, spec.seconds)
+    _count_down(device.runner, progress, spec.seconds)
     return Settled(spec.seconds)
 
 
@@ -313,34 +319,3 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
             thread.join(timeout=60)
         raise
     return results
-
-
-def _add_warnings(store: Store, run_id: int, extra: list) -> None:
-    """Append warnings found before the run (model path check) to the run's own."""
-    if extra:
-        have = list(store.run_row(run_id).warnings or [])
-        store.update_run(run_id, warnings=have + [str(w) for w in extra if str(w) not in have])
-
-
-def _collect(runner: DeviceRunner, earlier: Any, cell: Cell) -> CellOutcome | None:
-    """--resume of an interrupted run whose engine may have finished on the device: read the
-    rest of its spool instead of running it again. None when it must be re-run, which needs
-    evidence that its engine is gone: the agent says `dead` or `absent`, or it was stopped by
-    the user (its X line is our kill's) and is dead now. An engine left without its
-    supervisor (`orphan`) is killed first. A failed status query raises (TransportError):
-    not knowing is no reason to start a second engine."""
-    jobdir = earlier.remote_dir
-    state, _ = job_state(runner.client, jobdir)
-    stopped = (earlier.cause or "").startswith(USER_STOP)
-    if state in ("running", "done") and not stopped:
-        runner.store.update_run(earlier.id, status="running", cause=None)
-        return runner.follow(earlier.id, jobdir, earlier.spool_lines or 0, cell)
-    if state in ("running", "orphan"):   # ours to end: stopped by the user, or unspooled
-        runner.progress.note(f"run #{earlier.id}: its engine still ran on the device "
-                             f"({state}); killed before the cell runs again")
-        runner.client.kill(jobdir)
-        state, _ = job_state(runner.client, jobdir)
-        if state in ("running", "orphan"):
-            raise TransportError(f"run #{earlier.id}: its engine ({jobdir}) could not be "
-                                 f"stopped; not starting a second one")
-    return None
