@@ -1,4 +1,4 @@
-"""The lab (issue 17) with real parts: a redis-server and a PostgreSQL server started by the
+"""The lab with real parts: a redis-server and a PostgreSQL server started by the
 tests, `orch lab worker` processes, and devices of kind local (own workdirs) and ssh (the
 test sshd). Waits end on events in the store, never on the clock."""
 from __future__ import annotations
@@ -87,6 +87,9 @@ def test_four_devices_on_two_workers_each_in_its_order_never_two_at_once(lab, ph
         for before, after in itertools.pairwise(mine):
             assert before.ended_at <= after.started_at, (device, before.id, after.id)
         assert len({r.session_id for r in mine}) == 1
+        # the session keeps the device's facts as they were when it ran (provenance)
+        facts = store.session_row(mine[0].session_id).device_facts
+        assert (facts or {}).get("kernel"), (device, facts)
     # each device was served by the worker whose inventory has it
     served = {c.device: c.worker for c in cells}
     assert served == {"d1": "w1", "d2": "w1", "d3": "w2", "d4": "w2"}
