@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""llama-token: llama.cpp measured token by token, in bmoe-cli's formats (issue #9).
+"""llama-token: llama.cpp measured token by token, in bmoe-cli's formats.
 
 Loads a GGUF through the llama-cpp-python bindings, decodes greedily one token per
 llama_decode, and writes bmoe-cli's per-token CSV, `# summary` trailer and stdout summary lines
-(shared/reference/bmoe-formats.md sections 1-3), so llama.cpp runs get the same per-token
+(docs/formats.md sections 1-3), so llama.cpp runs get the same per-token
 tables, plots and pressure samples as bmoe runs. The generated text goes to stdout as it is
 produced; llama.cpp's own log goes to stderr (warnings and errors only, unless --verbose).
 
@@ -17,7 +17,7 @@ and compute_ms = wall_ms; read_bytes is what the process read from storage durin
 The bindings' native library: $LLAMA_CPP_LIB_PATH, else orch's llama.cpp build cache for the
 bindings' version ($ORCH_LLAMA_CACHE/<version>/lib, else ~/.cache/orch/llama.cpp/<version>/lib)
 when it exists, else the one the bindings were built with.
---route-trace PATH writes the routing llama.cpp computed as `# route_trace v1` (route-trace.md;
+--route-trace PATH writes the routing llama.cpp computed as `# route_trace v1` (docs/routes.md;
 class RouteCapture). Nothing is hooked without it.
 Exit codes: 0 done, 2 usage, 4 bindings missing, 5 model or context load failed,
 6 llama_decode failed, 143 SIGTERM (rows written so far stay, no # summary trailer).

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""moe-probe: orch's built-in synthetic expert-streaming engine (DESIGN.md section 6).
+"""moe-probe: orch's built-in synthetic expert-streaming engine.
 
 Not a model but a real expert-streaming workload: a synthetic expert file (layers x experts x
 expert size) is read expert by expert, per token and layer, through an LRU cache by mmap, pread
 or O_DIRECT, with a small matrix-vector product per expert. It writes bmoe-cli's per-token CSV,
-`# summary` trailer and stdout summary lines (shared/reference/bmoe-formats.md sections 1-3), so
+`# summary` trailer and stdout summary lines (docs/formats.md sections 1-3), so
 the bmoe parsers read it unchanged. Stdlib only: it is pushed to devices that may only have
 python3. Exit codes: 0 ok, 2 usage, 3 O_DIRECT refused by the file system, 143 SIGTERM.
 
 Routing looks like real routing along the two axes the studies measure: --keep-frac, the share
 of a layer's experts the next token keeps (token-to-token locality), and --skew, a per-layer
 Zipf popularity of the experts (0 = uniform, the default). --route-trace PATH writes it as
-bmoe-cli's `# route_trace v1` (shared/reference/route-trace.md section 1).
+bmoe-cli's `# route_trace v1` (docs/routes.md section 1).
 """
 import argparse  # noqa: E401
 import concurrent.futures
@@ -307,7 +307,7 @@ class Router:
 
 
 class TraceWriter:
-    """`# route_trace v1` (route-trace.md section 1): prefill rows (layer, step, slot order,
+    """`# route_trace v1` (docs/routes.md section 1): prefill rows (layer, step, slot order,
     written when the prompt is done), then decode rows (step, layer, slot), flushed per token.
     Slots are in router rank order: by a softmax weight (summing to 1 per cell) drawn from its
     own generator, so tracing never changes the routing. Residency is the LRU's (0 miss, 1 hit);

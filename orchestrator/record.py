@@ -42,7 +42,7 @@ class Pressure(BaseModel):
         return cls(**{field: _div(metrics.get(raw), scale) for field, raw, scale in _SIDECAR})
 
 
-# (field, `.metrics` key, divisor): units by the key's suffix (bmoe-formats §4, §6)
+# (field, `.metrics` key, divisor): units by the key's suffix (docs/formats.md §4)
 _SIDECAR = (
     ("peak_rss_gib", "peak_rss_kb", KIB_PER_GIB),
     ("mem_floor_gib", "mem_avail_floor_kb", KIB_PER_GIB),
@@ -141,7 +141,7 @@ def _v1_as_v2(stored: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# ---- the `# summary` trailer vocabulary (bmoe-formats §2, §3) --------------------------------
+# ---- the `# summary` trailer vocabulary (docs/formats.md §2, §3) -----------------------------
 
 _NUMBER_KEYS = {
     "tok/s": "decode_tps", "prefill_tps": "prefill_tps", "prefill_s": "prefill_s",

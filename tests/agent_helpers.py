@@ -1,4 +1,5 @@
-"""Helpers to run agent/orch-agent.sh under the shells it must support (DESIGN §2).
+"""Helpers to run agent/orch-agent.sh under the shells it must support
+(docs/architecture.md, "The agent runs anywhere without Python").
 
 Reusable by any test that needs a real agent run: build an Android-like toybox-only PATH,
 write a job directory, run a job to completion and get its parsed spool, clean up every

@@ -94,7 +94,7 @@ def run_stats(tokens: pd.DataFrame, record, pressure=None) -> dict:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
-# The published tables write "GB" for memory that is GiB (kB / 1024², bmoe-formats §6); orch
+# The published tables write "GB" for memory that is GiB (kB / 1024², docs/formats.md §6); orch
 # writes the unit it means, so the oracle is read with that unit corrected and every number
 # untouched. Only table cells: the section titles quote model file sizes in decimal GB.
 _GB_CELL = re.compile(r"(?<=\| )(\d+\.\d+) GB(?= \|)")
@@ -222,7 +222,7 @@ def pr23_rows() -> dict[tuple[str, str], Path]:
 
 def test_pr23_summary_md_reproduced_exactly() -> None:
     # This older table's p95 was taken without interpolation (the lower neighbour at
-    # i = 0.95*(n-1)), unlike §6 and the 2026-07-13 table; see the next test.
+    # i = 0.95*(n-1)), unlike docs/formats.md §6 and the 2026-07-13 table; see the next test.
     want, got = pr23_expected(), build_pr23("lower")
     assert mismatches(got, want) == []
     assert len([c for c in md_cells(want).values() if c != "—"]) == 108
@@ -409,7 +409,7 @@ def test_row_order_and_unequal_lengths_do_not_matter() -> None:
     assert np.allclose(t.loc[ordered.index, "p95"], ordered.p95, rtol=1e-12)
 
 
-# ---- beyond §6: latency percentiles, warm-up and steady state ------------------------------
+# ---- beyond the published tables: latency percentiles, warm-up and steady state ----------
 
 def mser5(wall: np.ndarray) -> tuple[int, float] | None:
     """MSER-5 written out for one run (White 1997): batch means of 5, the d over the first half

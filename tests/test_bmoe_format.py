@@ -18,7 +18,7 @@ from orchestrator.engines.bmoe_format import (
 )
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
-# bmoe per-token CSVs; the route trace (`*.route.csv`, another format: route-trace.md) and
+# bmoe per-token CSVs; the route trace (`*.route.csv`, another format: docs/routes.md §1) and
 # its folder's engine stderr log are tested in tests/test_routes.py
 ROUTE_TRACE = FIX / "2026-07-15-route-trace"
 ALL_CSV = sorted(p for p in FIX.rglob("*.csv") if not p.name.endswith(".route.csv"))

@@ -1,4 +1,4 @@
-"""Hostile inputs (issue 16, Build 3 and 4): every bad matrix, inventory, prompt, option and
+"""Hostile inputs: every bad matrix, inventory, prompt, option and
 path ends with one clear line and its documented exit code (2 bad input, 1 failed), with no
 traceback, no database file on exit 2, no `running` row and no process left behind."""
 from __future__ import annotations
@@ -239,11 +239,11 @@ def test_hostile_input(case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_suite_size() -> None:
-    """The issue asks for at least 60 cases."""
+    """At least 60 cases."""
     assert len(CASES) >= 60
 
 
-# -- "Wrong or silent results" and "Tracebacks and exit codes" (issue 16, What was found) ------
+# -- wrong or silent results, tracebacks and exit codes ------------------------------------------
 
 SH_ENGINE = """\
 name: bytes

@@ -1,4 +1,4 @@
-"""`orch import` takes a study folder as it is (issue 14, build item 1): subfolders, matrix
+"""`orch import` takes a study folder as it is: subfolders, matrix
 stdout sections, every skipped file with its reason, exit codes, --replace / --model / --label,
 entry state from driver logs and .state files, per-token memory columns, impossible values,
 non-regular files."""

@@ -1,6 +1,6 @@
-"""Issue 16, Build 2 and 5: the engine's processes never outlive their cell or orch, a device
+"""The engine's processes never outlive their cell or orch, a device
 runs one orch job at a time, signals end a run cleanly, and the agent notices an engine's end
-at once (not at its next sample). Every "Stray processes" item of the issue, the garbled X
+at once (not at its next sample). Every way a process could stray, the garbled X
 line, and the idle second have a test here. Agent-level tests run under mksh with a
 toybox-only PATH, dash and bash; the CLI-level ones run `orch` as a real process (signals).
 """

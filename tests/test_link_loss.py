@@ -1,4 +1,4 @@
-"""Link loss outside the run phase (issue 16, Build 1): facts, agent install, pushes, path check,
+"""Link loss outside the run phase: facts, agent install, pushes, path check,
 cooldown, status and collection ride out a dropped link through run/link_retry.py, end to end
 with the real sshd and the emulated phone. Cuts are placed by events (a command started, a
 push passed half its bytes, a reading arrived), never by the clock; pushes are slowed by
@@ -187,7 +187,7 @@ def test_ssh_cut_four_times_from_push_through_run(ssh_ws, sshd, monkeypatch, cap
     assert not list(remote.parent.glob("*.orch-part*"))
 
 
-# ----- What was found: each item of "link loss outside the run phase is fatal" ----------------
+# ----- each way a lost link outside the run phase used to be fatal ---------------------------
 def test_ssh_cut_during_the_model_stat(ssh_ws, sshd, monkeypatch):
     """Was: `connection ... lost during stat -c %s .../model.gguf`, exit 1."""
     real = ssh_files.SshFiles.remote_size

@@ -1,4 +1,4 @@
-"""llama.cpp engines against the REAL binaries (issue #9): llama-completion, llama-bench and
+"""llama.cpp engines against the REAL binaries: llama-completion, llama-bench and
 orch's per-token llama-token, run through `orch run` on a local device with a tmp inventory.
 
 They need `scripts/build-llama` (llama.cpp built into the cache, the bindings in the venv, the
@@ -24,7 +24,7 @@ from sqlalchemy import select
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
-from orchestrator.stats.divergence import divergence, divergence_from_baseline
+from orchestrator.stats.divergence import divergence
 from orchestrator.tools import llamacpp_build as lb
 
 REPO = Path(__file__).resolve().parent.parent
@@ -188,7 +188,7 @@ def test_llama_token_engine(workspace, build, bindings, tiny):
     assert runs["k1"].summary["settings"]["n_expert_used"] == 1
     assert runs["k2-nommap"].summary["settings"]["mmap"] == 0
     texts = {c: r.text for c, r in runs.items()}
-    div = divergence_from_baseline(texts, "k2")
+    div = {config: divergence(texts["k2"], text) for config, text in texts.items()}
     assert div["k2-t2"] is None and div["k2-nommap"] is None
     assert isinstance(div["k1"], int)
     code, out = orch("show", str(runs["k2"].id))
@@ -418,7 +418,8 @@ def test_llama_local_matrix_end_to_end(workspace):
     assert len(runs) == 16 and all(r.status == "ok" for r in runs)
     assert all(len(store.frame("token", [r.id])) == 128 for r in runs)
     texts = {r.config: r.text for r in runs}
-    div = divergence_from_baseline(texts, "mmap+top-k-experts=4,t=2")
+    base = texts["mmap+top-k-experts=4,t=2"]
+    div = {config: divergence(base, text) for config, text in texts.items()}
     for config, where in div.items():
         if "top-k-experts=4," in config:
             assert where is None, (config, where)       # threads and mmap: the same text
@@ -431,7 +432,7 @@ def test_llama_local_matrix_end_to_end(workspace):
     assert code == 0, out
     report = Path("llama.md").read_text()
     assert "text departs at" in report and "| identical |" in report
-    # issue 15 item 4: every config also answered the quality probes (random weights: wrong)
+    # every config also answered the quality probes (random weights: wrong)
     assert "**Quality beside speed**" in report
     code, out = orch("quality", "--matrix", "llama-local")
     assert code == 0 and len(re.findall(r"\(\d/3\) \|", out)) == 16, out

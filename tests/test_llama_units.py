@@ -1,5 +1,5 @@
 """Parts of the llama.cpp support that need no build: text divergence, the build cache's
-rules, the random qwen3moe writer, the llama-token adapter's argv (issue #9)."""
+rules, the random qwen3moe writer, the llama-token adapter's argv."""
 from __future__ import annotations
 
 import os
@@ -10,7 +10,7 @@ from ci import IN_CI
 
 from orchestrator.engines import CellSpec
 from orchestrator.plugins import get_adapter
-from orchestrator.stats.divergence import divergence, divergence_from_baseline
+from orchestrator.stats.divergence import divergence
 from orchestrator.tools import llamacpp_build as lb
 
 # -- divergence ------------------------------------------------------------------------------
@@ -33,14 +33,6 @@ def test_divergence_words():
         divergence("a", "b", unit="token")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         divergence(None, "b")  # type: ignore[arg-type]
-
-
-def test_divergence_from_baseline():
-    texts = {"base": "hello world", "same": "hello world", "other": "hello there",
-             "failed": None}
-    assert divergence_from_baseline(texts, "base") == {
-        "base": None, "same": None, "other": 6, "failed": "no text"}
-    assert divergence_from_baseline({"b": None, "x": "t"}, "b")["x"] == "no text"
 
 
 # -- build cache -----------------------------------------------------------------------------

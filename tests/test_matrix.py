@@ -307,7 +307,7 @@ def test_repeat_count_or_adaptive_policy(tmp_path):
         f"{tmp_path}/m.yaml:8: repeat: max must be at least min"]
 
 
-# -- route_trace (issue 14): per config, or for the whole matrix ------------------------------
+# -- route_trace: per config, or for the whole matrix -------------------------------------------
 
 TRACED = """\
 name: traced

@@ -1,4 +1,4 @@
-"""moe-probe (agent/moe_probe.py): output formats of bmoe-formats.md sections 1-3, cache and
+"""moe-probe (agent/moe_probe.py): output formats of docs/formats.md sections 1-3, cache and
 read accounting, expert file reuse, determinism, O_DIRECT handling, SIGTERM.
 
 Every run uses a tmp cache dir and a small geometry (4 layers x 16 experts x 64 KiB = 4 MiB).
@@ -37,7 +37,7 @@ LINE_RES = {
     "compute": rf"^compute: {NUM}% CPU occupancy \({NUM} cpu-s/token over (\d+) threads\), "
                rf"{NUM} major faults/token$",
 }
-# Real bmoe-cli lines (bmoe-formats.md section 3): the regexes must accept the engine itself.
+# Real bmoe-cli lines (docs/formats.md section 3): the regexes must accept the engine itself.
 REAL_LINES = [
     "generation: 256 tokens, 0.288 s/token (3.469 tok/s)",
     "prefill: 34 tokens, 10.845 s (3.1 tok/s) | model load 18.009 s | TTFT 28.853 s",

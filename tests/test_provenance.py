@@ -1,4 +1,4 @@
-"""Provenance (issue 13 item 6): engine build, model sha256 for device-path models (hashed
+"""Provenance: engine build, model sha256 for device-path models (hashed
 once per device), Python and orch versions, imported runs keeping their files' times."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quality probes (issue 15 items 3-4): graders, probe files, Wilson intervals, and a table
+"""Quality probes: graders, probe files, Wilson intervals, and a table
 engine that reproduces hand-graded scores end to end through `orch run` on `local`."""
 from __future__ import annotations
 

@@ -48,8 +48,8 @@ def assert_same_stats(got: dict, want: dict) -> None:
     assert set(want) <= set(got), set(want) - set(got)
     for key, value in want.items():
         if key in NOT_MEASURED_ON_MMAP and got.get("streaming") is False and value == 0.0:
-            # v0 printed 0 for what a plain mmap run does not measure (bmoe-formats §1: the
-            # engine cannot count page-cache reads); since issue 13 it is "not measured"
+            # v0 printed 0 for what a plain mmap run does not measure (docs/formats.md §1:
+            # the engine cannot count page-cache reads); orch now reads it as "not measured"
             assert got[key] is None, key
             continue
         if isinstance(value, float):

@@ -1,4 +1,4 @@
-"""Expert-cache replay (results/replay.py) against route-trace.md §5: the published Gemma curve
+"""Expert-cache replay (results/replay.py) against docs/routes.md §5: the published Gemma curve
 cell by cell, and small hand-worked traces for each rule of the semantics."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from orchestrator.results.replay import replay, token_cycle_mib
 TRACE = Path(__file__).parent / "fixtures/bigmoe/2026-07-15-route-trace/gemma.route.csv"
 MIB = 2 ** 20
 POLICIES = ("belady", "lru", "lfu", "layer", "layerlfu")
-# route-trace.md §5, as published: budget MiB -> per policy (decode hit %, MiB read)
+# docs/routes.md §4, as published: budget MiB -> per policy (decode hit %, MiB read)
 ORACLE = """
 250  | 29.275 / 66992.5 | 0.000 / 92362.0 | 18.433 / 76378.5 | 36.024 / 61360.5 | 36.024 / 61360.5
 500  | 48.220 / 50682.7 | 0.000 / 92362.0 | 30.525 / 66004.9 | 36.024 / 61360.5 | 36.024 / 61360.5
@@ -31,7 +31,7 @@ ORACLE = """
 
 
 def published(value: float, places: int) -> str:
-    """Half away from zero at the published precision (route-trace.md §2)."""
+    """Half away from zero at the published precision (docs/routes.md §2)."""
     return str(Decimal(repr(value)).quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP))
 
 

@@ -1,6 +1,6 @@
-"""The report's Routing section (issue 14 item 6): one part per traced run with the published
-Gemma figures (route-trace.md §4), the replay table (§5), figures as PNG files (markdown) or
-embedded (HTML), and measured cache hits of the same model as markers over the replay."""
+"""The report's Routing section: one part per traced run with the published Gemma figures
+(docs/routes.md §4), the replay table (§5), figures as PNG files (markdown) or embedded
+(HTML), and measured cache hits of the same model as markers over the replay."""
 from __future__ import annotations
 
 import base64
@@ -60,7 +60,7 @@ def test_markdown_routing_section_has_the_published_figures(traced):
     (run,) = Store.open(traced["db"]).runs()
     # the trace names the model file; the import gave the run no model name
     assert f"### Run {run.id}: gemma — google_gemma-4-26B-A4B-it-Q4_K_M.gguf on imported" in part
-    # headline (§4 at its printed precision) under the §3 names
+    # headline (docs/routes.md §4 at its printed precision) under the §3 names
     assert "67 (52–97) of 128" in part and "`distinct_experts_mean" in part
     assert "53% (7576 of 14429 MiB)" in part
     assert _row(part, "token cycle T (k experts in every layer)")[1] == "676 MiB"
@@ -76,7 +76,8 @@ def test_markdown_routing_section_has_the_published_figures(traced):
     # per-layer table: one row per MoE layer, layer 0 as `orch routes` gives it
     assert _row(part, "0")[1:5] == ["4.14", "78", "42.2", "32"]
     assert "experts for 80% median 24.5, min 17, max 49" in part
-    # replay (§5 oracle): belady and layerlfu at 1000 MiB, LRU's collapse under T
+    # replay (the published curve, docs/routes.md §4): belady and layerlfu at 1000 MiB, LRU's
+    # collapse under T
     assert _row(part, "1000")[1] == "65.699 / 35567.3"
     assert _row(part, "1000")[5] == "47.726 / 51305.9"
     assert _row(part, "250 (< T)")[2] == "0.000 / 92362.0"

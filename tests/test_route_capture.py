@@ -1,4 +1,4 @@
-"""Route traces captured by orch's own engines (issue 14, item 3): moe-probe's routing (a
+"""Route traces captured by orch's own engines: moe-probe's routing (a
 per-layer popularity skew, a token-to-token locality) written as `# route_trace v1`, the
 adapters' `--route-trace PATH`, and `orch run` storing a traced cell's rows for `orch routes`.
 llama-token's capture from llama.cpp is tested with the other llama.cpp engines

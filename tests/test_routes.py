@@ -1,5 +1,5 @@
-"""Route traces (route-trace.md): the parser, the store, `orch import` of a traced run, and
-`orch routes` reproducing the phone study's published Gemma figures (§4) and cache replay (§5)."""
+"""Route traces (docs/routes.md): the parser, the store, `orch import` of a traced run, and
+`orch routes` reproducing the phone study's published Gemma figures and cache replay (§4)."""
 from __future__ import annotations
 
 import json
@@ -23,7 +23,7 @@ from orchestrator.results.routes import round_half_away, route_figures
 TRACE_DIR = FIX / "2026-07-15-route-trace"
 TRACE = TRACE_DIR / "gemma.route.csv"
 
-# route-trace.md §4, as published: key -> (value, decimals printed)
+# docs/routes.md §4, as published: key -> (value, decimals printed)
 PUBLISHED = {
     "n_moe_layers": (30, 0), "n_expert": (128, 0), "top_k": (6, 0), "decode_tokens": (128, 0),
     "one_expert_mib": (3.76, 2), "bank_mib": (14429, 0), "touched_mib": (7576, 0),
@@ -35,7 +35,7 @@ PUBLISHED = {
     "summary_cache_hit_pct": (76.8, 1), "summary_compute_s_per_tok": (0.133, 3),
 }
 
-# §5, decode hit % / MiB read, a subset of budgets (every policy)
+# the published replay (docs/routes.md §4), decode hit % / MiB read, a subset of budgets
 PUBLISHED_REPLAY = {
     (250, "belady"): (29.275, 66992.5), (250, "lru"): (0.000, 92362.0),
     (250, "lfu"): (18.433, 76378.5), (250, "layer"): (36.024, 61360.5),
@@ -73,7 +73,7 @@ def test_orch_routes_json_gives_every_published_gemma_figure(imported):
                                  "--format", "json"))
     got = {key: round_half_away(figures[key], places) for key, (_, places) in PUBLISHED.items()}
     assert got == {key: value for key, (value, _) in PUBLISHED.items()}
-    # fragile on purpose (§4): 52.50 before rounding, and the unrounded definitions
+    # fragile on purpose (docs/routes.md §4): 52.50 before rounding, and the unrounded definitions
     assert 52.5 < figures["touched_pct"] < 52.51
     assert figures["overlap_lag1_pct"] == figures["pred_temporal_pct"]
 

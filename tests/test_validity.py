@@ -1,4 +1,4 @@
-"""Validity warnings (issue 13 item 5): start temperature on imported sessions, load and
+"""Validity warnings: start temperature on imported sessions, load and
 throttling from the agent's samples, advice that fits the matrix, warnings next to their rows."""
 from __future__ import annotations
 

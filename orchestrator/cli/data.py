@@ -91,7 +91,7 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
                    f"{','.join(DEFAULT_TABLES)}, and ab when configs ran more than once).")
 @click.option("--quantile", type=click.Choice(["linear", "lower"]), default="linear",
               show_default=True,
-              help="p5/p95 method: linear interpolation (bmoe-formats §6) or the lower "
+              help="p5/p95 method: linear interpolation (docs/formats.md §6) or the lower "
                    "neighbour (what some older published tables used).")
 @db_option
 @friendly

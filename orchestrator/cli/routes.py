@@ -1,5 +1,5 @@
-"""`orch routes RUN`: the expert-routing figures of a traced run (route-trace.md §3), and with
---replay what expert caches of given sizes would have hit on its trace (§5)."""
+"""`orch routes RUN`: the expert-routing figures of a traced run (docs/routes.md §3), and with
+--replay what expert caches of given sizes would have hit on its trace (docs/routes.md §5)."""
 from __future__ import annotations
 
 import json

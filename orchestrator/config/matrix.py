@@ -43,7 +43,7 @@ MAX_TOKENS = 10_000_000         # tokens per cell: more is a typo
 MAX_SEED = 2**63 - 1            # the store keeps the seed in a 64-bit integer column
 MAX_CELLS = 1_000_000           # cells a matrix may plan at all (beyond: refused at load)
 ASK_CELLS = 1_000               # `orch run` asks for --yes above this many cells
-# Engines that write a `# route_trace v1` file when given `--route-trace PATH` (route-trace.md):
+# Engines that write a `# route_trace v1` file when given `--route-trace PATH` (docs/routes.md §1):
 # bmoe-cli itself, and orch's moe-probe and llama-token.
 ROUTE_TRACE_ENGINES = ("bmoe", "llama-token", "moe-probe")
 NUL_PROMPT = ("contains a NUL byte, which no argv element can carry (every other byte, CR "

@@ -1,4 +1,4 @@
-"""The store's tables (DESIGN §4), as SQLAlchemy Core metadata.
+"""The store's tables (docs/architecture.md, "The store"), as SQLAlchemy Core metadata.
 
 Alembic migrations in `db/migrations/versions` create and evolve exactly these tables; a change
 here needs a migration there (tests compare the two).
@@ -138,7 +138,7 @@ output = Table(
 )
 
 route = Table(
-    # bmoe-cli `# route_trace v1` rows (route-trace.md): one per routed expert, in file order.
+    # bmoe-cli `# route_trace v1` rows (docs/routes.md §1): one per routed expert, in file order.
     # The preamble and per-layer sizes live in the run's summary, route_trace field.
     "route", metadata,
     Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
@@ -224,7 +224,7 @@ quality = Table(
     UniqueConstraint("session_id", "model", "config", "probe_id"),
 )
 
-# -- the lab (orchestrator/lab, issue 17): devices served by workers, submissions, cells --------
+# -- the lab (orchestrator/lab): devices served by workers, submissions, cells ------------------
 lab_device = Table(
     # One row per device a lab worker serves. The store, not the broker, holds the lab's
     # state: which worker serves a device, whether it is quarantined and why, its heartbeat.

@@ -1,4 +1,4 @@
-"""Engine adapters: build an engine's argv for a cell and turn its output into rows (DESIGN §5).
+"""Engine adapters: build an engine's argv for a cell and turn its output into rows.
 
 An adapter never talks to a device. The runner gives it the tagged lines the agent streamed
 (C: a per-token CSV line, O: stdout, E: stderr) and stores what it returns: token rows as they

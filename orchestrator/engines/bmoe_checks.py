@@ -1,4 +1,4 @@
-"""Impossible values in a bmoe per-token CSV row (bmoe-formats §1), named with their column.
+"""Impossible values in a bmoe per-token CSV row (docs/formats.md §1), named with their column.
 
 A negative time or byte count, a cache hit rate outside 0..100 (other than the -1 "no cache"
 sentinel) or a step that does not increase cannot come from a working engine: the file is

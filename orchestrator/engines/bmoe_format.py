@@ -1,4 +1,4 @@
-"""Pure parsers for bmoe-cli artifacts (docs: shared reference bmoe-formats.md §1-§5).
+"""Pure parsers for bmoe-cli artifacts (docs/formats.md §1-§5).
 
 Nothing here does I/O: callers pass lines or whole texts. Problems are recorded, never raised,
 because a half-written or corrupted artifact must still yield what it can (a killed run keeps
@@ -95,8 +95,8 @@ class BmoeCsvParser:
 
     @property
     def complete(self) -> bool:
-        # A killed or crashed run has rows but no trailer (§1); the trailer is the only proof
-        # that the engine finished its generation turn.
+        # A killed or crashed run has rows but no trailer (docs/formats.md §1); the trailer is
+        # the only proof that the engine finished its generation turn.
         return bool(self.trailers)
 
     def _error(self, msg: str, always: bool = False) -> None:
@@ -267,7 +267,7 @@ class BmoeCsvParser:
         return self.errors
 
 
-# ---- sidecars and logs (§4, §5) ------------------------------------------------------------
+# ---- sidecars and logs (docs/formats.md §4, §5) --------------------------------------------
 
 def parse_metrics_sidecar(text: str) -> dict[str, Any]:
     """The bench-run.sh `.metrics` key=value lines; an empty value (failed read) -> None."""

@@ -1,4 +1,4 @@
-"""The engine's stdout summary lines (bmoe-formats §3): `generation:`, `prefill:`,
+"""The engine's stdout summary lines (docs/formats.md §3): `generation:`, `prefill:`,
 `moe-stream:` ... parsed by their full wording, wherever stderr glued text before them.
 
 Pure functions, no I/O; re-exported by engines/bmoe_format.py, the one import point.
@@ -13,7 +13,7 @@ BOM = "\ufeff"
 MAX_LINE = 64 * 1024          # longer lines are not engine output (runaway or corrupt stream)
 
 
-# ---- stdout summary lines (§3) -------------------------------------------------------------
+# ---- stdout summary lines (docs/formats.md §3) ---------------------------------------------
 
 _NUM = r"([0-9]+(?:\.[0-9]+)?)"
 _LINE_RES: dict[str, re.Pattern[str]] = {
@@ -74,7 +74,7 @@ def _fields(kind: str, g: tuple[str | None, ...]) -> dict[str, Any]:
 
 
 def match_summary_line(line: str) -> tuple[str, dict[str, Any], str] | None:
-    """(kind, fields, glued_head) if the line is a §3 summary line, else None.
+    """(kind, fields, glued_head) if the line is an engine summary line, else None.
 
     Rule: a prefix at the start of the line needs its full regex to match the rest of the line.
     A prefix found later in the line (stderr or generated text glued before it, no newline) is

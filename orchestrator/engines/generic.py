@@ -320,8 +320,8 @@ class GenericRunParser(RunParser):
         if self.n_rows:
             t["tokens"] = self.n_rows
         if self._counts.get("wall_ms"):
-            # as stats/statistics.py / bmoe §6: n counts every row (a speculative group's later rows
-            # carry wall 0, an unreadable wall time adds no time)
+            # as stats/statistics.py (docs/formats.md §6): n counts every row (a speculative
+            # group's later rows carry wall 0, an unreadable wall time adds no time)
             wall = self._sums["wall_ms"]
             t["s/tok"] = wall / self.n_rows / 1000.0
             t["tok/s"] = self.n_rows / (wall / 1000.0) if wall > 0 else None
@@ -334,7 +334,7 @@ class GenericRunParser(RunParser):
         if self._counts.get("io_ms"):
             t["io_s"] = self._sums["io_ms"] / 1000.0
         if "compute_s/tok" not in t and "io_s/tok" in t and t.get("s/tok") is not None:
-            # no compute column: bmoe's definition (bmoe-formats §2), clamped at 0:
+            # no compute column: bmoe's definition (docs/formats.md §2), clamped at 0:
             # s/tok - (stall if measured, else I/O) - cache management
             wait = t.get("stall_s/tok", t["io_s/tok"])
             t["compute_s/tok"] = max(0.0, t["s/tok"] - wait - t.get("mgmt_s/tok", 0.0))

@@ -1,4 +1,4 @@
-"""llama-token, orch's per-token llama.cpp engine (agent/llama_token.py, issue #9).
+"""llama-token, orch's per-token llama.cpp engine (agent/llama_token.py).
 
 It loads a GGUF through the llama-cpp-python bindings, decodes greedily one token per
 llama_decode and writes bmoe-cli's formats, so its output is parsed by the bmoe adapter's

@@ -1,4 +1,5 @@
-"""moe-probe, orch's built-in synthetic expert-streaming engine (DESIGN §6).
+"""moe-probe, orch's built-in synthetic expert-streaming engine
+(docs/architecture.md, "moe-probe, the built-in engine").
 
 It writes bmoe-cli's formats, so its output is parsed by the bmoe adapter's parser.
 """

@@ -1,4 +1,4 @@
-"""bmoe-cli's `# route_trace v1` files (route-trace.md §1): which experts each MoE layer routed
+"""bmoe-cli's `# route_trace v1` files (docs/routes.md §1): which experts each MoE layer routed
 each token to, one row per routed expert.
 
 The preamble (model, n_layer, n_expert, n_expert_used, one `# layer=` line per layer) is read

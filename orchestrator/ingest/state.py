@@ -3,7 +3,7 @@
 A measured run gets its start facts from its cooldown and first agent sample; an imported one
 from the files the study left beside its CSVs, so the same comparability checks
 (results/drift.py) run on it:
-- the `.metrics` sidecar's `*_before_*` values (bench-run.sh, bmoe-formats §4);
+- the `.metrics` sidecar's `*_before_*` values (docs/formats.md §4);
 - a driver log (`driver*.log`): a `==== NAME ====` section per run with an
   `ENTRY STATE: batt=380 dC, memavail=... kB, freq=..., waited=180s` line;
 - a `<tag>.state` file: `--- BEFORE ---` / `--- AFTER ---` blocks with the date, each CPU

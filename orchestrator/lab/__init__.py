@@ -1,4 +1,4 @@
-"""The lab (issue 17, docs/lab.md): many devices on several hosts, one Celery queue per device.
+"""The lab (docs/lab.md): many devices on several hosts, one Celery queue per device.
 
 `orch lab submit` stores a batch (one session per device) and sends one Celery task per
 (device, cell) to queue `dev.<device>`; on each host `orch lab worker` runs one consumer

@@ -1,4 +1,4 @@
-"""Infrastructure checks before each lab cell, and quarantine (issue 17, Build 3).
+"""Infrastructure checks before each lab cell, and quarantine.
 
 A device that fails `after` checks in a row (unreachable, battery low, too hot at the start,
 another orch job running there) is quarantined with the reason; the cell that found it so

@@ -13,7 +13,7 @@ import pandas as pd
 
 KIB_PER_MIB = 1024.0
 
-# token extra columns of the bmoe v1 CSV (bmoe-formats.md §1): the process's resident set and
+# token extra columns of the bmoe v1 CSV (docs/formats.md §1): the process's resident set and
 # the system's MemAvailable at each token, in MiB
 TOKEN_RSS, TOKEN_AVAIL = "rss_mib", "mem_available_mib"
 

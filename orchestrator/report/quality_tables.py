@@ -1,8 +1,8 @@
-"""`orch quality` output: markdown, CSV (one row per config) and the JSON of issue 15:
+"""`orch quality` output: markdown, CSV (one row per config) and JSON:
 {"configs": [{config, correct, total, accuracy_pct, ci_low_pct, ci_high_pct}],
  "differ": [{id, expected, answers: {config: answer}}]}.
 A session with several models names its configs `MODEL/CONFIG` there (and its questions
-`MODEL/ID`), so the keys stay those of the issue and never mix two models' answers."""
+`MODEL/ID`), so the keys keep this shape and never mix two models' answers."""
 from __future__ import annotations
 
 import csv

@@ -1,13 +1,13 @@
 """The data of a report's Routing section: one part per traced run (a run with route rows).
 
-What a reader of the phone and Celeron studies looks for (route-trace.md §3-§5): the headline
+What a reader of the phone and Celeron studies looks for (docs/routes.md §3-§5): the headline
 figures under their §3 names, how each layer's routing concentrates, how fast token-to-token
 overlap decays with lag, what simple predictors would guess, and what an expert cache of X MiB
 would give (offline replay, results/replay.py), with the cache hits that real runs of the same
 model measured drawn over it.
 
-One thing the brief got wrong-footed, and the section says it: bmoe's `# summary` cache_hit_pct
-is cumulative over the session (bmoe-formats.md), prefill lookups included, and it matches the
+One thing is easy to get wrong, and the section says it: bmoe's `# summary` cache_hit_pct
+is cumulative over the session (docs/formats.md §2), prefill lookups included, and it matches the
 replay's *cumulative* hit (Gemma, LRU at the run's 4000 MiB: 76.784 replayed, 76.8 measured;
 2000 MiB: 58.27 vs 58.0), not its decode-only hit (81.9). So measured points are compared with
 the cumulative curves; the traced run's decode hit (its trace's residency column) sits on the
@@ -65,7 +65,7 @@ class RoutingSection:
     run: RunView
     slug: str
     heading: str                  # escaped markdown
-    figures: dict[str, Any]       # route-trace.md §3, unrounded
+    figures: dict[str, Any]       # docs/routes.md §3, unrounded
     layers: pd.DataFrame          # results.routes.layer_figures
     overlap: np.ndarray           # (L, N-1): experts shared with the previous decode step
     popularity: np.ndarray        # (L, n_expert): per layer, activation share % by rank

@@ -1,5 +1,5 @@
 """A/B rows: every config of a (model, device) group against its model's baseline, with the
-uncertainty a reader can check (DESIGN §7, issue 13 item 3).
+uncertainty a reader can check (docs/architecture.md, "Statistics").
 
 - The baseline is chosen per group, never across models or devices: `--baseline` where that
   config ran in the group, else the matrix's `baseline_for(model)`, else (imported sessions,

@@ -4,7 +4,7 @@ top-k, and how the file compares with the device's RAM (the point of streaming a
 Sources, first found wins per fact: the GGUF header of a model file orch can read on this
 machine (a matrix's `{local: FILE}`, or a plain path on a `local` device), then the engine's
 resolved settings (the bmoe CSV preamble: `model= arch= n_layer= n_expert= n_expert_used=`,
-bmoe-formats §1), then the run row (`model_size`, written when orch pushed or checked the
+docs/formats.md §1), then the run row (`model_size`, written when orch pushed or checked the
 file). The device's RAM is its `mem_total_kb` fact.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Offline expert-cache replay: what a cache of X MiB would give on a route trace.
 
-Semantics are those of `route-trace.md` §5 (the phone study's replay, validated against the
+Semantics are those of docs/routes.md §5 (the phone study's replay, validated against the
 device): entries are (layer, expert) sized by the layer's expert_bytes; the access sequence is
 one prefill batch per layer, then one decode batch per (step, layer); within a batch the first
 occurrence of an entry is its one lookup (a hit if it was resident when the batch started) and

@@ -1,8 +1,8 @@
-"""The routing figures of route-trace.md §3 from one traced run: how many experts each layer
+"""The routing figures of docs/routes.md §3 from one traced run: how many experts each layer
 touches, what they weigh, how well simple predictors would guess the next token's experts, and
 what the run's per-token metrics and `# summary` line say next to them.
 
-Conventions (route-trace.md §2): decode cells only unless said; per layer, then the unweighted
+Conventions (docs/routes.md §2): decode cells only unless said; per layer, then the unweighted
 mean over MoE layers (layers whose experts are streamed, expert_bytes > 0); overlap(A, B) =
 |A ∩ B| / k; hot lists break count ties by first appearance (earliest step, then lowest slot).
 Values are returned unrounded: rounding (half away from zero) happens only at display.
@@ -103,9 +103,9 @@ def _concentration(member: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, 
 
 
 def layer_figures(trace: RouteTrace) -> pd.DataFrame:
-    """One row per MoE layer, the per-layer values that routing_figures averages (§3):
-    layer, expert_mib (one expert), distinct_experts, top8_share_pct, experts_for_80pct,
-    temporal_pct (overlap with the previous token, lag 1)."""
+    """One row per MoE layer, the per-layer values that routing_figures averages
+    (docs/routes.md §3): layer, expert_mib (one expert), distinct_experts, top8_share_pct,
+    experts_for_80pct, temporal_pct (overlap with the previous token, lag 1)."""
     layers, ids = decode_cells(trace)
     k = trace.top_k
     member = _membership(ids, trace.n_expert)
@@ -121,7 +121,7 @@ def layer_figures(trace: RouteTrace) -> pd.DataFrame:
 
 
 def routing_figures(trace: RouteTrace) -> dict[str, Any]:
-    """The figures computed from the trace alone (route-trace.md §3)."""
+    """The figures computed from the trace alone (docs/routes.md §3)."""
     k, n_expert = trace.top_k, trace.n_expert
     layers, ids = decode_cells(trace)
     rows = trace.rows
@@ -221,7 +221,7 @@ def summary_figures(trailer: dict[str, Any], figures: dict[str, Any]) -> dict[st
 
 def route_figures(trace: RouteTrace, tokens: pd.DataFrame | None = None,
                   trailer: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Every figure of route-trace.md §3 that the inputs allow, under its JSON key."""
+    """Every figure of docs/routes.md §3 that the inputs allow, under its JSON key."""
     figures = routing_figures(trace)
     if tokens is not None:
         figures.update(metrics_figures(tokens))
@@ -248,7 +248,8 @@ def stored_trace(store: Any, run_id: int) -> tuple[RouteTrace, Any]:
 
 
 def run_figures(store: Any, run_id: int) -> tuple[dict[str, Any], RouteTrace]:
-    """Every §3 figure of a stored run: its trace, its token rows and its `# summary` line."""
+    """Every docs/routes.md §3 figure of a stored run: its trace, its token rows and its
+    `# summary` line."""
     trace, record = stored_trace(store, run_id)
     tokens = store.frame("token", [run_id])
     trailer = record.extra.get("trailer") or {}
@@ -304,7 +305,7 @@ def display(value: Any, decimals: int) -> str:
     return f"{round_half_away(value, decimals):.{decimals}f}"
 
 
-# ---- cache replay (route-trace.md §5, results/replay.py) -----------------------------------
+# ---- cache replay (docs/routes.md §5, results/replay.py) -----------------------------------
 
 def replay_trace(trace: RouteTrace, budgets: list[float], policies: list[str],
                  seed: int = 0) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Drive the device agent through any transport: install it, read facts, push and start jobs,
-follow their spool (DESIGN §2). The thermal cooldown (cooldown.py) streams the agent's
-`cooldown` command with this client's agent path; the steps that need no agent use the
-transport directly: model files (model_push.py) and the model path check (pathcheck.py).
+follow their spool (docs/architecture.md, "The agent runs anywhere without Python"). The
+thermal cooldown (cooldown.py) streams the agent's `cooldown` command with this client's agent
+path; the steps that need no agent use the transport directly: model files (model_push.py) and
+the model path check (pathcheck.py).
 Every method but attach (the runner follows it) and kill (Ctrl-C must not wait for a link)
 rides out link loss through run/link_retry.py."""
 from __future__ import annotations
@@ -91,7 +92,7 @@ class AgentClient:
         jobdir = self.job_dir(job.run_uid)
         meta = {"run": job.run_uid, "interval_ms": job.interval_ms,
                 # whole seconds, rounded up (int() made 0.5 s "no timeout"); timeout_ms is the
-                # exact value for an agent that reads it (16C)
+                # exact value for an agent that reads it
                 "timeout_s": -(-job.timeout_ms // 1000), "timeout_ms": job.timeout_ms}
         if job.csv:
             meta["csv"] = job.csv

@@ -1,4 +1,4 @@
-"""`orch ceilings`: measure a device's hardware ceilings and store them (issue 15).
+"""`orch ceilings`: measure a device's hardware ceilings and store them.
 
 Storage and memory are measured by the C probes (probes/*.c, built static per ABI by
 tools/probe_build.py), pushed like the agent: content-addressed names, pushed only when the

@@ -1,4 +1,4 @@
-"""The device's orch jobs, asked through the agent (issue 16, Build 2): which jobs of any
+"""The device's orch jobs, asked through the agent: which jobs of any
 session are live (`jobs`), and the state of one job (`status`), both read strictly. A job is
 re-run only on positive evidence that it is dead: the agent answered `dead` or `absent` (no
 supervisor, no engine, no X line). A query that fails or answers something else is an error

@@ -1,4 +1,4 @@
-"""Engines on the device, one at a time and never unaccounted for (issue 16, Build 2).
+"""Engines on the device, one at a time and never unaccounted for.
 
 Before a session starts a cell, the device is asked for live orch jobs of any session
 (run/device_jobs.py). A plain `orch run` refuses to start beside one (DeviceBusy); `--resume`

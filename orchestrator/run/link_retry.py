@@ -1,6 +1,6 @@
-"""Every device-side step outside the followed run rides out a lost link the same way (DESIGN
-§5): facts, agent and helper installs, pushes (binary, model, job files), the path check,
-cooldown, status and collection. One policy, one place: a step is a callable; when it raises
+"""Every device-side step outside the followed run rides out a lost link the same way: facts,
+agent and helper installs, pushes (binary, model, job files), the path check, cooldown, status
+and collection. One policy, one place: a step is a callable; when it raises
 LinkLost the transport is reconnected and the step called again, with the link policy's
 tenacity backoff (LinkPolicy.retrying), until the device has been unreachable for
 `--link-grace` (transport.link.grace_s). Only LinkLost is retried: a command that ran and

@@ -1,4 +1,4 @@
-"""Stream lines of one run -> rows in the store, in batches, as they arrive (DESIGN §4).
+"""Stream lines of one run -> rows in the store, in batches, as they arrive.
 
 The recorder counts complete stream lines. What it has flushed and the count it has flushed
 up to are written in one transaction, so after a crash or a dropped link the run resumes from

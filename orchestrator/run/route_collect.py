@@ -1,4 +1,4 @@
-"""A traced cell's `# route_trace v1` file (route-trace.md §1), fetched from the device after
+"""A traced cell's `# route_trace v1` file (docs/routes.md §1), fetched from the device after
 the run and stored with it: rows into the `route` table, preamble and layer sizes into the
 record's route_trace field (as `orch import` stores an imported trace), so `orch routes RUN`
 reads a measured run and an imported one alike.

@@ -1,5 +1,5 @@
 """One cell on one device: its job directory, the engine's start through the agent, following
-the spool across link loss, and the run's final status (docs/architecture.md, "Data flow").
+the spool across link loss, and the run's final status (docs/architecture.md, "Layout").
 The session decides which cells run, in what order and after which cooldown; the runner is
 built by run/device_session.py once its session exists, so every run row it writes names it."""
 from __future__ import annotations
@@ -51,7 +51,7 @@ OOM_FREE_FRACTION = 0.03   # free RAM below 3% of MemTotal at the last sample: m
 
 
 def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[str, str | None]:
-    """Status vocabulary of DESIGN §4 from what the stream said. `oom` needs evidence: the
+    """The run's status (docs/architecture.md, "The store") from what the stream said. `oom` needs evidence: the
     kernel's log line the agent found (cause=oom), or a SIGKILL while free RAM was near zero."""
     exit_ = recorder.exit
     garbled = getattr(recorder, "garbled", None)

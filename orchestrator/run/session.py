@@ -193,7 +193,7 @@ class _CellLoop:
         for cell in cells:
             earlier = self.previous.get(cell.key)
             if earlier is not None and (earlier.flags or "") != cell.flags:
-                earlier = _changed(earlier)  # the config's flags changed: re-run (16C)
+                earlier = _changed(earlier)  # the config's flags changed: re-run
             if earlier is not None and earlier.status == "ok":
                 self.result.skipped += 1
                 continue
@@ -295,7 +295,7 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
             results[name] = exc
         except (ConfigError, TransportError, SessionBusy) as exc:
             results[name] = exc
-        except Exception as exc:  # noqa: BLE001 - a thread must hand every error back (16C)
+        except Exception as exc:  # noqa: BLE001 - a thread must hand every error back
             results[name] = RuntimeError(f"{type(exc).__name__}: {exc}")
 
     if len(devices) == 1:  # no thread: Ctrl-C reaches the runner directly

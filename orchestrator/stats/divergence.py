@@ -1,4 +1,4 @@
-"""Where two runs' generated texts part (issue #9).
+"""Where two runs' generated texts part.
 
 With greedy decoding a config that changes the computation in a way that matters (top-k
 experts, a different quantisation, a kernel with another summation order) changes the text from
@@ -13,7 +13,6 @@ instead (the index of the first word that differs), which reads better for real 
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from itertools import zip_longest
 from typing import Literal
 
@@ -43,19 +42,3 @@ def divergence(text_a: str, text_b: str, unit: Unit = "char") -> int | None:
             return i
     return None  # pragma: no cover - a != b guarantees a difference above
 
-
-def divergence_from_baseline(texts: Mapping[str, str | None], baseline: str,
-                             unit: Unit = "char") -> dict[str, int | None | str]:
-    """config -> divergence from the baseline config's text. Values: an index, None (same
-    text as the baseline), or the string "no text" when the config or the baseline has none
-    (a failed run). The baseline itself maps to None."""
-    base = texts.get(baseline)
-    out: dict[str, int | None | str] = {}
-    for config, text in texts.items():
-        if config == baseline:
-            out[config] = None
-        elif text is None or base is None:
-            out[config] = "no text"
-        else:
-            out[config] = divergence(base, text, unit)
-    return out

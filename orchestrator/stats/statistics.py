@@ -1,4 +1,5 @@
-"""Per-run statistics exactly as bmoe-formats.md §6 (the published tables' method).
+"""Per-run statistics exactly as docs/formats.md §6 defines them (the published tables'
+method).
 
 Token-level numbers come from the token rows; scalar ones from the run's record (a RunRecord:
 the engine's trailer, or its stdout summary lines when a run was killed before writing its
@@ -6,8 +7,8 @@ trailer), and then from the token rows where the record has nothing. Everything 
 is computed at once (`runs_table`): per-run Python work is limited to reading each record's
 typed fields.
 
-Beyond §6: per-token latency percentiles (ms, as serving benchmarks report them) and the
-warm-up truncation point with the steady-state mean (`_steady_state`, MSER-5).
+Beyond the published tables: per-token latency percentiles (ms, as serving benchmarks report
+them) and the warm-up truncation point with the steady-state mean (`_steady_state`, MSER-5).
 """
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
         lo = np.floor(i).astype(np.int64)
         if method == "lower":
             out = at(lo)
-        else:   # §6: i = q*(len-1); v[lo] + (v[hi]-v[lo])*(i-lo)
+        else:   # docs/formats.md §6: i = q*(len-1); v[lo] + (v[hi]-v[lo])*(i-lo)
             a, b = at(lo), at(np.ceil(i).astype(np.int64))
             out = a + (b - a) * (i - lo)
         return np.where(has, out, np.nan)
@@ -250,7 +251,7 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
     read = num("read_mib")
     read = np.where(np.isnan(read), rb / 1048576, read)
     # streaming: what the record says, else whether the rows read anything; plain mmap runs
-    # have no meaningful compute/I/O split (§1)
+    # have no meaningful compute/I/O split (docs/formats.md §1)
     streaming = field["streaming"].copy()
     unknown = np.array([v is None for v in streaming], dtype=bool) & ~np.isnan(rb)
     streaming[unknown] = rb[unknown] > 0
@@ -304,7 +305,7 @@ def runs_table(tokens: pd.DataFrame,
     cache_hit_pct, majflt; each run's rows in token order (runs may interleave). records: run_id -> RunRecord (a stored dict is read with load_record).
     pressure: run_id -> the agent samples' pressure (query.pressure_by_run: PRESSURE_FIELDS);
     a run without it takes its record's (an imported run's `.metrics` sidecar).
-    quantile_method: "linear" (§6, numpy's default) or "lower" (no interpolation).
+    quantile_method: "linear" (docs/formats.md §6, numpy's default) or "lower" (no interpolation).
     """
     records = records or {}
     pressure = pressure or {}

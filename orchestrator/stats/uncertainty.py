@@ -1,5 +1,6 @@
 """How sure a number is: intervals for a config's mean over repeats, and A/B comparisons with
-an interval on the % change, a p-value and a multiple-comparison correction (DESIGN §7).
+an interval on the % change, a p-value and a multiple-comparison correction
+(docs/architecture.md, "Statistics").
 
 Ratios are compared on the log scale: a 10% slow-down and a 10% speed-up are symmetric there,
 and the interval of a ratio never crosses zero. `compare` is paired when both configs ran in

@@ -1,5 +1,5 @@
 """Build llama.cpp (llama-bench, llama-completion, libllama) from the source that PyPI's
-llama-cpp-python sdist vendors, into a per-version cache directory (issue #9).
+llama-cpp-python sdist vendors, into a per-version cache directory.
 
 PyPI is the only source registry this project reaches, and the llama-cpp-python sdist carries
 llama.cpp's full source, so the sdist is the pinned llama.cpp release. Layout of the cache:

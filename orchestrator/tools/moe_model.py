@@ -1,4 +1,4 @@
-"""Random-weight qwen3moe GGUF models that llama.cpp loads and runs (issue #9).
+"""Random-weight qwen3moe GGUF models that llama.cpp loads and runs.
 
 No model hub is reachable from this project's machines, so the llama.cpp engines are measured
 on models orch writes itself with the `gguf` package (the `llama` extra): a real qwen3moe graph

@@ -1,4 +1,4 @@
-"""Android phones over adb (DESIGN §5), with adbutils talking to a running adb server.
+"""Android phones over adb, with adbutils talking to a running adb server.
 
 Every call has our socket timeout (adbutils defaults to 600 s) and adbutils may not run
 `adb start-server` (its bundled adb, maybe on another port). Commands: argv, each element

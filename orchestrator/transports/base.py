@@ -1,4 +1,4 @@
-"""The one interface every device kind implements (DESIGN §5).
+"""The one interface every device kind implements.
 
 A transport moves files to a device, runs short commands there, and streams long-running
 output back. It knows nothing of engines, matrices or the store: the runner drives it.

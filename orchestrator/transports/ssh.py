@@ -1,4 +1,4 @@
-"""SSH devices (DESIGN §5), over fabric/paramiko.
+"""SSH devices, over fabric/paramiko.
 
 - Host keys are strict: the inventory's known_hosts (else ~/.ssh/known_hosts and
   /etc/ssh/ssh_known_hosts); unknown or changed keys raise HostKeyError. ~/.ssh/config is not read.

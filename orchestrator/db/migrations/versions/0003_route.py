@@ -1,4 +1,4 @@
-"""route: expert-routing traces (route-trace.md), one row per routed expert
+"""route: expert-routing traces (docs/routes.md), one row per routed expert
 
 Revision ID: 0003
 Revises: 0002

@@ -1,4 +1,4 @@
-"""lab: devices served by lab workers, submissions and their cells (orch lab, issue 17)
+"""lab: devices served by lab workers, submissions and their cells (orch lab)
 
 Revision ID: 0007
 Revises: 0006
