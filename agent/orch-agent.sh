@@ -163,13 +163,15 @@ list_freqs() {
 }
 
 # centi X.YZ: C = the decimal X.YZ times 100, as an integer (S values are integers); empty
-# when X.YZ is no unsigned decimal.
+# when X.YZ is no unsigned decimal, an empty one included (an unreadable /proc/loadavg must
+# give no load1_x100, not 0).
 centi() {
   case $1 in
-    *.*) ci=${1%%.*}; cf=${1#*.}00; cf=${cf%"${cf#??}"}; cf=${cf#0} ;;
-    *) ci=$1; cf=0 ;;
+    *.*) ci=${1%%.*} cf=${1#*.} ;;
+    *) ci=$1 cf='' ;;
   esac
   case $ci$cf in ''|*[!0-9]*) C=''; return ;; esac
+  cf=${cf}00; cf=${cf%"${cf#??}"}; cf=${cf#0}   # 2 digits, no octal: "0.08" -> 8
   ci=${ci#0}   # no octal: "0.52" -> 52
   C=$((${ci:-0} * 100 + cf))
 }

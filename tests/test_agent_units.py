@@ -90,7 +90,9 @@ def test_source_only_mode_defines_functions_and_runs_no_command(shell, tmp_path)
 # -- numbers -----------------------------------------------------------------------------------
 
 CENTI = {"4.07": "407", "0.52": "52", "0.05": "5", "0.00": "0", "12": "1200", "3.5": "350",
-         "10.999": "1099", "08.09": "809", "abc": "", "-1.5": "", "1.2.3": "", "1.": "100"}
+         "10.999": "1099", "08.09": "809", ".5": "50", "1.": "100", "abc": "", "-1.5": "",
+         "1.2.3": "",
+         "": "", ".": ""}   # an unreadable /proc/loadavg: no value, not load 0
 
 
 def test_centi(shell):
@@ -373,6 +375,52 @@ def test_read_sensor(shell, tmp_path):
                    "nomatch=", "x86_pkg_temp=-5000"]
     (battery / "temp").unlink()
     assert lib(shell, 'list_zones; battery_paths; read_sensor battery; say "[$VAL]"', env) == ["[]"]
+
+
+def test_sample_line(shell, tmp_path, procs):
+    engine = procs("sleep", "30")
+    gone = procs("true")
+    gone.wait()
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:  100000 kB\nMemFree:  5000 kB\nMemAvailable:  4242 kB\n")
+    thermal = fake_thermal(tmp_path / "thermal", {"thermal_zone0": ("cpu-0-0", "45000"),
+                                                  "thermal_zone1": ("battery", "52000")})
+    battery = tmp_path / "battery"
+    battery.mkdir()
+    (battery / "temp").write_text("312\n")
+    (battery / "status").write_text("Charging\n")
+    cpu = tmp_path / "cpu"
+    for n, khz in enumerate([576000, 1804800]):
+        (cpu / f"cpu{n}" / "cpufreq").mkdir(parents=True)
+        (cpu / f"cpu{n}" / "cpufreq" / "scaling_cur_freq").write_text(f"{khz}\n")
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("1.50 0.80 0.30 2/300 4242\n")
+    uptime = tmp_path / "uptime"
+    uptime.write_text("100.25 50.00\n")
+    env = {"ORCH_MEMINFO": str(meminfo), "ORCH_THERMAL_DIR": str(thermal),
+           "ORCH_BATTERY_DIR": str(battery), "ORCH_CPU_DIR": str(cpu),
+           "ORCH_LOADAVG": str(loadavg), "ORCH_UPTIME": str(uptime)}
+    script = ('EPID=$1 START0="" GONE="" UP0=100000; list_zones; battery_paths; list_freqs; '
+              'sample; say "gone=$GONE"')
+
+    def sample(pid: int) -> tuple[str, dict[str, str], str]:
+        line, gone_line = lib(shell, script, env, [str(pid)])
+        fields = line.split("\t")
+        assert fields[0] == "S"
+        return fields[1], dict(f.split("=", 1) for f in fields[2:]), gone_line
+
+    t_ms, keys, gone_flag = sample(engine.pid)
+    assert t_ms == "250" and gone_flag == "gone="
+    assert {k: keys.pop(k) for k in ("rss_kb", "hwm_kb", "majflt", "cpu_ticks")}
+    assert keys == {"threads": "1", "mem_avail_kb": "4242", "tz0_mC": "45000",
+                    "tz1_mC": "52000", "cpu_temp_mC": "45000", "load1_x100": "150",
+                    "cpu_khz": "1804800", "batt_temp_dC": "312", "batt_charging": "1"}
+    # an unreadable file gives no key (no load1_x100=0); an ended engine gives no engine keys
+    loadavg.unlink()
+    t_ms, keys, gone_flag = sample(gone.pid)
+    assert gone_flag == "gone=1"
+    assert "load1_x100" not in keys and "rss_kb" not in keys and "threads" not in keys, keys
+    assert keys["mem_avail_kb"] == "4242"
 
 
 # -- shellcheck --------------------------------------------------------------------------------
