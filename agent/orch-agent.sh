@@ -335,6 +335,7 @@ supervise() {
   list_zones
   battery_paths
   list_freqs
+  klog_mark
   start_engine
   sample_loop
   engine_status
@@ -669,12 +670,33 @@ kill_strays() {
   STRAYS="stray processes: the engine left $left in its process group $1; killed ($how)"
 }
 
-# oom_line PID: OOMLINE = the last kernel log line that says PID was killed for memory.
+# klog_mark: KLOG_MARK = the kernel log's last line before the engine starts (empty without
+# dmesg, or when the log is empty or unreadable), so that oom_line reads only what came after.
+# One `tail` fork per job, outside the sampling loop; the log itself is never held in a shell
+# variable (a shell pattern over a long log took minutes in mksh).
+klog_mark() {
+  KLOG_MARK=''
+  command -v dmesg >/dev/null 2>&1 || return 0
+  KLOG_MARK=$(dmesg 2>/dev/null | tail -n 1)
+}
+
+# oom_line PID: OOMLINE = the last kernel log line logged after KLOG_MARK that says PID was
+# killed for memory. Older lines are no evidence: pids are reused, and an old OOM kill of
+# another process with the engine's pid once made a plain SIGKILL `oom`. The mark is found by
+# grep (its last occurrence); a mark no longer in the log, which the kernel's ring buffer
+# overwrote, means all of the log came after it. Only the SIGKILL path runs this. -a: a log
+# with bytes that are no text must still print lines, not "Binary file matches".
 oom_line() {
   OOMLINE=''
   command -v dmesg >/dev/null 2>&1 || return 1
-  OOMLINE=$(dmesg 2>/dev/null | grep -E "[^0-9]$1[^0-9]" |
-    grep -iE "out of memory|oom|lowmemorykiller|lmk|killed process" | tail -n 1)
+  from=1
+  if [ -n "$KLOG_MARK" ]; then
+    k=$(dmesg 2>/dev/null | grep -a -n -F -x -e "$KLOG_MARK" | tail -n 1)
+    k=${k%%:*}
+    case $k in ''|*[!0-9]*) ;; *) from=$((k + 1)) ;; esac
+  fi
+  OOMLINE=$(dmesg 2>/dev/null | tail -n +"$from" | grep -a -E "[^0-9]$1[^0-9]" |
+    grep -a -iE "out of memory|oom|lowmemorykiller|lmk|killed process" | tail -n 1)
   [ -n "$OOMLINE" ]
 }
 
