@@ -5,7 +5,15 @@
 # dash and bash. Hence: no awk/dd/tr/expr/bc (toybox lacks them), no python, no arrays, and
 # no `printf` in hot paths (it is not a builtin in mksh). The sampling loop forks nothing
 # but one `sleep` per interval: a fork per value costs ~10x more CPU on the measured device.
-AGENT_VERSION=1.3.1
+#
+# Results: a function hands back what it found in its exit status or in the UPPER-CASE
+# variable(s) its comment names (NOW, ZONES, STATE, ...), never by printing it: a caller
+# would need a command substitution, a fork, which the sampling path must not make. POSIX sh
+# has no `local`, so lower-case names are scratch that any function may overwrite.
+#
+# `ORCH_AGENT_LIB=1 . ./orch-agent.sh` defines the functions and returns without running a
+# command (the unit tests, tests/test_agent_units.py; docs/agent-protocol.md).
+AGENT_VERSION=1.3.2
 
 # Paths are overridable for tests and unusual devices.
 MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
@@ -14,6 +22,7 @@ BATTERY_DIR=${ORCH_BATTERY_DIR:-/sys/class/power_supply/battery}
 CPUINFO=${ORCH_CPUINFO:-/proc/cpuinfo}
 CPU_DIR=${ORCH_CPU_DIR:-/sys/devices/system/cpu}
 LOADAVG=${ORCH_LOADAVG:-/proc/loadavg}
+UPTIME=${ORCH_UPTIME:-/proc/uptime}
 # A TAB without forking (printf is no builtin in mksh): the middle of the startup IFS,
 # which every shell sets to <space><tab><newline> whatever the environment says.
 TAB=${IFS#?}
@@ -33,7 +42,7 @@ die() { say "orch-agent: $*" >&2; exit 2; }
 
 # now_ms: NOW = uptime in ms from /proc/uptime ("12345.67 ..."); no `date` fork.
 now_ms() {
-  read -r up rest </proc/uptime
+  read -r up rest <"$UPTIME"
   case $up in
     *.*) s=${up%%.*}; f=${up#*.}00; f=${f%"${f#??}"}; f=${f#0} ;;  # keep 2 digits, no octal
     *) s=$up; f=0 ;;
@@ -44,7 +53,7 @@ now_ms() {
 # alive PID: the process exists and is not a zombie. `kill -0` alone is not enough: a zombie
 # answers it (dash keeps children unreaped; a container's pid 1 may never reap orphans).
 alive() {
-  st=
+  st=''
   while read -r k v rest; do
     case $k in State:) st=$v; break ;; esac
   done 2>/dev/null <"/proc/$1/status"
@@ -54,7 +63,7 @@ alive() {
 
 # sup_alive: the supervisor recorded in JOBDIR/pid is running; SPID = its pid.
 sup_alive() {
-  SPID=
+  SPID=''
   read -r SPID 2>/dev/null <"$JOBDIR/pid"
   case $SPID in ''|*[!0-9]*) return 1 ;; esac
   alive "$SPID" && same_start "$SPID" "$JOBDIR/sup.start"
@@ -63,9 +72,9 @@ sup_alive() {
 # same_start PID FILE: PID's start time is the one FILE recorded (no FILE yet: a job just
 # started, or one of an older agent; then alive is all there is to know).
 same_start() {
-  want=
+  want=''
   read -r want 2>/dev/null <"$2" || return 0
-  st=
+  st=''
   read -r st 2>/dev/null <"/proc/$1/stat"
   proc_start "$st"
   [ -z "$want" ] || [ "$PSTART" = "$want" ]
@@ -73,7 +82,7 @@ same_start() {
 
 # engine_alive: the engine recorded in JOBDIR/engine.pid still runs (EP = its pid).
 engine_alive() {
-  EP=
+  EP=''
   read -r EP 2>/dev/null <"$JOBDIR/engine.pid"
   case $EP in ''|*[!0-9]*) return 1 ;; esac
   alive "$EP" && same_start "$EP" "$JOBDIR/engine.start"
@@ -83,24 +92,25 @@ engine_alive() {
 # the supervisor is gone but the engine runs on (nobody spools it). `dead` needs evidence:
 # neither runs, and the spool's last line is no X line (then it is `done`).
 job_state() {
-  if [ -f "$JOBDIR/done" ]; then STATE=done
+  if [ -f "$JOBDIR/done" ]; then STATE='done'
   elif sup_alive; then STATE="running $SPID"
   elif engine_alive; then STATE="orphan $EP"
   elif [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then
-    last=
+    last=''
     [ -s "$JOBDIR/spool" ] && last=$(tail -n 1 "$JOBDIR/spool" 2>/dev/null)
-    case $last in "X$TAB"*) STATE=done ;; *) STATE=dead ;; esac
-  else STATE=absent
+    case $last in "X$TAB"*) STATE='done' ;; *) STATE='dead' ;; esac
+  else STATE='absent'
   fi
 }
 
 # live_jobs RUNSDIR [EXCEPT]: LIVE = one "running|orphan<TAB>DIR<TAB>PID" line per job dir
 # under RUNSDIR whose supervisor or engine still runs (any session's), EXCEPT left out.
 live_jobs() {
-  LIVE=
+  LIVE=''
   for d in "$1"/*; do
     [ "$d" = "$2" ] && continue
-    [ -f "$d/pid" ] && [ ! -f "$d/done" ] || continue
+    [ -f "$d/pid" ] || continue
+    [ -f "$d/done" ] && continue
     JOBDIR=$d
     if sup_alive; then LIVE="$LIVE${LIVE:+
 }running$TAB$d$TAB$SPID"
@@ -113,25 +123,30 @@ live_jobs() {
 # list_zones: ZONES = "N:c N: ..." for every readable thermal_zoneN/temp, listed once; the
 # ":c" mark means the zone's type looks like a CPU sensor (it feeds cpu_temp_mC).
 list_zones() {
-  ZONES=
+  ZONES=''
   for z in "$THERMAL_DIR"/thermal_zone*; do
     [ -r "$z/temp" ] || continue
     n=${z##*thermal_zone}
     case $n in ''|*[!0-9]*) continue ;; esac
-    ty=
+    ty=''
     read -r ty 2>/dev/null <"$z/type"
     case $ty in
       *[Cc][Pp][Uu]*|x86_pkg_temp|coretemp*|k10temp*|*cluster*|soc_thermal) c=c ;;
       BIG|MID|LITTLE|big|mid|little) c=c ;;  # Exynos / Tensor CPU clusters
-      *) c= ;;
+      *) c='' ;;
     esac
     ZONES="$ZONES $n:$c"
   done
-  BATT= BSTAT= DUMPSYS=
+}
+
+# battery_paths: BATT = the sysfs battery temperature file and BSTAT its status file, each
+# empty when unreadable; DUMPSYS=1 when the temperature must come from `dumpsys battery`
+# instead (most phones without root), which forks, so at most every DUMPSYS_EVERY-th sample
+# (DS_N counts down to the next one).
+battery_paths() {
+  BATT='' BSTAT='' DUMPSYS=''
   [ -r "$BATTERY_DIR/temp" ] && BATT=$BATTERY_DIR/temp
   [ -r "$BATTERY_DIR/status" ] && BSTAT=$BATTERY_DIR/status
-  # No readable sysfs battery (most phones without root): `dumpsys battery`, which forks, so
-  # at most every DUMPSYS_EVERY-th sample.
   if [ -z "$BATT" ] && command -v dumpsys >/dev/null 2>&1; then DUMPSYS=1; fi
   DUMPSYS_EVERY=${ORCH_DUMPSYS_EVERY:-10} DS_N=0
 }
@@ -139,7 +154,7 @@ list_zones() {
 # list_freqs: FREQ_CPUS = "N N ..." for every core with a readable cpufreq/scaling_cur_freq,
 # listed once per supervisor (numbers only, so a path with blanks cannot split the list).
 list_freqs() {
-  FREQ_CPUS=
+  FREQ_CPUS=''
   for d in "$CPU_DIR"/cpu[0-9]*; do
     n=${d##*/cpu}
     case $n in ''|*[!0-9]*) continue ;; esac
@@ -147,19 +162,23 @@ list_freqs() {
   done
 }
 
-# centi X.YZ: C = the decimal X.YZ times 100, as an integer (S values are integers).
+# centi X.YZ: C = the decimal X.YZ times 100, as an integer (S values are integers); empty
+# when X.YZ is no unsigned decimal, an empty one included (an unreadable /proc/loadavg must
+# give no load1_x100, not 0).
 centi() {
   case $1 in
-    *.*) ci=${1%%.*}; cf=${1#*.}00; cf=${cf%"${cf#??}"}; cf=${cf#0} ;;
-    *) ci=$1; cf=0 ;;
+    *.*) ci=${1%%.*} cf=${1#*.} ;;
+    *) ci=$1 cf='' ;;
   esac
-  case $ci$cf in ''|*[!0-9]*) C=; return ;; esac
+  case $ci$cf in ''|*[!0-9]*) C=''; return ;; esac
+  cf=${cf}00; cf=${cf%"${cf#??}"}; cf=${cf#0}   # 2 digits, no octal: "0.08" -> 8
   ci=${ci#0}   # no octal: "0.52" -> 52
   C=$((${ci:-0} * 100 + cf))
 }
 
 # stat_fields FIELDS-AFTER-COMM: split /proc/PID/stat (after "(comm) ") with the shell's
-# own field splitting. 10 = majflt, 12/13 = utime/stime, 20 = starttime.
+# own field splitting. Sets MAJ (majflt, field 10 here), TICKS (utime + stime, 12 + 13),
+# THREADS (18) and START (starttime, 20).
 stat_fields() { MAJ=${10}; TICKS=$((${12} + ${13})); THREADS=${18}; START=${20}; }
 
 # sample: print one S line using builtins only. Sets GONE=1 once the engine has ended
@@ -167,7 +186,7 @@ stat_fields() { MAJ=${10}; TICKS=$((${12} + ${13})); THREADS=${18}; START=${20};
 sample() {
   now_ms
   line="S$TAB$((NOW - UP0))"
-  st= rss= hwm=
+  st='' rss='' hwm=''
   while read -r k v rest; do
     case $k in
       State:) st=$v ;;
@@ -178,10 +197,13 @@ sample() {
   case $st in ''|Z|X) GONE=1 ;; esac
   [ -n "$rss" ] && line="$line${TAB}rss_kb=$rss"
   [ -n "$hwm" ] && line="$line${TAB}hwm_kb=$hwm"
-  stat= MAJ= START=
+  stat='' MAJ='' START=''
   read -r stat 2>/dev/null <"/proc/$EPID/stat"
   case $stat in
     *') '*)
+      # Split on purpose (no fork to cut fields): after "(comm) " come a state letter and
+      # numbers only, nothing a glob could expand.
+      # shellcheck disable=SC2086
       stat_fields ${stat##*) }
       line="$line${TAB}majflt=$MAJ${TAB}cpu_ticks=$TICKS${TAB}threads=$THREADS"
       [ -z "$START0" ] && START0=$START
@@ -190,9 +212,9 @@ sample() {
   while read -r k v rest; do
     case $k in MemAvailable:) line="$line${TAB}mem_avail_kb=$v"; break ;; esac
   done 2>/dev/null <"$MEMINFO"
-  cmax=
+  cmax=''
   for z in $ZONES; do
-    n=${z%:*} t=
+    n=${z%:*} t=''
     read -r t 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/temp"
     case ${t#-} in ''|*[!0-9]*) continue ;; esac
     line="$line${TAB}tz${n}_mC=$t"
@@ -201,7 +223,7 @@ sample() {
   [ -n "$cmax" ] && line="$line${TAB}cpu_temp_mC=$cmax"
   # 1-minute load average x 100: more runnable threads than cores means the engine shared
   # the CPU with someone else.
-  l1= rest=
+  l1='' rest=''
   read -r l1 rest 2>/dev/null <"$LOADAVG"
   centi "$l1"
   [ -n "$C" ] && line="$line${TAB}load1_x100=$C"
@@ -209,16 +231,16 @@ sample() {
   # compute runs on sets the pace, idle cores clock down and mean nothing, and throttling caps
   # whole clusters, so the max drops when the fastest cluster is held back. One key per
   # sample, where per-core values would be eight on a phone.
-  fmax=
+  fmax=''
   for n in $FREQ_CPUS; do
-    fq=
+    fq=''
     read -r fq 2>/dev/null <"$CPU_DIR/cpu$n/cpufreq/scaling_cur_freq"
     case $fq in ''|*[!0-9]*) continue ;; esac
     if [ -z "$fmax" ] || [ "$fq" -gt "$fmax" ]; then fmax=$fq; fi
   done
   [ -n "$fmax" ] && line="$line${TAB}cpu_khz=$fmax"
   if [ -n "$BATT" ]; then
-    t=
+    t=''
     read -r t 2>/dev/null <"$BATT"
     case ${t#-} in ''|*[!0-9]*) ;; *) line="$line${TAB}batt_temp_dC=$t" ;; esac
   elif [ -n "$DUMPSYS" ]; then
@@ -230,7 +252,7 @@ sample() {
     [ -n "$DS_T" ] && line="$line${TAB}batt_temp_dC=$DS_T"
   fi
   if [ -n "$BSTAT" ]; then
-    t=
+    t=''
     read -r t 2>/dev/null <"$BSTAT"
     case $t in Charging|Full) line="$line${TAB}batt_charging=1" ;; ?*) line="$line${TAB}batt_charging=0" ;; esac
   fi
@@ -240,7 +262,7 @@ sample() {
 # battery_dumpsys: DS_T (deci-°C), DS_S (charging state) and DS_L (level, percent) from
 # `dumpsys battery`.
 battery_dumpsys() {
-  DS_T= DS_S= DS_L=
+  DS_T='' DS_S='' DS_L=''
   ds=$(dumpsys battery 2>/dev/null) || return 0
   oifs=$IFS
   set -f; IFS='
@@ -255,20 +277,21 @@ battery_dumpsys() {
     esac
   done
   IFS=$oifs; set +f
-  case ${DS_T#-} in ''|*[!0-9]*) DS_T= ;; esac
-  case $DS_L in ''|*[!0-9]*) DS_L= ;; esac
+  case ${DS_T#-} in ''|*[!0-9]*) DS_T='' ;; esac
+  case $DS_L in ''|*[!0-9]*) DS_L='' ;; esac
 }
 
 # drain FD TAG: print every complete line now readable on FD as "TAG<TAB>line". At EOF
-# `read` fails but leaves a partial line in $l: keep it in P_TAG and prefix it next time,
-# so a line the engine is still writing is never split.
+# `read` fails but leaves a partial line in $l: keep it in P_TAG (P_O, P_E or P_C) and
+# prefix it next time, so a line the engine is still writing is never split. The three
+# names are spelled out, not built with eval: a tag never becomes code.
 drain() {
-  eval "p=\$P_$2"
+  case $2 in O) p=$P_O ;; E) p=$P_E ;; C) p=$P_C ;; *) p='' ;; esac
   while :; do
-    l=
-    if IFS= read -r l <&"$1"; then say "$2$TAB$p$l"; p=; else p=$p$l; break; fi
+    l=''
+    if IFS= read -r l <&"$1"; then say "$2$TAB$p$l"; p=''; else p=$p$l; break; fi
   done
-  eval "P_$2=\$p"
+  case $2 in O) P_O=$p ;; E) P_E=$p ;; C) P_C=$p ;; esac
 }
 
 # ms_secs MS: SECS = MS milliseconds as seconds with three decimals (what sleep takes)
@@ -292,39 +315,77 @@ drain_all() {
   [ -n "$CSV_OPEN" ] && drain 5 C
 }
 
-# supervise: the detached process `start` launches. Its stdout is the spool.
+# -- the supervisor ---------------------------------------------------------------------------
+# supervise: the detached process `start` launches. Its stdout is the spool. One step per
+# function below, in the order the spool shows them (docs/agent-protocol.md, "Spool order").
+# They share the job's state in globals: UP0 (uptime at the start), INTERVAL, SLP, TIMEOUT_MS,
+# CSV, CWD, RUN (from meta), SETSID, WPID (the watcher), EPID (the engine), WOKE/SL (the USR1
+# wake-up), GONE, CAUSE, TERM_AT, RC (the engine's exit status).
 supervise() {
   cd "$JOBDIR" || exit 2
   now_ms; UP0=$NOW
-  INTERVAL=1000 TIMEOUT=0 TIMEOUT_MS= CSV= CWD= RUN=
-  if [ -r meta ]; then
-    while IFS= read -r l || [ -n "$l" ]; do
-      case $l in
-        interval_ms=*) INTERVAL=${l#*=} ;;
-        timeout_s=*) TIMEOUT=${l#*=} ;;
-        timeout_ms=*) TIMEOUT_MS=${l#*=} ;;
-        csv=*) CSV=${l#*=} ;;
-        cwd=*) CWD=${l#*=} ;;
-        run=*) RUN=${l#*=} ;;
-      esac
-    done <meta
-  fi
+  read_meta
   exec >>spool || exit 2
+  record_supervisor
+  say_header
+  check_meta
+  check_env
+  SETSID=$(command -v setsid)
+  [ -n "$SETSID" ] || say "W${TAB}no setsid on PATH: the engine shares the agent's process group"
+  list_zones
+  battery_paths
+  list_freqs
+  klog_mark
+  start_engine
+  sample_loop
+  engine_status
+  end_job
+}
+
+# read_meta: INTERVAL, TIMEOUT, TIMEOUT_MS, CSV, CWD, RUN as JOBDIR/meta gives them
+# (check_meta checks them once the spool is open, so that its warnings reach the stream).
+read_meta() {
+  INTERVAL=1000 TIMEOUT=0 TIMEOUT_MS='' CSV='' CWD='' RUN=''
+  [ -r meta ] || return 0
+  while IFS= read -r l || [ -n "$l" ]; do
+    case $l in
+      interval_ms=*) INTERVAL=${l#*=} ;;
+      timeout_s=*) TIMEOUT=${l#*=} ;;
+      timeout_ms=*) TIMEOUT_MS=${l#*=} ;;
+      csv=*) CSV=${l#*=} ;;
+      cwd=*) CWD=${l#*=} ;;
+      run=*) RUN=${l#*=} ;;
+    esac
+  done <meta
+}
+
+# record_supervisor: JOBDIR/pid names this process, sup.start its start time.
+record_supervisor() {
   # `start` recorded $! as our pid; rewrite it only if wrong (setsid had to fork), and by
   # rename, so a concurrent `status` never reads a truncated file.
-  p=
+  p=''
   read -r p 2>/dev/null <pid
   [ "$p" = "$$" ] || { say "$$" >pid.new && mv -f pid.new pid; }
   # pid + start time name this supervisor for good: after a reboot or a long time the pid
   # may belong to another process, which must not pass for a live job.
-  st=
+  st=''
   read -r st 2>/dev/null </proc/self/stat
   proc_start "$st"
   say "$PSTART" >sup.start
+}
+
+# say_header: the H line. t0 is epoch ms from `date` (/proc/uptime knows no epoch); a date
+# without %N gives whole seconds.
+say_header() {
   t0=$(date +%s%N 2>/dev/null)
   case $t0 in ''|*[!0-9]*) t0=$(date +%s)000 ;; *) t0=${t0%??????} ;; esac
   say "H${TAB}proto=1${TAB}agent=$AGENT_VERSION${TAB}run=$RUN${TAB}t0=$t0"
+}
 
+# check_meta: a W line per unusable meta value, which falls back to its default; then
+# SLP = the interval as sleep takes it, TIMEOUT_MS the timeout (0: none), CSV and CWD
+# absolute.
+check_meta() {
   case $INTERVAL in
     ''|*[!0-9]*) say "W${TAB}bad interval_ms '$INTERVAL', using 1000"; INTERVAL=1000 ;;
   esac
@@ -339,17 +400,22 @@ supervise() {
   SLP=$SECS
   case $CSV in ''|/*) ;; *) CSV=$JOBDIR/$CSV ;; esac
   case $CWD in '') CWD=$JOBDIR ;; /*) ;; *) CWD=$JOBDIR/$CWD ;; esac
-  if [ -r env ]; then
-    while IFS= read -r l || [ -n "$l" ]; do
-      case ${l%%=*} in
-        ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) say "W${TAB}env: ignored line '$l'" ;;
-        *) case $l in *=*) ;; *) say "W${TAB}env: ignored line '$l'" ;; esac ;;
-      esac
-    done <env
-  fi
-  SETSID=$(command -v setsid)
-  [ -n "$SETSID" ] || say "W${TAB}no setsid on PATH: the engine shares the agent's process group"
+}
 
+# check_env: a W line per JOBDIR/env line that is no NAME=VALUE (exec_engine skips those).
+check_env() {
+  [ -r env ] || return 0
+  while IFS= read -r l || [ -n "$l" ]; do
+    case ${l%%=*} in
+      ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) say "W${TAB}env: ignored line '$l'" ;;
+      *) case $l in *=*) ;; *) say "W${TAB}env: ignored line '$l'" ;; esac ;;
+    esac
+  done <"env"
+}
+
+# start_engine: launch the engine under its watcher (WPID), with argv from args/NNN; EPID =
+# the engine's pid; fds 3 and 4 read its stdout and stderr.
+start_engine() {
   # argv: one file per element. $(cat f; echo x) keeps trailing newlines, which a bare
   # command substitution would strip; nothing goes through eval or a command line.
   set --
@@ -363,156 +429,217 @@ supervise() {
     i=$((i + 1))
   done
   [ $# -gt 0 ] || say "W${TAB}args/000 missing"
-
-  list_zones
-  list_freqs
   : >"$JOBDIR/stdout"
   : >"$JOBDIR/stderr"
-  # The engine runs under a watcher subshell that `wait`s for it: the engine's end is seen
-  # at once, not at the next sample. The watcher signals USR1 to this supervisor, whose trap
-  # kills the sleep it waits for (a signal landing between the test of WOKE and `wait` finds
-  # SL set, so no interval is slept through), then exits with the engine's status.
-  SL= WOKE=
+  P_O='' P_E='' P_C='' CSV_OPEN=''
+  # The engine's end is seen at once, not at the next sample: the watcher signals USR1 to
+  # this supervisor, whose trap kills the sleep it waits for (a signal landing between the
+  # test of WOKE and `wait` finds SL set, so no interval is slept through).
+  SL='' WOKE=''
   trap 'WOKE=1; [ -n "$SL" ] && kill "$SL" 2>/dev/null' USR1
   rm -f engine.pid
-  (
-    # The engine: env exported only in this subshell (an env line cannot change the agent's
-    # PATH or IFS); `exec setsid` keeps the pid, and makes the engine the leader of its own
-    # session and process group (a `&` child of a non-interactive shell is not a group
-    # leader, so setsid does not fork): its group is what timeouts, `kill` and the stray
-    # cleanup signal.
-    (
-      if [ -r env ]; then
-        while IFS= read -r l || [ -n "$l" ]; do
-          case ${l%%=*} in ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) continue ;; esac
-          case $l in *=*) export "${l%%=*}=${l#*=}" ;; esac
-        done <env
-      fi
-      cd "$CWD" 2>>"$JOBDIR/stderr" || exit 126   # the reason shows up as an E line
-      exec $SETSID "$@" </dev/null >"$JOBDIR/stdout" 2>"$JOBDIR/stderr"
-    ) &
-    ep=$!
-    st=
-    read -r st 2>/dev/null <"/proc/$ep/stat"
-    proc_start "$st"
-    say "$PSTART" >engine.start
-    say "$ep" >engine.pid
-    wait "$ep"
-    rc=$?
-    say "$rc" >engine.rc
-    # Signal the supervisor only while it is still our parent (no stale pid is signalled).
-    st=
-    read -r st 2>/dev/null </proc/self/stat
-    ppid_of "$st"
-    [ "$PPID_OF" = "$$" ] && kill -USR1 "$$" 2>/dev/null
-    exit "$rc"
-  ) &
+  watch_engine "$@" &
   WPID=$!
-  # engine.pid is written by the watcher; a line without its newline is not complete yet.
-  EPID=
+  await_engine_pid
+  exec 3<"$JOBDIR/stdout" 4<"$JOBDIR/stderr"
+}
+
+# watch_engine ARGV... (in the background): the watcher. It runs the engine, writes
+# engine.start, engine.pid and engine.rc, `wait`s for it, wakes the supervisor (USR1) and
+# exits with the engine's status.
+watch_engine() {
+  exec_engine "$@" &
+  ep=$!
+  st=''
+  read -r st 2>/dev/null <"/proc/$ep/stat"
+  proc_start "$st"
+  say "$PSTART" >engine.start
+  say "$ep" >engine.pid
+  wait "$ep"
+  rc=$?
+  say "$rc" >engine.rc
+  # Signal the supervisor only while it is still our parent (no stale pid is signalled).
+  st=''
+  read -r st 2>/dev/null </proc/self/stat
+  ppid_of "$st"
+  [ "$PPID_OF" = "$$" ] && kill -USR1 "$$" 2>/dev/null
+  exit "$rc"
+}
+
+# exec_engine ARGV... (in the background): become the engine. The env lines are exported
+# only in this process (an env line cannot change the agent's PATH or IFS). `exec setsid`
+# keeps the pid and makes the engine the leader of its own session and process group (a `&`
+# child of a non-interactive shell is not a group leader, so setsid does not fork): its
+# group is what timeouts, `kill` and the stray cleanup signal.
+exec_engine() {
+  if [ -r env ]; then
+    while IFS= read -r l || [ -n "$l" ]; do
+      case ${l%%=*} in ''|[!A-Za-z_]*|*[!A-Za-z0-9_]*) continue ;; esac
+      case $l in *=*) export "${l%%=*}=${l#*=}" ;; esac
+    done <"env"
+  fi
+  cd "$CWD" 2>>"$JOBDIR/stderr" || exit 126   # the reason shows up as an E line
+  exec ${SETSID:+"$SETSID"} "$@" </dev/null >"$JOBDIR/stdout" 2>"$JOBDIR/stderr"
+}
+
+# await_engine_pid: EPID = the pid the watcher wrote to engine.pid (a line without its
+# newline is not complete yet), or the watcher's own when it ended without writing one.
+await_engine_pid() {
+  EPID=''
   # (The watcher may finish between a failed read and the alive check: read once more.)
   until read -r EPID 2>/dev/null <engine.pid; do
     alive "$WPID" || { read -r EPID 2>/dev/null <engine.pid; break; }
   done
   case $EPID in ''|*[!0-9]*) EPID=$WPID ;; esac
-  exec 3<"$JOBDIR/stdout" 4<"$JOBDIR/stderr"
+}
 
-  GONE= CAUSE= TERM_AT= START0= WOKEN=
-  while :; do
-    drain_all
-    sample
-    [ -n "$GONE" ] && break
-    # the watcher said the engine has ended: one more sample (this one may predate it)
-    [ -n "$WOKEN" ] && break
-    [ -n "$WOKE" ] && WOKEN=1
-    t=$((NOW - UP0))
-    if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ "$t" -ge "$TIMEOUT_MS" ]; then
-      CAUSE=timeout TERM_AT=$t
-      kill -TERM -"$EPID" 2>/dev/null || kill -TERM "$EPID" 2>/dev/null
-    fi
-    if [ -n "$TERM_AT" ] && [ $((t - TERM_AT)) -ge 3000 ]; then
-      kill -KILL -"$EPID" 2>/dev/null || kill -KILL "$EPID" 2>/dev/null
-    fi
-    [ -n "$WOKE" ] && continue
-    # a timeout that falls before the next sample is kept: sleep only until it
-    w=$SLP
-    if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ $((TIMEOUT_MS - t)) -lt "$INTERVAL" ]; then
-      r=$((TIMEOUT_MS - t))
-      [ "$r" -lt 10 ] && r=10
-      ms_secs "$r"
-      w=$SECS
-    fi
-    sleep "$w" &
-    SL=$!
-    [ -n "$WOKE" ] && kill "$SL" 2>/dev/null
-    # a sleep without fractions must not turn this into a busy loop
-    wait "$SL" || [ -n "$WOKE" ] || sleep 1
-    SL=
-  done
+# sample_loop: one sample_step per interval until the engine has ended.
+sample_loop() {
+  GONE='' CAUSE='' TERM_AT='' START0='' WOKEN=''
+  while sample_step; do :; done
+}
+
+# sample_step: drain the engine's output, print one S line, enforce the timeout, sleep.
+# Fails when the loop is over: the sample saw the engine gone, or this is the one more
+# sample after the watcher's USR1 (the sample before it may predate the engine's end).
+sample_step() {
+  drain_all
+  sample
+  [ -n "$GONE" ] && return 1
+  [ -n "$WOKEN" ] && return 1
+  [ -n "$WOKE" ] && WOKEN=1
+  t=$((NOW - UP0))
+  enforce_timeout "$t"
+  [ -n "$WOKE" ] || sleep_interval "$t"
+  return 0
+}
+
+# enforce_timeout T_MS: once T_MS reaches TIMEOUT_MS, TERM the engine's group (CAUSE=timeout,
+# TERM_AT = T_MS); KILL it when 3 s have passed since.
+enforce_timeout() {
+  if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ "$1" -ge "$TIMEOUT_MS" ]; then
+    CAUSE=timeout TERM_AT=$1
+    kill -TERM -"$EPID" 2>/dev/null || kill -TERM "$EPID" 2>/dev/null
+  fi
+  if [ -n "$TERM_AT" ] && [ $(($1 - TERM_AT)) -ge 3000 ]; then
+    kill -KILL -"$EPID" 2>/dev/null || kill -KILL "$EPID" 2>/dev/null
+  fi
+  return 0
+}
+
+# sleep_interval T_MS: sleep one interval in a background `sleep` (SL while it runs, so the
+# USR1 trap can cut it short); a timeout that falls before the next sample is kept: sleep
+# only until it.
+sleep_interval() {
+  w=$SLP
+  if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ $((TIMEOUT_MS - $1)) -lt "$INTERVAL" ]; then
+    r=$((TIMEOUT_MS - $1))
+    [ "$r" -lt 10 ] && r=10
+    ms_secs "$r"
+    w=$SECS
+  fi
+  sleep "$w" &
+  SL=$!
+  [ -n "$WOKE" ] && kill "$SL" 2>/dev/null
+  # a sleep without fractions must not turn this into a busy loop
+  wait "$SL" || [ -n "$WOKE" ] || sleep 1
+  SL=''
+}
+
+# engine_status: RC = the engine's exit status, once the watcher has ended.
+engine_status() {
   # The watcher's USR1 may still be on its way: ignored now, so it cannot cut this wait short.
   trap '' USR1
   wait "$WPID"
-  rc=$?
+  RC=$?
   # The engine's status as the watcher saw it: bash's `wait` may answer -1 for a child that
   # it reaped while a trap ran. A line without its newline is not complete yet.
-  r=
+  r=''
   until read -r r 2>/dev/null <engine.rc; do
     alive "$WPID" || { read -r r 2>/dev/null <engine.rc; break; }
   done
-  case $r in ''|*[!0-9]*) ;; *) rc=$r ;; esac
+  case $r in ''|*[!0-9]*) ;; *) RC=$r ;; esac
+}
+
+# end_job: after the engine's end: its strays killed, its last output, the W lines about it,
+# the X line, then the file `done`.
+end_job() {
   # What the engine left in its process group (a child it forked and did not wait for)
   # must not outlive the cell: TERM, KILL after 3 s, and a W line saying so.
-  STRAYS=
+  STRAYS=''
   [ -n "$SETSID" ] && kill_strays "$EPID"
-  # The engine has ended: everything it wrote is in the files now. Drain, then flush the
-  # last lines that had no newline, then X, then `done`.
-  drain_all
-  for tag in O E C; do
-    eval "p=\$P_$tag"
-    [ -n "$p" ] && say "$tag$TAB$p"
-  done
+  flush_output
   [ -n "$CSV" ] && [ -z "$CSV_OPEN" ] && say "W${TAB}csv never appeared: $CSV"
   [ -n "$STRAYS" ] && say "W${TAB}$STRAYS"
-  sig=0
-  [ "$rc" -gt 128 ] && sig=$((rc - 128))
-  # SIGKILL from the kernel for memory leaves a line in its log (OOM killer, Android's
-  # lowmemorykiller); where the log is readable, that is the evidence for status oom.
-  if [ "$sig" = 9 ] && [ -z "$CAUSE" ] && oom_line "$EPID"; then
+  oom_cause
+  say_exit
+  : >"$JOBDIR/done"
+}
+
+# flush_output: the engine has ended, so everything it wrote is in the files now: drain them,
+# then the last line of each that had no newline.
+flush_output() {
+  drain_all
+  [ -n "$P_O" ] && say "O$TAB$P_O"
+  [ -n "$P_E" ] && say "E$TAB$P_E"
+  [ -n "$P_C" ] && say "C$TAB$P_C"
+  return 0
+}
+
+# oom_cause: CAUSE=oom, with a W line quoting the evidence, for a SIGKILL that nobody here
+# sent when the kernel says it killed the engine for memory (OOM killer, Android's
+# lowmemorykiller); where its log is readable, that line is the evidence.
+oom_cause() {
+  if [ "$RC" -eq $((128 + 9)) ] && [ -z "$CAUSE" ] && oom_line "$EPID"; then
     CAUSE=oom
     say "W${TAB}oom: $OOMLINE"
   fi
+}
+
+# say_exit: the X line: rc, signal (rc-128 for rc > 128, else 0), t_ms, cause=CAUSE if any.
+say_exit() {
+  sig=0
+  [ "$RC" -gt 128 ] && sig=$((RC - 128))
   now_ms
-  x="X$TAB$rc$TAB$sig$TAB$((NOW - UP0))"
+  x="X$TAB$RC$TAB$sig$TAB$((NOW - UP0))"
   [ -n "$CAUSE" ] && x="$x${TAB}cause=$CAUSE"
   say "$x"
-  : >"$JOBDIR/done"
 }
 
 # proc_start STAT: PSTART = the start time (field 22) of a /proc/PID/stat line; with the pid
 # it names one process for good (a pid is reused, a pid with its start time is not).
 proc_start() {
-  PSTART=
-  case $1 in *') '*) stat_fields ${1##*) } ;; *) return ;; esac
+  PSTART=''
+  case $1 in *') '*) ;; *) return ;; esac
+  # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
+  # shellcheck disable=SC2086
+  stat_fields ${1##*) }
   PSTART=$START
 }
 
 # ppid_of STAT: PPID_OF = the parent pid (field 4) of a /proc/PID/stat line.
 ppid_of() {
-  PPID_OF=
-  case $1 in *') '*) set -- ${1##*) }; PPID_OF=$2 ;; esac
+  PPID_OF=''
+  case $1 in *') '*) ;; *) return ;; esac
+  # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
+  # shellcheck disable=SC2086
+  set -- ${1##*) }
+  PPID_OF=$2
 }
 
 # group_members: MEMBERS = "PID(comm) ..." of the live (not zombie) processes in group PG,
 # from /proc with builtins only. Zombies are left out: they are dead, and a container's init
 # may take its time to reap what was reparented to it.
 group_members() {
-  MEMBERS=
+  MEMBERS=''
   for d in /proc/[0-9]*; do
-    st=
+    st=''
     read -r st 2>/dev/null <"$d/stat" || continue
     case $st in *') '*) ;; *) continue ;; esac
     c=${st#*\(}
     c=${c%\)*}
+    # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
+    # shellcheck disable=SC2086
     set -- ${st##*) }
     [ "$3" = "$PG" ] && [ "$1" != Z ] && MEMBERS="$MEMBERS ${d#/proc/}($c)"
   done
@@ -543,12 +670,33 @@ kill_strays() {
   STRAYS="stray processes: the engine left $left in its process group $1; killed ($how)"
 }
 
-# oom_line PID: OOMLINE = the last kernel log line that says PID was killed for memory.
+# klog_mark: KLOG_MARK = the kernel log's last line before the engine starts (empty without
+# dmesg, or when the log is empty or unreadable), so that oom_line reads only what came after.
+# One `tail` fork per job, outside the sampling loop; the log itself is never held in a shell
+# variable (a shell pattern over a long log took minutes in mksh).
+klog_mark() {
+  KLOG_MARK=''
+  command -v dmesg >/dev/null 2>&1 || return 0
+  KLOG_MARK=$(dmesg 2>/dev/null | tail -n 1)
+}
+
+# oom_line PID: OOMLINE = the last kernel log line logged after KLOG_MARK that says PID was
+# killed for memory. Older lines are no evidence: pids are reused, and an old OOM kill of
+# another process with the engine's pid once made a plain SIGKILL `oom`. The mark is found by
+# grep (its last occurrence); a mark no longer in the log, which the kernel's ring buffer
+# overwrote, means all of the log came after it. Only the SIGKILL path runs this. -a: a log
+# with bytes that are no text must still print lines, not "Binary file matches".
 oom_line() {
-  OOMLINE=
+  OOMLINE=''
   command -v dmesg >/dev/null 2>&1 || return 1
-  OOMLINE=$(dmesg 2>/dev/null | grep -E "[^0-9]$1[^0-9]" |
-    grep -iE "out of memory|oom|lowmemorykiller|lmk|killed process" | tail -n 1)
+  from=1
+  if [ -n "$KLOG_MARK" ]; then
+    k=$(dmesg 2>/dev/null | grep -a -n -F -x -e "$KLOG_MARK" | tail -n 1)
+    k=${k%%:*}
+    case $k in ''|*[!0-9]*) ;; *) from=$((k + 1)) ;; esac
+  fi
+  OOMLINE=$(dmesg 2>/dev/null | tail -n +"$from" | grep -a -E "[^0-9]$1[^0-9]" |
+    grep -a -iE "out of memory|oom|lowmemorykiller|lmk|killed process" | tail -n 1)
   [ -n "$OOMLINE" ]
 }
 
@@ -556,21 +704,23 @@ oom_line() {
 # `cpu` (the max over CPU zones, as cpu_temp_mC), `battery` (deci-°C on disk), or a
 # pattern matched against the zones' `type` (the max over the zones that match).
 read_sensor() {
-  VAL=
+  VAL=''
   case $1 in
     battery)
-      t=
+      t=''
       [ -n "$BATT" ] && read -r t 2>/dev/null <"$BATT"
       case ${t#-} in ''|*[!0-9]*) ;; *) VAL=$((t * 100)) ;; esac
       return ;;
   esac
   for z in $ZONES; do
-    n=${z%:*} t=
+    n=${z%:*} t=''
     if [ "$1" = cpu ]; then
       [ "${z#*:}" = c ] || continue
     else
-      ty=
+      ty=''
       read -r ty 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/type"
+      # SENSOR is a pattern on purpose (`cooldown 'cpu-*' ...`, docs/agent-protocol.md)
+      # shellcheck disable=SC2254
       case $ty in $1) ;; *) continue ;; esac
     fi
     read -r t 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/temp"
@@ -590,6 +740,7 @@ cooldown() {
     case ${v#-} in ''|*[!0-9]*) die "cooldown: numbers expected, got '$v'" ;; esac
   done
   list_zones
+  battery_paths
   f=$((iv % 1000))
   case ${#f} in 1) f=00$f ;; 2) f=0$f ;; esac
   slp=$((iv / 1000)).$f
@@ -611,7 +762,7 @@ cooldown() {
 
 # attach SKIP: print the spool from complete line SKIP on, following it until the X line.
 attach() {
-  skip=$1 n=0 p= dead=
+  skip=$1 n=0 p='' dead=
   case $skip in ''|*[!0-9]*) die "attach: SKIP must be a number" ;; esac
   while [ ! -f "$JOBDIR/spool" ]; do
     sup_alive || [ -f "$JOBDIR/spool" ] || exit 3
@@ -619,9 +770,9 @@ attach() {
   done
   exec 3<"$JOBDIR/spool"
   while :; do
-    l=
+    l=''
     if IFS= read -r l <&3; then
-      l=$p$l p=
+      l=$p$l p=''
       n=$((n + 1))
       [ "$n" -gt "$skip" ] && say "$l"
       case $l in "X$TAB"*) exit 0 ;; esac
@@ -637,7 +788,7 @@ attach() {
 # kill_job: TERM the engine's process group, KILL whatever is left after 3 s.
 kill_job() {
   [ -f "$JOBDIR/done" ] && return 0
-  ep=
+  ep=''
   read -r ep 2>/dev/null <"$JOBDIR/engine.pid"
   case $ep in ''|*[!0-9]*) die "kill: no engine.pid in $JOBDIR" ;; esac
   kill -TERM -"$ep" 2>/dev/null || kill -TERM "$ep" 2>/dev/null || return 0
@@ -654,7 +805,7 @@ facts() {
   F arch "$(uname -m)"
   F hostname "$(uname -n)"
   GETPROP=$(command -v getprop)
-  os=
+  os=''
   if [ -r /etc/os-release ]; then
     while IFS= read -r l; do
       case $l in PRETTY_NAME=*) os=${l#*=}; os=${os#\"}; os=${os%\"} ;; esac
@@ -662,10 +813,12 @@ facts() {
   fi
   [ -z "$os" ] && [ -n "$GETPROP" ] && os="Android $(getprop ro.build.version.release)"
   F os "$os"
-  mn= hw= pr= np=0
+  mn='' hw='' pr='' np=0
   while IFS= read -r l; do
     v=${l#*:}
-    v=${v#"${v%%[! $TAB]*}"}   # strip leading blanks
+    while :; do   # strip leading blanks
+      case $v in " "*|"$TAB"*) v=${v#?} ;; *) break ;; esac
+    done
     case $l in
       'model name'*) [ -z "$mn" ] && mn=$v ;;
       Hardware*) hw=$v ;;
@@ -688,25 +841,26 @@ facts() {
   fi
   F shell "$shn"
   list_zones
+  battery_paths
   for z in $ZONES; do
-    n=${z%:*} ty=
+    n=${z%:*} ty=''
     read -r ty 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/type"
     F "thermal.zone$n.type" "$ty"
   done
-  fmax= govs=
+  fmax='' govs=''
   for d in "$CPU_DIR"/cpu[0-9]*; do
     n=${d##*/cpu}
     case $n in ''|*[!0-9]*) continue ;; esac
-    v=
+    v=''
     if read -r v 2>/dev/null <"$d/cpufreq/cpuinfo_max_freq"; then
       F "cpu.$n.max_khz" "$v"
       case $v in ''|*[!0-9]*) ;; *) if [ -z "$fmax" ] || [ "$v" -gt "$fmax" ]; then fmax=$v; fi ;; esac
     fi
-    v=
+    v=''
     read -r v 2>/dev/null <"$d/cpufreq/cpuinfo_min_freq" && F "cpu.$n.min_khz" "$v"
-    v=
+    v=''
     read -r v 2>/dev/null <"$d/cpufreq/scaling_max_freq" && F "cpu.$n.scaling_max_khz" "$v"
-    v=
+    v=''
     if read -r v 2>/dev/null <"$d/cpufreq/scaling_governor"; then
       F "cpu.$n.governor" "$v"
       case " $govs " in *" $v "*) ;; *) govs="${govs:+$govs }$v" ;; esac
@@ -722,7 +876,7 @@ facts() {
     done
   fi
   F battery.temp_path "$BATT"
-  bt= bs= bl=
+  bt='' bs='' bl=''
   [ -n "$BATT" ] && read -r bt 2>/dev/null <"$BATT"
   [ -n "$BSTAT" ] && read -r bs 2>/dev/null <"$BSTAT"
   [ -r "$BATTERY_DIR/capacity" ] && read -r bl 2>/dev/null <"$BATTERY_DIR/capacity"
@@ -754,7 +908,7 @@ start() {
     if [ -n "$LIVE" ]; then say "busy"; say "$LIVE"; exit 4; fi
   fi
   shb=${ORCH_AGENT_SHELL:-$(readlink "/proc/$$/exe" 2>/dev/null)}
-  [ -x "$shb" ] || shb=sh
+  [ -x "$shb" ] || shb='sh'
   setsid "$shb" "$0" _supervise "$JOBDIR" </dev/null >>"$JOBDIR/agent.log" 2>&1 &
   spid=$!
   # Written here, before returning, so `status`/`attach` work at once; by rename, since the
@@ -769,32 +923,45 @@ jobdir() {
   JOBDIR=$(cd "$1" 2>/dev/null && pwd) || die "$cmd: no such directory: $1"
 }
 
-cmd=$1
-case $cmd in
-  version) say "$AGENT_VERSION" ;;
-  facts) list_zones; facts ;;
-  start) jobdir "$2"; start "${3:-}" ;;
-  _supervise) jobdir "$2"; supervise ;;
-  attach) jobdir "$2"; attach "${3:-0}" ;;
-  status)
-    if [ -z "$2" ] || [ ! -d "$2" ]; then say absent; exit 0; fi
-    jobdir "$2"
-    job_state
-    say "$STATE" ;;
-  jobs)
-    # jobs RUNSDIR: the live jobs under RUNSDIR, then "end" (an empty answer is no answer).
-    [ -d "${2:-}" ] && { live_jobs "${2%/}"; [ -n "$LIVE" ] && say "$LIVE"; }
-    say end ;;
-  kill) jobdir "$2"; kill_job ;;
-  _bench_samples)
-    # _bench_samples N PID: N samples of PID back to back, no sleep (bench/agent_overhead).
-    EPID=$3 START0= GONE=
-    list_zones
-    list_freqs
-    now_ms; UP0=$NOW
-    i=0
-    while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
-  cooldown) shift; cooldown "$@" ;;
-  *) die "usage: orch-agent.sh version | facts | start JOBDIR [force] | attach JOBDIR SKIP |" \
-      "status JOBDIR | jobs RUNSDIR | kill JOBDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;
-esac
+# main COMMAND ARGS...: the command line (docs/agent-protocol.md, "Invocation").
+main() {
+  cmd=$1
+  case $cmd in
+    version) say "$AGENT_VERSION" ;;
+    facts) facts ;;
+    start) jobdir "$2"; start "${3:-}" ;;
+    _supervise) jobdir "$2"; supervise ;;
+    attach) jobdir "$2"; attach "${3:-0}" ;;
+    status)
+      if [ -z "$2" ] || [ ! -d "$2" ]; then say absent; exit 0; fi
+      jobdir "$2"
+      job_state
+      say "$STATE" ;;
+    jobs)
+      # jobs RUNSDIR: the live jobs under RUNSDIR, then "end" (an empty answer is no answer).
+      [ -d "${2:-}" ] && { live_jobs "${2%/}"; [ -n "$LIVE" ] && say "$LIVE"; }
+      say end ;;
+    kill) jobdir "$2"; kill_job ;;
+    _bench_samples)
+      # _bench_samples N PID: N samples of PID back to back, no sleep (bench/agent_overhead).
+      EPID=$3 START0='' GONE=''
+      list_zones
+      battery_paths
+      list_freqs
+      now_ms; UP0=$NOW
+      i=0
+      while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
+    cooldown) shift; cooldown "$@" ;;
+    *) die "usage: orch-agent.sh version | facts | start JOBDIR [force] | attach JOBDIR SKIP |" \
+        "status JOBDIR | jobs RUNSDIR | kill JOBDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;
+  esac
+}
+
+# Source-only mode (`ORCH_AGENT_LIB=1 . ./orch-agent.sh`): the functions are defined and no
+# command runs. `.` takes no arguments portably, hence a variable; it is unset so that nothing
+# this shell starts later inherits it.
+if [ "${ORCH_AGENT_LIB:-}" = 1 ]; then
+  unset ORCH_AGENT_LIB
+else
+  main "$@"
+fi

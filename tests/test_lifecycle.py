@@ -149,7 +149,9 @@ def test_orphan_engine_is_listed_and_not_dead(shell, jobs, tmp_path):
     job = jobs("o", runs)
     write_job(job, ["sleep", "30"], {"interval_ms": 100, "run": "o"})
     spid = start_job(shell, job)
-    wait_for(lambda: (job / "engine.pid").exists() and (job / "spool").stat().st_size > 0)
+    # engine.pid is complete once its line ends (the watcher may be writing it right now)
+    wait_for(lambda: (job / "engine.pid").exists() and (job / "spool").stat().st_size > 0
+             and (job / "engine.pid").read_text().endswith("\n"))
     epid = int((job / "engine.pid").read_text())
     os.kill(spid, signal.SIGKILL)
     wait_for(lambda: not _pid_alive(spid))
