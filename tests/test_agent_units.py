@@ -128,8 +128,8 @@ def test_now_ms_parses_uptime(shell, tmp_path):
 
 
 def test_now_ms_reads_the_real_uptime(shell):
-    def uptime_ms() -> float:
-        return float(Path("/proc/uptime").read_text().split()[0]) * 1000
+    def uptime_ms() -> int:   # "4141.53" -> 4141530 exactly (as a float product it can fall short)
+        return round(float(Path("/proc/uptime").read_text().split()[0]) * 1000)
     before = uptime_ms()
     out = lib(shell, 'now_ms; say "$NOW"')
     after = uptime_ms()
