@@ -17,11 +17,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import waiting
 from ci import unavailable
 
 START_TIMEOUT = 20.0  # seconds until the server must answer PING
@@ -61,17 +61,18 @@ def _wait_for_ping(proc: subprocess.Popen, url: str, log: Path) -> None:
     import redis
 
     client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
-    deadline = time.monotonic() + START_TIMEOUT
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        try:
+            return bool(client.ping())
+        except redis.exceptions.ConnectionError:
+            return False
     try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {proc.returncode}: "
-                                   f"{log.read_text(errors='replace')[-2000:]}")
-            try:
-                if client.ping():
-                    return
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
+        if waiting.wait_until(answers, START_TIMEOUT):
+            return
         raise RuntimeError(f"redis-server did not answer PING within {START_TIMEOUT:.0f}s: "
                            f"{log.read_text(errors='replace')[-2000:]}")
     finally:
