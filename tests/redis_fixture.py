@@ -7,8 +7,8 @@ its system service) on a free loopback port in a temporary directory, without pe
 yields `redis://127.0.0.1:PORT/0`. `redis_db` (function scope) is the same URL after FLUSHDB,
 for a test that needs an empty broker; `flush(url)` does the same from anywhere.
 
-Missing redis-server or the `redis` Python package: the tests are skipped, unless CI=true (or
-1/yes), where that is a failure.
+Missing redis-server or orch's `lab` extra (celery[redis], which brings the `redis` client): the
+tests are skipped, unless CI=true (or 1/yes), where that is a failure.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import waiting
-from ci import unavailable
+from ci import require_extra, unavailable
 
 START_TIMEOUT = 20.0  # seconds until the server must answer PING
 
@@ -83,10 +83,7 @@ def start_redis(directory: Path) -> tuple[subprocess.Popen, str]:
     """Start a redis-server in `directory` on a free loopback port; (process, url) once it
     answers PING. The caller stops the process (see `_stop`)."""
     binary = _redis_server()
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        _unavailable("the redis Python package is not installed")
+    require_extra("lab")   # the redis client comes with it (celery[redis])
     port = _free_port()
     log = directory / "redis.log"
     url = f"redis://127.0.0.1:{port}/0"

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from ci import IN_CI, unavailable
+from ci import IN_CI, require_extra, unavailable
 from cli_helpers import orch
 from sqlalchemy import select
 from waiting import wait_until
@@ -50,17 +50,9 @@ def bindings(build: lb.LlamaBuild) -> None:
     need(f"llama-cpp-python {build.version} in this venv", lb.bindings_version() == build.version)
 
 
-def _gguf_ok() -> bool:
-    try:
-        import gguf  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    need("the gguf package (orch's `llama` extra)", _gguf_ok())
+    require_extra("llama")   # gguf writes the model
     from orchestrator.tools.moe_model import make_moe
 
     return make_moe("tiny", tmp_path_factory.mktemp("models") / "tiny.gguf")
@@ -68,7 +60,7 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def medium(tmp_path_factory) -> Path:
-    need("the gguf package (orch's `llama` extra)", _gguf_ok())
+    require_extra("llama")   # gguf writes the model
     from orchestrator.tools.moe_model import make_moe
 
     return make_moe("medium", tmp_path_factory.mktemp("models") / "medium.gguf")
@@ -411,7 +403,7 @@ def test_llama_local_matrix_end_to_end(workspace):
     never built (the build takes minutes); under CI=true it builds if needed and must pass."""
     if lb.find_build() is None and not IN_CI:
         pytest.skip("llama.cpp not built: run scripts/build-llama")
-    need("the gguf package (orch's `llama` extra)", _gguf_ok())
+    require_extra("llama")   # gguf writes the model
     code, out = orch("engines", "build", "llama.cpp")
     assert code == 0, out
     code, out = orch("models", "make-moe", "--size", "medium")
