@@ -12,10 +12,11 @@ import shutil
 import signal
 import subprocess
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
+
+import waiting
 
 AGENT = Path(__file__).resolve().parents[1] / "agent" / "orch-agent.sh"
 SHELL_NAMES = ("mksh+toybox", "dash", "bash")
@@ -113,14 +114,8 @@ def parse_lines(data: bytes) -> list[list[str]]:
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout} s")
-        time.sleep(step)
+    """predicate()'s first truthy value within `timeout` s (tests/waiting.py)."""
+    return waiting.wait_for(predicate, timeout, step)
 
 
 def spool_lines(jobdir: Path) -> list[list[str]]:
@@ -186,11 +181,9 @@ def run_job(shell: Shell, jobdir: Path, args: Iterable[str | bytes],
 
 
 def _release_after_samples(jobdir: Path, file: Path, samples: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if sum(1 for line in spool_lines(jobdir) if line[:1] == ["S"]) >= samples:
-            break
-        time.sleep(0.05)
+    # released on a timeout too: the engine ends and the test's own checks say what was missing
+    waiting.wait_until(lambda: sum(1 for line in spool_lines(jobdir) if line[:1] == ["S"]) >= samples,
+                       timeout)
     file.touch()
 
 

@@ -1,6 +1,10 @@
 """Running the `orch` CLI in-process from tests."""
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 from click.testing import CliRunner
 
 from orchestrator.cli import main
@@ -27,6 +31,67 @@ def fake_thermal_zone(root, celsius: float = 38.0):
     (zone / "type").write_text("cpu-0-0\n")
     (zone / "temp").write_text(f"{round(celsius * 1000)}\n")
     return zone
+
+
+# a zone heated to 60 °C, then cooling in 3 °C steps (what the cooldown tests put orch through)
+HEAT_CURVE = (50000, 55000, 60000, *range(57000, 30000, -3000))
+
+
+class Heater(threading.Thread):
+    """A device that heats up, then cools in 3 °C steps down to the first value at or below
+    `limit_mC`, which it keeps. It is paced by orch, not by a clock: the next value goes into
+    the zone (`write(mC)`) only once orch's cooldown has reported a reading of the current one
+    (`watch(monkeypatch)` taps the readings), so orch meets every value of the curve in order
+    however busy the machine is. `seen`: the values orch read, in order; `hot`: set once the
+    first value is in the zone; `crossed_at`: time.time() just before the last value went in;
+    `stuck`: a value orch did not read within `timeout` s (the heater gave up there)."""
+
+    def __init__(self, write: Callable[[int], None], limit_mC: int, timeout: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self.write, self.timeout = write, timeout
+        cut = next(i for i, value in enumerate(HEAT_CURVE) if value <= limit_mC)
+        self.curve = list(HEAT_CURVE[:cut + 1])
+        self.seen: list[int | None] = []
+        self.hot = threading.Event()
+        self.crossed_at: float | None = None
+        self.stuck: int | None = None
+        self._read = threading.Condition()
+
+    def watch(self, monkeypatch) -> None:
+        """Tap the readings of orch's thermal cooldown (the in-process `orch run`)."""
+        from orchestrator.run import session
+
+        real = session.wait_for_condition
+
+        def tapped(client, spec, baseline, on_reading=None):
+            def reading(r):
+                with self._read:
+                    self.seen.append(r.values.get("value_mC"))
+                    self._read.notify_all()
+                if on_reading is not None:
+                    on_reading(r)
+            return real(client, spec, baseline, reading)
+        monkeypatch.setattr(session, "wait_for_condition", tapped)
+
+    def run(self) -> None:
+        for index, value in enumerate(self.curve):
+            with self._read:
+                before = len(self.seen)
+            last = index == len(self.curve) - 1
+            if last:
+                self.crossed_at = time.time()
+            self.write(value)
+            self.hot.set()
+            if last:
+                return   # kept: the zone stays at the first value within the tolerance
+            with self._read:
+                if not self._read.wait_for(lambda: value in self.seen[before:], self.timeout):
+                    self.stuck = value
+                    return
+
+    def values_read(self) -> list[int | None]:
+        """`seen` without repeats: orch read a value more than once while it stayed."""
+        return [v for i, v in enumerate(self.seen) if i == 0 or v != self.seen[i - 1]]
 
 
 def ssh_device(name: str, sshd, workdir, known_hosts=None) -> str:

@@ -14,7 +14,7 @@ REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
 
-from ci import IN_CI, unavailable  # noqa: E402,F401
+from ci import IN_CI, missing_from_extra, require_extra, unavailable  # noqa: E402,F401
 from conftest_adb import adb_device, adb_server, phone  # noqa: E402,F401
 from pg_fixture import pg_url  # noqa: F401
 from redis_fixture import redis_db, redis_url  # noqa: F401
@@ -28,6 +28,28 @@ def require_tool(name: str) -> str:
         message = f"{name} is not installed (scripts/install --test installs it)"
         unavailable(message)
     return path
+
+
+def _extras(item: pytest.Item) -> list[str]:
+    return [extra for mark in item.iter_markers("extra") for extra in mark.args]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`@pytest.mark.extra("plots")`: the test needs that optional extra of orch (tests/ci.py).
+    Without it the test is skipped here, so the skip is reported at the test's line; under
+    CI=true it is not skipped but fails (pytest_runtest_setup)."""
+    for item in items:
+        missing = [extra for extra in _extras(item) if missing_from_extra(extra)]
+        if missing and not IN_CI:
+            item.add_marker(pytest.mark.skip(
+                reason=f"needs orch's `{'`, `'.join(missing)}` extra "
+                       f"(pip install -e '.[{','.join(missing)}]')"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test's extras are installed, or it fails under CI=true (tests/ci.py require_extra)."""
+    for extra in _extras(item):
+        require_extra(extra)
 
 
 @pytest.fixture

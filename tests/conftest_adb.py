@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import pytest
+import waiting
 from ci import unavailable
 
 try:
@@ -40,13 +41,8 @@ def require_adb_stack() -> None:
 
 
 def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
-    """Poll pred() until it holds or timeout (bounded); its last answer."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
+    """Poll pred() until it holds or timeout (bounded; tests/waiting.py)."""
+    return waiting.wait_until(pred, timeout, step)
 
 
 def free_port() -> int:
@@ -97,9 +93,7 @@ def with_adb_server(timeout: float = 20.0):
                 proc = subprocess.Popen(["adb", "-P", str(port), "server", "nodaemon"], env=env,
                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                         start_new_session=True)
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline and proc.poll() is None and not _server_answers(port):
-                time.sleep(0.05)
+            waiting.wait_until(lambda: proc.poll() is not None or _server_answers(port), timeout)
             if proc.poll() is None and _server_answers(port):
                 break
             _stop(proc)

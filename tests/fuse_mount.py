@@ -13,8 +13,9 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 from typing import Self
+
+import waiting
 
 MOUNT_WAIT = 10.0  # seconds a mount or unmount may take before it counts as failed
 
@@ -32,12 +33,7 @@ def mount_type(path: str) -> str | None:
 
 
 def _wait(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return pred()
+    return waiting.wait_until(pred, timeout, 0.02)
 
 
 class FuseMount:

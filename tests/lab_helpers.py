@@ -7,10 +7,10 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 
+import waiting
 from sqlalchemy import text
 
 from orchestrator.db.store import Store
@@ -115,13 +115,7 @@ def consumer_pids(worker: str) -> list[int]:
 def wait_for(what: str, predicate: Callable[[], object], timeout: float = 120.0,
              on_fail: Callable[[], str] | None = None) -> object:
     """Poll until predicate() is truthy (bounded); the timeout only ends a broken test."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}" + (f"\n{on_fail()}" if on_fail else ""))
+    return waiting.wait_for(predicate, timeout, 0.1, what=what, on_fail=on_fail)
 
 
 def registered(store: Store, names: list[str]) -> bool:

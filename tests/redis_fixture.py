@@ -7,8 +7,8 @@ its system service) on a free loopback port in a temporary directory, without pe
 yields `redis://127.0.0.1:PORT/0`. `redis_db` (function scope) is the same URL after FLUSHDB,
 for a test that needs an empty broker; `flush(url)` does the same from anywhere.
 
-Missing redis-server or the `redis` Python package: the tests are skipped, unless CI=true (or
-1/yes), where that is a failure.
+Missing redis-server or orch's `lab` extra (celery[redis], which brings the `redis` client): the
+tests are skipped, unless CI=true (or 1/yes), where that is a failure.
 """
 from __future__ import annotations
 
@@ -17,12 +17,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ci import unavailable
+import waiting
+from ci import require_extra, unavailable
 
 START_TIMEOUT = 20.0  # seconds until the server must answer PING
 
@@ -61,17 +61,18 @@ def _wait_for_ping(proc: subprocess.Popen, url: str, log: Path) -> None:
     import redis
 
     client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
-    deadline = time.monotonic() + START_TIMEOUT
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        try:
+            return bool(client.ping())
+        except redis.exceptions.ConnectionError:
+            return False
     try:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {proc.returncode}: "
-                                   f"{log.read_text(errors='replace')[-2000:]}")
-            try:
-                if client.ping():
-                    return
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.05)
+        if waiting.wait_until(answers, START_TIMEOUT):
+            return
         raise RuntimeError(f"redis-server did not answer PING within {START_TIMEOUT:.0f}s: "
                            f"{log.read_text(errors='replace')[-2000:]}")
     finally:
@@ -82,10 +83,7 @@ def start_redis(directory: Path) -> tuple[subprocess.Popen, str]:
     """Start a redis-server in `directory` on a free loopback port; (process, url) once it
     answers PING. The caller stops the process (see `_stop`)."""
     binary = _redis_server()
-    try:
-        import redis  # noqa: F401
-    except ImportError:
-        _unavailable("the redis Python package is not installed")
+    require_extra("lab")   # the redis client comes with it (celery[redis])
     port = _free_port()
     log = directory / "redis.log"
     url = f"redis://127.0.0.1:{port}/0"

@@ -25,10 +25,10 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
+import waiting
 from ci import unavailable
 
 SSHD = "/usr/sbin/sshd"
@@ -120,18 +120,18 @@ class Sshd:
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         finally:
             log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def listening() -> bool:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"sshd exited with {self.proc.returncode}: "
                                    f"{self.log.read_text()[-2000:]}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return
+                    return True
             except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"sshd did not listen on {self.port} within {timeout}s")
+                return False
+        if not waiting.wait_until(listening, timeout):
+            self.stop()
+            raise RuntimeError(f"sshd did not listen on {self.port} within {timeout}s")
 
     def stop(self) -> None:
         if self.proc is None:
@@ -148,10 +148,8 @@ class Sshd:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        killed = children
-        deadline = time.monotonic() + 2  # let the listener reap them: no zombies left behind
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in killed):
-            time.sleep(0.02)
+        # let the listener reap them: no zombies left behind
+        waiting.wait_until(lambda: not any(Path(f"/proc/{p}").exists() for p in children), 2, 0.02)
         if self.proc.poll() is None:
             self.proc.terminate()
             try:

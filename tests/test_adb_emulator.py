@@ -8,7 +8,6 @@ import socket
 import stat
 import struct
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ adbutils = pytest.importorskip("adbutils")
 
 from adb_emulator import A_CLSE, A_CNXN, A_OKAY, A_OPEN, A_WRTE, EmulatedPhone, pack  # noqa: E402
 from conftest_adb import adb, require_adb_stack, wait_for_state, wait_until  # noqa: E402
+from waiting import gated_lines, release_gates  # noqa: E402
 
 
 def cli(ph, *args, **kw):
@@ -56,39 +56,37 @@ def test_shell_v2_stdin(phone):
     assert r.stdout.split()[0] == hashlib.sha256(blob.encode()).hexdigest()
 
 
-def test_stream_arrives_incrementally(adb_device):
-    cmd = "for i in 1 2 3 4 5 6; do echo line$i; sleep 0.2; done"
-    t0 = time.monotonic()
-    c = adb_device.shell(cmd, stream=True)
-    arrivals, data = [], b""
+def test_stream_arrives_incrementally(phone, adb_device):
+    # line i+1 is printed only after this test has received line i (waiting.gated_lines)
+    gate, data = os.path.join(phone.data_dir, "gate"), b""
+    c = adb_device.shell(gated_lines(gate, 6, bound_s=8), stream=True)  # < the 10 s socket timeout
     try:
-        while time.monotonic() - t0 < 10:
-            chunk = c.recv(4096)
-            if not chunk:
-                break
+        while chunk := c.recv(4096):
             data += chunk
-            arrivals.append((time.monotonic() - t0, data.count(b"\n")))
+            release_gates(gate, data)
     finally:
         c.close()
     assert data == b"".join(b"line%d\n" % i for i in range(1, 7))
-    assert arrivals[0][0] < 0.6, arrivals  # the first line long before the end (~1.2 s)
-    assert arrivals[-1][0] > 0.9, arrivals
-    assert len(arrivals) >= 4, arrivals
 
 
-def test_concurrent_streams(adb_device):
+def test_concurrent_streams(phone, adb_device):
+    """Eight shells at once, each waiting (bounded) until all eight have started: every one can
+    end with its own exit code only if the phone runs them side by side, not one by one."""
     results = {}
+    started = os.path.join(phone.data_dir, "started")
+    os.mkdir(started)
 
     def run(i):
-        results[i] = adb_device.shell2(f"sleep 0.5; echo {i}; exit {i}", v2=True)
+        results[i] = adb_device.shell2(
+            f": > {started}/{i}; n=0; while set -- {started}/*; [ $# -lt 8 ]; do n=$((n+1)); "
+            f"[ $n -gt 160 ] && {{ echo alone; exit 99; }}; sleep 0.05; done; echo {i}; exit {i}",
+            v2=True)
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
-    t0 = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join(15)
-    assert time.monotonic() - t0 < 3.5  # run one after another they would take 4 s
     assert {i: (r.returncode, r.stdout) for i, r in results.items()} == {i: (i, f"{i}\n") for i in range(8)}
 
 
@@ -161,12 +159,11 @@ def test_unicode_and_hostile_command_strings(phone, adb_device, tmp_path):
 
 
 def test_background_job_outlives_its_shell_until_close(phone, adb_device):
-    t0 = time.monotonic()
-    res = adb_device.shell2("nohup sleep 30 >/dev/null 2>&1 </dev/null & echo $!", v2=True)
-    assert res.returncode == 0 and time.monotonic() - t0 < 3
-    pid = int(res.stdout)
-    time.sleep(0.3)
-    assert pid in phone.running_pids()
+    res = adb_device.shell2("nohup sleep 30 >/dev/null 2>&1 </dev/null & echo $! $$", v2=True)
+    assert res.returncode == 0   # back without waiting for the job, which runs on (below)
+    pid, shell_pid = map(int, res.stdout.split())
+    assert wait_until(lambda: shell_pid not in phone.running_pids(), 5)  # its shell has ended,
+    assert pid in phone.running_pids()                                    # the job has not
     phone.close()  # what the fixture does at the end: kills everything the phone started
     assert wait_until(lambda: not phone.running_pids(), 5)
 
@@ -251,12 +248,8 @@ def test_kill_mid_stream_then_restart(phone, adb_device):
     try:
         assert c.read(5) == b"tick\n"
         phone.kill()
-        ended, t0 = False, time.monotonic()
-        while time.monotonic() - t0 < 10:  # the v1 stream just ends, like a normal end
-            if not c.recv(4096):
-                ended = True
-                break
-        assert ended
+        # the v1 stream just ends, like a normal end: read what is left until it does
+        assert wait_until(lambda: not c.recv(4096), 10, step=0)
     finally:
         c.close()
     assert wait_for_state(phone.adb_port, phone.serial, "offline", timeout=10) == "offline"

@@ -10,7 +10,6 @@ import dataclasses
 import json
 import math
 import re
-import time
 from io import StringIO
 from pathlib import Path
 
@@ -366,7 +365,8 @@ def test_csv_and_json_tables() -> None:
     assert adaptive[1]["spec_auto_off"] is False and adaptive[0]["spec_recall_pct"] is None
 
 
-def test_runs_table_is_fast() -> None:
+def test_runs_table_of_a_thousand_runs() -> None:
+    """1,000 runs x 256 tokens, one row each; how fast: bench/analysis (the same table)."""
     rng = np.random.default_rng(1)
     runs, n = 1000, 256
     tokens = pd.DataFrame({"run_id": np.repeat(np.arange(runs), n),
@@ -375,11 +375,8 @@ def test_runs_table_is_fast() -> None:
     summaries = {i: {"trailer": {"tokens": n, "read_MiB": 5e4, "prefill_tps": 5.0,
                                  "load_s": 10.0, "prefill_s": 5.0, "cache_hit_pct": 70.0}}
                  for i in range(runs)}
-    analysis.runs_table(tokens.head(1000), summaries)          # warm-up (imports, caches)
-    t0 = time.perf_counter()
     table = analysis.runs_table(tokens, summaries)
-    elapsed = time.perf_counter() - t0
-    assert len(table) == runs and elapsed < 1.0
+    assert len(table) == runs
 
 
 def test_row_order_and_unequal_lengths_do_not_matter() -> None:

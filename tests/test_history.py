@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -90,11 +91,25 @@ def test_table_output_names_the_step_and_filters(tmp_path):
     out = orch_ok("history", "--db", db, "--matrix", "hist", "--config", "t1", "-d", "d")
     assert f"change point at session {sids[STEP_AT]}" in out
     assert "builds 0.3.30 -> 0.3.36" in out
+    code, out = orch("history", "--db", db, "--matrix", "hist", "--config", "nope")
+    assert code == 2 and "no runs" in out
+
+
+@pytest.mark.extra("plots")
+def test_plot_is_a_png(tmp_path):
+    db = str(tmp_path / "orch.db")
+    noisy_history(Store.open(db), 0, step=True)
     plot = tmp_path / "history.png"
     orch_ok("history", "--db", db, "--matrix", "hist", "--plot", str(plot))
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code, out = orch("history", "--db", db, "--matrix", "hist", "--config", "nope")
-    assert code == 2 and "no runs" in out
+
+
+def test_plot_without_matplotlib_says_which_extra(tmp_path, monkeypatch):
+    db = str(tmp_path / "orch.db")
+    noisy_history(Store.open(db), 0, step=True)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)          # `import matplotlib` fails
+    code, out = orch("history", "--db", db, "--matrix", "hist", "--plot", str(tmp_path / "h.png"))
+    assert code == 1 and "orch[plots]" in out and not (tmp_path / "h.png").exists()
 
 
 def test_order_by_build_and_failed_runs(tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from waiting import wait_for
 
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
@@ -70,13 +71,7 @@ def test_failures_in_a_row_quarantine_and_a_release_lets_the_cell_go(tmp_path):
 
 
 def _release_when_quarantined(store: Store) -> None:
-    import time
-
-    for _ in range(3000):
-        row = lab_db.lab_device(store, "emu")
-        if row.state == lab_db.QUARANTINED:
-            assert row.failures == 3 and row.reason == "unreachable: c"
-            lab_db.update_device(store, "emu", state=lab_db.ACTIVE, failures=0)
-            return
-        time.sleep(0.01)
-    raise AssertionError("never quarantined")
+    row = wait_for(lambda: (r := lab_db.lab_device(store, "emu")).state == lab_db.QUARANTINED and r,
+                   30, 0.01, what="the quarantine")
+    assert row.failures == 3 and row.reason == "unreachable: c"
+    lab_db.update_device(store, "emu", state=lab_db.ACTIVE, failures=0)

@@ -141,7 +141,7 @@ def throttle_ssh_push(monkeypatch, on_half) -> list[tuple[int, int]]:
         def step(done, total):
             if Path(local).name == "model.gguf":
                 seen.append((done, total))
-                time.sleep(0.01)
+                time.sleep(0.01)   # a slow link on purpose (the throttle), not a wait for an event
                 if not fired and done >= total // 2:
                     fired.append(done)
                     on_half()
@@ -448,7 +448,7 @@ def test_phone_unplugged_during_the_model_push(phone_ws, phone, monkeypatch):
         def step(done, total):
             if Path(local).name == "model.gguf":
                 seen.append((done, total))
-                time.sleep(0.005)
+                time.sleep(0.005)   # a slow link on purpose (the throttle), not a wait for an event
                 if not events and done >= total // 2:
                     unplug_for(phone, 3, events, "push")
             if progress is not None:

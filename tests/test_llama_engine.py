@@ -13,13 +13,13 @@ import signal
 import statistics
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from ci import IN_CI, unavailable
+from ci import IN_CI, require_extra, unavailable
 from cli_helpers import orch
 from sqlalchemy import select
+from waiting import wait_until
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
@@ -50,17 +50,9 @@ def bindings(build: lb.LlamaBuild) -> None:
     need(f"llama-cpp-python {build.version} in this venv", lb.bindings_version() == build.version)
 
 
-def _gguf_ok() -> bool:
-    try:
-        import gguf  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    need("the gguf package (orch's `llama` extra)", _gguf_ok())
+    require_extra("llama")   # gguf writes the model
     from orchestrator.tools.moe_model import make_moe
 
     return make_moe("tiny", tmp_path_factory.mktemp("models") / "tiny.gguf")
@@ -68,7 +60,7 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def medium(tmp_path_factory) -> Path:
-    need("the gguf package (orch's `llama` extra)", _gguf_ok())
+    require_extra("llama")   # gguf writes the model
     from orchestrator.tools.moe_model import make_moe
 
     return make_moe("medium", tmp_path_factory.mktemp("models") / "medium.gguf")
@@ -320,16 +312,21 @@ def test_corrupt_model_fails_with_stderr_tail(workspace, build, bindings, tiny):
         assert "†" in out
 
 
-def _kill_when(predicate, deadline: float) -> int | None:
-    """SIGKILL the engine of the first job whose files satisfy predicate(jobdir)."""
-    while time.monotonic() < deadline:
+def _kill_when(predicate, timeout: float) -> int | None:
+    """SIGKILL the engine of the first job whose files satisfy predicate(jobdir), once that
+    happens within `timeout` s; its pid (None: it never did)."""
+    killed: list[int] = []
+
+    def kill() -> bool:
         for pid_file in Path("dev-local").glob("runs/*/engine.pid"):
             pid = pid_file.read_text().strip()
             if pid and predicate(pid_file.parent):
                 os.kill(int(pid), signal.SIGKILL)
-                return int(pid)
-        time.sleep(0.05)
-    return None
+                killed.append(int(pid))
+                return True
+        return False
+    wait_until(kill, timeout)
+    return killed[0] if killed else None
 
 
 def _csv_rows(jobdir: Path) -> int:
@@ -340,7 +337,7 @@ def _csv_rows(jobdir: Path) -> int:
 def test_llama_token_killed_mid_way(workspace, build, bindings, tiny):
     killed: list[int | None] = []
     t = threading.Thread(target=lambda: killed.append(
-        _kill_when(lambda d: _csv_rows(d) >= 20, time.monotonic() + 60)))
+        _kill_when(lambda d: _csv_rows(d) >= 20, 60)))
     t.start()
     code, out, runs = run_matrix(workspace, f"""\
         name: killed-token
@@ -372,7 +369,7 @@ def test_llama_completion_killed_mid_way(workspace, build, tiny):
 
     killed: list[int | None] = []
     t = threading.Thread(target=lambda: killed.append(
-        _kill_when(generating, time.monotonic() + 60)))
+        _kill_when(generating, 60)))
     t.start()
     code, out, runs = run_matrix(workspace, f"""\
         name: killed-completion
@@ -406,7 +403,7 @@ def test_llama_local_matrix_end_to_end(workspace):
     never built (the build takes minutes); under CI=true it builds if needed and must pass."""
     if lb.find_build() is None and not IN_CI:
         pytest.skip("llama.cpp not built: run scripts/build-llama")
-    need("the gguf package (orch's `llama` extra)", _gguf_ok())
+    require_extra("llama")   # gguf writes the model
     code, out = orch("engines", "build", "llama.cpp")
     assert code == 0, out
     code, out = orch("models", "make-moe", "--size", "medium")

@@ -11,11 +11,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 from ci import unavailable
+from waiting import wait_until
 
 PROBE = Path(__file__).resolve().parents[1] / "agent" / "moe_probe.py"
 L, E, K, S = 4, 16, 4, 64 * 1024
@@ -193,10 +193,9 @@ def test_expert_file_reused_and_replaced_when_wrong_size(tmp_path):
     r1 = run_probe(cache, "-n", "2")
     f = cache / f"experts-L{L}-E{E}-64k.bin"
     assert f.stat().st_size == L * E * S and "created" in r1.stderr
-    m1 = f.stat().st_mtime_ns
-    time.sleep(0.01)
+    os.utime(f, ns=(10**18, 10**18))   # a stamp no write can leave: a rewrite would change it
     r2 = run_probe(cache, "-n", "2")
-    assert f.stat().st_mtime_ns == m1 and "reused" in r2.stderr
+    assert f.stat().st_mtime_ns == 10**18 and "reused" in r2.stderr
     assert sorted(p.name for p in cache.iterdir()) == [f.name]  # no temp files left
     f.write_bytes(b"short")
     run_probe(cache, "-n", "2")
@@ -208,9 +207,7 @@ def test_killed_creation_leaves_no_expert_file(tmp_path):
     big = ["--layers", "4", "--experts", "64", "--expert-mb", "1"]  # 256 MiB takes a while
     p = subprocess.Popen([sys.executable, str(PROBE), "--cache-dir", str(cache), *big, "-n", "1"],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 10
-    while time.time() < deadline and not (cache.exists() and any(cache.iterdir())):
-        time.sleep(0.002)
+    wait_until(lambda: cache.exists() and any(cache.iterdir()), 10, step=0.002)
     p.kill()
     p.wait()
     names = [x.name for x in cache.iterdir()]
@@ -337,14 +334,15 @@ def test_sigterm_leaves_rows_without_trailer(tmp_path):
     argv = [sys.executable, str(PROBE), "--cache-dir", str(tmp_path / "cache"), *SMALL,
             "--compute-kb", "64", "-n", "100000", "--csv", str(csv)]
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline, first_seen = time.time() + 10, None
-    while time.time() < deadline:
+    first_seen = None
+
+    def rows_seen() -> bool:
+        nonlocal first_seen
         rows = read_csv(csv)[1] if csv.exists() and HEADER in csv.read_text() else []
         if rows and first_seen is None:
             first_seen = len(rows)
-        if len(rows) > 8:
-            break
-        time.sleep(0.005)
+        return len(rows) > 8
+    wait_until(rows_seen, 10, step=0.005)
     # Rows are flushed one by one: a block-buffered file would show ~100 rows at once.
     assert first_seen is not None and first_seen < 20
     p.send_signal(signal.SIGTERM)

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import datetime as dt
 import textwrap
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import adb_device, orch
+from cli_helpers import Heater, adb_device, orch
 
 from orchestrator.db.store import Store
 
@@ -40,23 +38,17 @@ def test_battery_facts_come_from_dumpsys_when_sysfs_has_no_status(phone_ws, phon
     assert facts["prop.ro.product.model"] == "EMU-15R"
 
 
-def test_condition_cooldown_on_the_phone(phone_ws, phone):
+def test_condition_cooldown_on_the_phone(phone_ws, phone, monkeypatch):
     code, out = orch("calibrate", "-d", "emu", "--seconds", "1", "--interval", "0.1")
     assert code == 0 and "idle baseline cpu: 38.0 °C" in out, out
-    crossed: dict[str, float] = {}
 
-    def heat_then_cool() -> None:
-        # up to 60 °C, then down 3 °C every 0.3 s (the agent polls every 0.1 s)
-        for celsius in [50, 55, 60] + list(range(57, 30, -3)):
-            for zone in (0, 1):
-                phone.set_temp(zone, celsius)
-            if celsius <= 40 and "at" not in crossed:
-                crossed["at"], crossed["value"] = time.time(), celsius * 1000
-            time.sleep(0.3)
-
-    heater = threading.Thread(target=heat_then_cool, daemon=True)
+    def write(value: int) -> None:
+        for zone in (0, 1):
+            phone.set_temp(zone, value / 1000)
+    heater = Heater(write, 40000)        # baseline + 2 °C
+    heater.watch(monkeypatch)
     heater.start()
-    time.sleep(0.05)
+    assert heater.hot.wait(10)           # hot before orch's cooldown begins
     (phone_ws / "c.yaml").write_text(textwrap.dedent(f"""\
         name: phone-cool
         engine: bmoe
@@ -68,13 +60,16 @@ def test_condition_cooldown_on_the_phone(phone_ws, phone):
         configs: {{a: --delay 0}}
         """))
     code, out = orch("run", "c.yaml", "--device", "emu")
-    heater.join()
+    heater.join(10)
     assert code == 0, out
+    assert heater.stuck is None, heater.seen
+    # the cooldown read every value as the phone cooled, and ended at the first within 40 °C
+    assert heater.values_read() == heater.curve and heater.curve[-1] == 39000
     (run,) = Store.open("orch.db").runs()
     assert run.cooldown_met is True
-    assert run.temp_start["value_mC"] == crossed["value"] == 39000
+    assert run.temp_start["value_mC"] == 39000
     started = run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
-    assert crossed["at"] <= started <= crossed["at"] + 1.5
+    assert heater.crossed_at <= started          # the cell started after the phone cooled
 
 
 def test_phone_matrix_end_to_end_on_the_emulated_phone(phone_ws, phone):

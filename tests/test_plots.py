@@ -18,6 +18,8 @@ from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.report import context, plots
 
+pytestmark = pytest.mark.extra("plots")   # every test here draws with matplotlib
+
 PNG = b"\x89PNG\r\n\x1a\n"
 LONG = "mmap+top-k-expert-cache with the adaptive budget and eight reader threads"
 

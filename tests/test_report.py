@@ -95,11 +95,20 @@ def db(tmp_path):
     return str(tmp_path / "orch.db")
 
 
-def test_jul13_report_has_the_published_numbers_and_provenance(db, tmp_path):
+@pytest.fixture(scope="module")
+def jul13(tmp_path_factory) -> tuple[str, Path, str]:
+    """(database, document, its text): the 2026-07-13 session imported, its report written
+    with figures where matplotlib is installed (the `plots` extra)."""
+    root = tmp_path_factory.mktemp("jul13")
+    db = str(root / "orch.db")
     orch("import", str(FIX / "2026-07-13"), "--db", db)
-    out = tmp_path / "docs" / "bench.md"
+    out = root / "docs" / "bench.md"
     orch("report", "--db", db, "-o", str(out))
-    text = out.read_text(encoding="utf-8")
+    return db, out, out.read_text(encoding="utf-8")
+
+
+def test_jul13_report_has_the_published_numbers_and_provenance(jul13):
+    db, _, text = jul13
     tables = md_tables(text)
     thr = all_rows(find(tables, "decode mean"))
     prs = all_rows(find(tables, "free-RAM floor"))
@@ -134,7 +143,12 @@ def test_jul13_report_has_the_published_numbers_and_provenance(db, tmp_path):
         assert f"`{run.config}.metrics`, `{run.config}.log`" == row["sidecars"]
     runs_table = by_label(find(tables, "flags", "Provenance")[0])
     assert set(map(int, runs_table)) == {r.id for r in runs} == table_ids(tables)
-    png = sorted((tmp_path / "docs" / "bench_files").glob("*.png"))
+
+
+@pytest.mark.extra("plots")
+def test_jul13_report_figures_are_linked_pngs(jul13):
+    _, out, text = jul13
+    png = sorted((out.parent / "bench_files").glob("*.png"))
     # one distribution and one trajectory figure per model group (gemma, qwen)
     assert sorted(p.name.rsplit("-", 1)[-1] for p in png) == \
         ["distribution.png"] * 2 + ["trajectory.png"] * 2
@@ -190,6 +204,7 @@ def mean_of_means(stats, runs, config: str, device: str | None = None) -> tuple[
     return statistics.fmean(xs), xs
 
 
+@pytest.mark.extra("plots")   # every section: its figures too
 def test_report_of_a_real_run_has_every_section(workspace):
     run_matrix(workspace, PROBE)
     out = workspace / "docs" / "bench.md"

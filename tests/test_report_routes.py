@@ -91,6 +91,7 @@ def test_markdown_routing_section_has_the_published_figures(traced):
     assert "deterministic" in part and "one measurement" in part
 
 
+@pytest.mark.extra("plots")
 def test_markdown_figures_are_valid_pngs_next_to_the_document(traced):
     part = _routing_part(traced["md"])
     links = re.findall(r"!\[[^\]]*\]\(([^)]+routing-run\d+-(\w+)\.png)\)", part)
@@ -104,6 +105,7 @@ def test_markdown_figures_are_valid_pngs_next_to_the_document(traced):
     assert "replayed offline" in part and "measured on the device in real runs" in part
 
 
+@pytest.mark.extra("plots")
 def test_html_embeds_the_routing_figures(traced):
     html = traced["html"]
     assert 'id="routing"' in html

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 
 import pytest
 from cli_helpers import orch, orch_ok
@@ -108,11 +107,10 @@ def test_a_run_without_a_trace_exits_2_with_one_line(db):
 
 # ---- parser --------------------------------------------------------------------------------
 
-def test_parser_reads_the_fixture_with_integer_columns_and_is_cheap():
-    started = time.perf_counter()
+def test_parser_reads_the_fixture_with_integer_columns():
+    # how fast it reads: bench/routes (routes-parse, routes-figures)
     trace = read_route_trace(TRACE)
     figures = route_figures(trace)
-    assert time.perf_counter() - started < 1.0
     assert trace.preamble["arch"] == "gemma4" and trace.top_k == 6 and trace.n_expert == 128
     assert len(trace.layer_bytes) == 30 and trace.layer_bytes[7] == (3593216, 38987268)
     assert tuple(trace.rows.columns) == COLUMNS

@@ -5,11 +5,11 @@ import os
 import signal
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 from cli_helpers import SMALL_PROBE_MATRIX, orch
 from sqlalchemy import func, select, text
+from waiting import wait_for
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
@@ -79,15 +79,16 @@ def test_hostile_prompt_reaches_engine_byte_exact(workspace):
     assert not Path("/tmp/pwned").exists()
 
 
-def _engine_pid(workdir: Path, deadline: float) -> int:
-    while time.monotonic() < deadline:
+def _engine_pid(workdir: Path, timeout: float) -> int:
+    """The pid of the first engine that has written a few token rows."""
+    def started() -> int | None:
         for pid_file in workdir.glob("runs/*/engine.pid"):
             text_ = pid_file.read_text().strip()
             csv = pid_file.parent / "tokens.csv"
             if text_ and csv.exists() and csv.read_text().count("\n") >= 4:
                 return int(text_)
-        time.sleep(0.05)
-    raise AssertionError("the engine never started")
+        return None
+    return wait_for(started, timeout, what="the engine's first rows")
 
 
 def test_sigkill_gives_killed_with_rows_kept_and_timeout_goes_on(workspace):
@@ -106,7 +107,7 @@ def test_sigkill_gives_killed_with_rows_kept_and_timeout_goes_on(workspace):
           after: --delay 0
         """)
     killer = threading.Thread(target=lambda: os.kill(
-        _engine_pid(workspace / "dev-local", time.monotonic() + 30), signal.SIGKILL))
+        _engine_pid(workspace / "dev-local", 30), signal.SIGKILL))
     killer.start()
     code, out = orch("run", str(matrix))
     killer.join()

@@ -4,13 +4,13 @@ from __future__ import annotations
 import sqlite3
 import textwrap
 import threading
-import time
 from contextlib import closing
 from pathlib import Path
 
 import pytest
 from cli_helpers import orch, ssh_device
 from sqlalchemy import select, text
+from waiting import wait_for, wait_until
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
@@ -45,16 +45,14 @@ SLOW = """\
     """
 
 
-def _wait_tokens(db: Path, at_least: int, deadline: float) -> None:
-    while time.monotonic() < deadline:
+def _wait_tokens(db: Path, at_least: int, timeout: float = 60) -> None:
+    def stored() -> bool:
         try:  # read-only and without Store.open: never races orch's own schema migration
             with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as conn:
-                if conn.execute("SELECT count(*) FROM token").fetchone()[0] >= at_least:
-                    return
+                return conn.execute("SELECT count(*) FROM token").fetchone()[0] >= at_least
         except sqlite3.Error:  # no file or no schema yet
-            pass
-        time.sleep(0.1)
-    raise AssertionError("tokens never arrived")
+            return False
+    assert wait_until(stored, timeout, 0.1), "tokens never arrived"
 
 
 def _engine_csv_rows(workspace: Path, remote: str = "remote") -> int:
@@ -76,7 +74,7 @@ def test_local_matrix_on_ssh_device(ssh_workspace):
 def test_link_loss_mid_run_reconnects_without_loss(ssh_workspace, sshd):
     (ssh_workspace / "m.yaml").write_text(textwrap.dedent(SLOW))
     killer = threading.Thread(target=lambda: (
-        _wait_tokens(ssh_workspace / "orch.db", 10, time.monotonic() + 60),
+        _wait_tokens(ssh_workspace / "orch.db", 10),
         sshd.kill_connections()))
     killer.start()
     code, out = orch("run", "m.yaml", "--device", "ssh-test", "--link-grace", "60")
@@ -94,7 +92,7 @@ def test_link_loss_mid_run_reconnects_without_loss(ssh_workspace, sshd):
 def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd):
     (ssh_workspace / "m.yaml").write_text(textwrap.dedent(SLOW))
     stopper = threading.Thread(target=lambda: (
-        _wait_tokens(ssh_workspace / "orch.db", 5, time.monotonic() + 60), sshd.stop()))
+        _wait_tokens(ssh_workspace / "orch.db", 5), sshd.stop()))
     stopper.start()
     try:
         code, out = orch("run", "m.yaml", "--device", "ssh-test", "--link-grace", "2")
@@ -107,7 +105,9 @@ def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd
         assert 5 <= partial < 60
     finally:
         sshd.start()
-    time.sleep(7)  # the engine keeps going on the device while orch is away: let it finish
+    # the engine keeps going on the device while orch is away: let it finish (the job's `done`)
+    wait_for(lambda: list((ssh_workspace / "remote").glob("runs/*/done")), 60,
+             what="the engine's end on the device")
     code, out = orch("run", "m.yaml", "--device", "ssh-test", "--resume")
     assert code == 0, out
     store = Store.open("orch.db")

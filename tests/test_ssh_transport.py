@@ -11,6 +11,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+from waiting import gated_lines, release_gates
 
 from orchestrator.transports.base import (
     CommandTimedOut,
@@ -82,10 +83,8 @@ def test_argv_arrives_byte_exact(ssh):
 
 
 def test_run_timeout_leaves_the_transport_usable(ssh):
-    start = time.monotonic()
-    with pytest.raises(CommandTimedOut):
+    with pytest.raises(CommandTimedOut):   # raised: the run did not wait for the command's end
         ssh.run(["sleep", "5"], timeout=0.5)
-    assert time.monotonic() - start < 2
     assert ssh.run(["echo", "ok"]).stdout == b"ok\n"
 
 
@@ -181,15 +180,13 @@ def test_push_if_changed(ssh, tmp_path):
 
 
 # -- streaming and link loss -----------------------------------------------------------------
-def test_stream_arrives_incrementally(ssh):
-    start, arrivals, data = time.monotonic(), [], b""
-    stream = ssh.stream(["sh", "-c", COUNT])
-    for chunk in stream:
-        arrivals.append(time.monotonic() - start)
+def test_stream_arrives_incrementally(ssh, tmp_path):
+    # line i+1 is printed only after this test has received line i (waiting.gated_lines)
+    gate, data = str(tmp_path / "gate"), b""
+    for chunk in ssh.stream(["sh", "-c", gated_lines(gate, 10)]):
         data += chunk
-    assert data == b"".join(b"%d\n" % i for i in range(1, 11))
-    assert len(arrivals) >= 8, arrivals
-    assert arrivals[0] < 1.0 and arrivals[-1] > 2.5
+        release_gates(gate, data)
+    assert data == b"".join(b"line%d\n" % i for i in range(1, 11))
 
 
 def test_stream_returns_exit_status_and_keeps_stderr_out(ssh):
@@ -208,39 +205,38 @@ def test_stream_returns_exit_status_and_keeps_stderr_out(ssh):
 def test_stream_abandoned_early_closes_its_channel(ssh):
     stream = ssh.stream(["sh", "-c", COUNT])
     assert next(stream).startswith(b"1")
-    start = time.monotonic()
     stream.close()
     assert ssh.run(["echo", "next"]).stdout == b"next\n"
-    assert time.monotonic() - start < 2
 
 
 def test_kill_connection_mid_stream_raises_linklost_then_reconnects(sshd, ssh):
-    got, start = b"", time.monotonic()
+    got = b""
     with pytest.raises(LinkLost):
         for chunk in ssh.stream(["sh", "-c", COUNT]):
             got += chunk
             if got.count(b"\n") == 3:
-                killed_at = time.monotonic()
                 assert sshd.kill_connections()
-    assert time.monotonic() - killed_at < 3
+    # noticed before the command would have ended by itself (its last line never came)
     assert got.startswith(b"1\n2\n3\n") and b"10\n" not in got
     # the next call reconnects by itself
     assert ssh.run(["echo", "back"]).stdout == b"back\n"
-    assert time.monotonic() - start < 10
 
 
 def test_hung_link_is_noticed_by_keepalive_probe(sshd):
     transport = make(sshd, dead_after=1.0)
     transport.connect()
+    # a bound, not a check: a probe that never gives up sees the stream go on once this
+    # resumes the server, and the test fails on the missing LinkLost instead of hanging
+    unhang = threading.Timer(30, sshd.resume_connections)
     try:
-        start = time.monotonic()
         with pytest.raises(LinkLost):
             for chunk in transport.stream(["sh", "-c", COUNT]):
                 if chunk.startswith(b"1"):
                     paused = sshd.pause_connections()
                     assert paused
-        assert time.monotonic() - start < 6
+                    unhang.start()
     finally:
+        unhang.cancel()
         sshd.resume_connections()
     assert transport.run(["echo", "back"]).stdout == b"back\n"
     transport.close()
@@ -250,23 +246,35 @@ def test_reconnect_with_backoff_when_device_is_down(sshd):
     transport = make(sshd, connect_timeout=2)
     transport.link = LinkPolicy(grace_s=1.0)  # what `orch run --link-grace 1` sets
     transport.connect()
+    attempts: list[str] = []
+    come_back_after: list[int] = []   # the device is back once this many attempts failed
+    real_connect = transport.connect
+
+    def connect() -> None:   # every connection attempt of reconnect()'s backoff
+        try:
+            real_connect()
+        except TransportError:
+            attempts.append("failed")
+            if come_back_after and len(attempts) == come_back_after[0]:
+                sshd.start()
+            raise
+        attempts.append("ok")
+    transport.connect = connect
     sshd.stop()
     try:
-        start = time.monotonic()
         with pytest.raises(TransportError) as info:
             transport.run(["true"])  # link gone, sshd down: bounded retries, then an error
         assert not isinstance(info.value, HostKeyError)
-        assert 0.9 < time.monotonic() - start < 4
+        assert len(attempts) >= 2 and set(attempts) == {"failed"}, attempts   # retried
         with pytest.raises(TransportError, match="no connection within"):
             transport.reconnect(0.6)
-        threading.Timer(1.0, sshd.start).start()
-        start = time.monotonic()
+        attempts.clear()
+        come_back_after.append(1)     # sshd starts again when the first attempt has failed
         transport.reconnect(15)
-        assert time.monotonic() - start < 10
+        assert attempts[0] == "failed" and attempts[-1] == "ok", attempts  # the backoff got it
         assert transport.run(["echo", "up"]).stdout == b"up\n"
     finally:
         sshd.start()  # no-op when already running
-        time.sleep(0.1)
         transport.close()
 
 

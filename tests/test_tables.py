@@ -10,7 +10,7 @@ from io import StringIO
 import numpy as np
 import pandas as pd
 import pytest
-from ci import unavailable
+from ci import require_extra
 from cli_helpers import orch_ok
 from test_analysis_oracle import FIX, md_cells
 
@@ -22,10 +22,9 @@ from orchestrator.results.model_facts import ModelFacts, _read_kv, gguf_header
 def write_gguf(path, layers=4, experts=8, used=2) -> None:
     """A small qwen3moe GGUF: the keys the facts need, a vocabulary array of strings and an
     array of numbers before them (the reader must skip both), one tensor."""
-    try:
-        import gguf
-    except ImportError:
-        unavailable("the gguf package (orch's `llama` extra) writes the test's GGUF files")
+    require_extra("llama")   # gguf writes the test's GGUF files
+    import gguf
+
     w = gguf.GGUFWriter(str(path), "qwen3moe")
     w.add_name("tiny")
     w.add_token_list(["a", "bb", "ccc"] * 50)
