@@ -14,6 +14,7 @@ REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 sys.path.insert(0, str(TESTS))
 
+from agent_helpers import SHELL_NAMES, make_shell, missing_tools  # noqa: E402
 from ci import IN_CI, missing_from_extra, require_extra, unavailable  # noqa: E402,F401
 from conftest_adb import adb_device, adb_server, phone  # noqa: E402,F401
 from pg_fixture import pg_url  # noqa: F401
@@ -87,3 +88,13 @@ def _close_figures():
     yield
     if "matplotlib.pyplot" in sys.modules:
         sys.modules["matplotlib.pyplot"].close("all")
+
+
+@pytest.fixture(params=SHELL_NAMES)
+def shell(request, tmp_path):
+    """The device shells the agent must run under (mksh + a toybox-only PATH, dash, bash), one
+    test per shell; a missing one is a skip, under CI a failure."""
+    missing = missing_tools(request.param)
+    if missing:
+        unavailable(f"{request.param}: missing {', '.join(missing)}")
+    return make_shell(request.param, tmp_path)

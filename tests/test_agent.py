@@ -15,13 +15,11 @@ import pytest
 from agent_helpers import (
     AGENT,
     NOT_ON_PHONES,
-    SHELL_NAMES,
     JobResult,
     alive,
     attach,
     cleanup_job,
     make_shell,
-    missing_tools,
     parse_lines,
     run_job,
     spool_lines,
@@ -29,18 +27,8 @@ from agent_helpers import (
     wait_for,
     write_job,
 )
-from ci import unavailable
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(params=SHELL_NAMES)
-def shell(request, tmp_path):
-    missing = missing_tools(request.param)
-    if missing:
-        msg = f"{request.param}: missing {', '.join(missing)}"
-        unavailable(msg)
-    return make_shell(request.param, tmp_path)
 
 
 @pytest.fixture

@@ -10,22 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from agent_helpers import SHELL_NAMES, Shell, make_shell, missing_tools, run_job
-from ci import unavailable
+from agent_helpers import Shell, run_job
 
 pytestmark = pytest.mark.timeout(120)
 
 BOOT = "[    0.100000] Linux version 6.1 (fake)"
 OLD_OOM = "[   50.000000] Out of memory: Killed process $$ (sh) total-vm:1kB"   # an older process
 NEW_OOM = "[  100.000000] Out of memory: Killed process $$ (sh) total-vm:2kB"   # the engine
-
-
-@pytest.fixture(params=SHELL_NAMES)
-def shell(request, tmp_path):
-    missing = missing_tools(request.param)
-    if missing:
-        unavailable(f"{request.param}: missing {', '.join(missing)}")
-    return make_shell(request.param, tmp_path)
 
 
 def run_killed_engine(shell: Shell, tmp_path: Path, start: list[str], end: list[str]):

@@ -15,18 +15,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from agent_helpers import AGENT, SHELL_NAMES, Shell, make_shell, missing_tools, wait_for
+from agent_helpers import AGENT, Shell, wait_for
 from ci import unavailable
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture(params=SHELL_NAMES)
-def shell(request, tmp_path):
-    missing = missing_tools(request.param)
-    if missing:
-        unavailable(f"{request.param}: missing {', '.join(missing)}")
-    return make_shell(request.param, tmp_path)
 
 
 @pytest.fixture

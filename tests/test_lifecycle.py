@@ -15,17 +15,13 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import (
-    SHELL_NAMES,
     alive,
     cleanup_job,
-    make_shell,
-    missing_tools,
     run_job,
     start_job,
     wait_for,
     write_job,
 )
-from ci import unavailable
 from sqlalchemy import select
 
 from orchestrator.db import schema
@@ -37,14 +33,6 @@ from orchestrator.run.stream import GarbledExit, ProtocolError, parse_line
 
 pytestmark = pytest.mark.timeout(180)
 ORCH = Path(sys.executable).parent / "orch"
-
-
-@pytest.fixture(params=SHELL_NAMES)
-def shell(request, tmp_path):
-    missing = missing_tools(request.param)
-    if missing:
-        unavailable(f"{request.param}: missing {', '.join(missing)}")
-    return make_shell(request.param, tmp_path)
 
 
 @pytest.fixture
