@@ -1,9 +1,10 @@
 """The report's combined cells: run-id lists, the spread of repeated runs and the interval of
-their mean, the compute + I/O split and the temperature range.
+their mean, and the cells of a comparison (`orch compare`, the report's regressions).
 
 Single figures are formatted by the one formatter set (orchestrator.report.formatting) that
 the terminal, `orch table` and `orch compare` use too, so a figure reads the same in every
-view and in the published summary.md; markdown escaping and table layout are in
+view and in the published summary.md; which table shows which figure is declared in
+orchestrator.report.columns; markdown escaping and table layout are in
 orchestrator.report.markdown.
 """
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 from orchestrator.report import ab_table
 from orchestrator.report.ab_table import interval_text
-from orchestrator.report.formatting import STATS, Formatter, ratio
+from orchestrator.report.formatting import ratio
 from orchestrator.stats.uncertainty import Comparison, Interval
-from orchestrator.stats.values import DASH, is_missing
+from orchestrator.stats.values import DASH
 
 
 def id_list(ids: Sequence[int]) -> str:
@@ -43,26 +44,6 @@ def expand_ids(cell: str) -> list[int]:
     return ids
 
 
-def _pair(a: Any, b: Any, f: Formatter, sep: str) -> str:
-    """Two figures in one cell ("a + b"); a dash for the one not measured, one dash for none."""
-    if is_missing(a) and is_missing(b):
-        return DASH
-    return f"{f(a)}{sep}{f(b)}"
-
-
-def split_cell(rec: Mapping[str, Any]) -> str:
-    """decode: compute + I/O (s/tok), as the published write-up prints it."""
-    return _pair(rec.get("compute_s_per_token"), rec.get("io_s_per_token"),
-                 STATS["compute_s_per_token"].fmt, " + ")
-
-
-def temp_cell(rec: Mapping[str, Any]) -> str:
-    """CPU temperature at the start → its maximum: "47.1 → 78.4 °C"."""
-    text = _pair(rec.get("cpu_temp_start_c"), rec.get("cpu_temp_max_c"),
-                 lambda v: DASH if is_missing(v) else "%.1f" % v, " → ")
-    return text if text == DASH else text + " °C"
-
-
 def spread_cell(spread: Mapping[str, Any] | None) -> str:
     """Spread of repeated runs' means: ± sample stdev, range (n). Empty for a single run."""
     if not spread or spread.get("n", 0) < 2:
@@ -72,9 +53,9 @@ def spread_cell(spread: Mapping[str, Any] | None) -> str:
                                             spread["n"], unit)
 
 
-def ci_cell(values: Mapping[str, Any]) -> str:
+def ci_cell(low: float | None, high: float | None) -> str:
     """The 95% interval of a config's mean over its runs' means: "12.10–12.52"."""
-    return interval_text(values.get("mean_ci_low"), values.get("mean_ci_high"))
+    return interval_text(low, high)
 
 
 # ---- the cells of a comparison (orch compare, the report's regressions section) -----------

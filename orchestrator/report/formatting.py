@@ -3,7 +3,8 @@ value that was not measured (never 0, never an empty cell).
 
 The terminal (`orch run`, `orch show`), `orch table`, `orch report` and `orch compare` all
 format through STATS, so a figure reads the same in each of them and in the published
-summary.md tables. CSV and JSON carry the same statistics unformatted, under keys that name
+summary.md tables; which table shows which statistic, under which header, is declared in
+report/columns.py. CSV and JSON carry the same statistics unformatted, under keys that name
 their unit (peak_rss_gib, read_mib_per_token, ...), with null for not measured (`records`).
 
 %-formatting rounds the binary value correctly and an exact half to even (76.5 -> "76%"), as
@@ -84,7 +85,8 @@ _CELSIUS = number("%.1f °C")
 _S_PER_TOKEN = number("%.3f")
 _MS = number("%.1f")
 
-# Every statistic a view shows (keys of results.statistics.STAT_COLUMNS), in display order.
+# Every statistic a view shows (keys of stats/statistics.py: STAT_COLUMNS), with its shared
+# header; which tables show it, in which order: report/columns.py.
 STATS: dict[str, Stat] = {
     "n": Stat("tokens", number("%d")),
     "mean": Stat("decode mean", _TPS, "mean tok/s (n / decode s)"),
@@ -133,6 +135,12 @@ def pair(a: Any, b: Any, f: Formatter, sep: str) -> str:
 def split(compute: Any, io: Any) -> str:
     """decode: compute + I/O (s/tok), as the published write-up prints it: "0.161 + 0.127"."""
     return pair(compute, io, _S_PER_TOKEN, " + ")
+
+
+def temp_range(start: Any, top: Any) -> str:
+    """CPU temperature at the start → its maximum, in one cell: "47.1 → 78.4 °C"."""
+    text = pair(start, top, number("%.1f"), " → ")
+    return text if text == DASH else text + " °C"
 
 
 def fmt(key_or_pattern: str) -> Formatter:

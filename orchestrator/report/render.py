@@ -35,6 +35,7 @@ from orchestrator.report import ceilings as against_ceilings
 from orchestrator.report import context, provenance, quality, routing, sections, tables
 from orchestrator.report import markdown as md
 from orchestrator.report.cells import id_list
+from orchestrator.report.columns import REPORT_PRESSURE
 from orchestrator.report.formatting import cell, gib_from_kb, pct, ratio, when
 from orchestrator.report.regressions import sections as regression_sections
 from orchestrator.results import drift
@@ -139,16 +140,10 @@ def header(data: context.ReportData) -> dict[str, Any]:
     }
 
 
-# what each device-pressure column holds, by header: the caption names only the columns the
-# table has (a device without a temperature sensor gets no temperature column nor words)
-_PRESSURE_WORDS = {"peak RSS": "peak process RSS", "free-RAM floor": "free-RAM floor (lowest "
-                   "MemAvailable)", "CPU start → max": "CPU temperature at the start → its "
-                   "maximum", "battery max": "battery temperature maximum"}
-
-
 def pressure_caption(table: md.Table) -> str:
-    shown = [_PRESSURE_WORDS.get(h, h) for h in table.headers if h not in ("Config", "runs")]
-    return f"**Device pressure** ({', '.join(shown)}):"
+    """The device-pressure caption naming only the columns the table has (the columns' notes,
+    report/columns.py: REPORT_PRESSURE)."""
+    return REPORT_PRESSURE.caption_naming(table.headers)
 
 
 def group_facts_and_pivot(store: Store, data: context.ReportData,

@@ -1,59 +1,26 @@
 """The result tables of a report, per (model, device) group: throughput, device pressure, A/B.
 
-Every row carries a `runs` cell with the ids it was computed from (see Provenance), and runs
-that did not end ok get their own daggered row, never a share of an aggregate.
+The throughput and pressure columns are report/columns.py's REPORT_THROUGHPUT and
+REPORT_PRESSURE. Every row carries a `runs` cell with the ids it was computed from (see
+Provenance), and runs that did not end ok get their own daggered row, never a share of an
+aggregate.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.report import ab_table as ab_rows
-from orchestrator.report.cells import (
-    ci_cell,
-    id_list,
-    split_cell,
-    spread_cell,
-    temp_cell,
-)
+from orchestrator.report.cells import id_list
+from orchestrator.report.columns import REPORT_PRESSURE, REPORT_THROUGHPUT, TableSpec
 from orchestrator.report.context import ConfigAgg, Group, RunView, left_out_line
-from orchestrator.report.formatting import STATS, bold
 from orchestrator.report.markdown import Table, md_escape
 from orchestrator.stats.divergence import divergence
 from orchestrator.stats.values import DASH
 
-Cell = Callable[[Mapping[str, Any], Mapping[str, Any] | None], str]
-
-
-def _stat(key: str, headline: bool = False) -> tuple[str, str, Cell]:
-    """A column of one statistic: its shared header and formatter."""
-    f = bold(STATS[key].fmt) if headline else STATS[key].fmt
-    return STATS[key].header, "---:", lambda v, s: f(v.get(key))
-
-
-THROUGHPUT: list[tuple[str, str, Cell]] = [
-    _stat("mean", headline=True),
-    ("95% CI", "---:", lambda v, s: ci_cell(v)),
-    ("spread of means", "---:", lambda v, s: spread_cell(s)),
-    _stat("min"), _stat("max"), _stat("median"), _stat("p5"), _stat("p95"),
-    _stat("prefill_tps"), _stat("ttft_s"), _stat("cache_hit_pct"),
-    _stat("read_mib_per_token"), _stat("stall_ms_per_token"),
-    ("decode: compute + I/O (s/tok)", "---:", lambda v, s: split_cell(v)),
-    _stat("majflt_per_token"),
-    # warm-up (MSER-5) and per-token latency, next to the figures above (stats/statistics)
-    _stat("steady_mean"), _stat("steady_from_token"),
-    _stat("latency_p50_ms"), _stat("latency_p90_ms"), _stat("latency_p99_ms"),
-]
-PRESSURE: list[tuple[str, str, Cell]] = [
-    _stat("peak_rss_gib"), _stat("mem_floor_gib"),
-    ("CPU start → max", "---:", lambda v, s: temp_cell(v)),
-    _stat("batt_temp_max_c"),
-]
 CAPTIONS = {
-    "throughput": "**Throughput** (tok/s; mean = aggregate decode n / Σ decode time, in bold; "
-                  "min/max = slowest/fastest token; prefill = prompt processing):",
-    "pressure": "**Device pressure** (peak process RSS, free-RAM floor, CPU temperature at the "
-                "start → its maximum, battery maximum):",
+    "throughput": REPORT_THROUGHPUT.caption,
+    "pressure": REPORT_PRESSURE.caption,
     "ab": ab_rows.CAPTION,
 }
 
@@ -70,19 +37,20 @@ def _rows(group: Group) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any] 
     return out
 
 
-def _table(group: Group, spec: list[tuple[str, str, Cell]]) -> Table:
-    table = Table(["Config"] + [h for h, _, _ in spec] + ["runs"],
-                  ["---"] + [a for _, a, _ in spec] + ["---"])
+def _table(group: Group, spec: TableSpec) -> Table:
+    cols = spec.columns
+    table = Table(["Config"] + spec.headers + ["runs"],
+                  ["---"] + [c.align for c in cols] + ["---"])
     for label, values, spread, ids in _rows(group):
-        row = [cell(values, spread) for _, _, cell in spec]
-        if spread is None:     # a † run: its figures are shown, but not as a headline (bold)
-            row = [c.replace("**", "") for c in row]
+        rec = {**values, "spread": spread}      # columns.SPREAD reads the row's spread
+        # a † run (no spread): its figures are shown, but not as a headline (bold)
+        row = [c.cell(rec, headline=spread is not None) for c in cols]
         table.rows.append([label] + row + [id_list(ids)])
-    return table.drop_empty(keep=(0, len(spec) + 1))
+    return table.drop_empty(keep=(0, len(cols) + 1))
 
 
 def throughput(group: Group) -> Table:
-    table = _table(group, THROUGHPUT)
+    table = _table(group, REPORT_THROUGHPUT)
     if any(a.spread["n"] > 1 for a in group.configs):
         table.notes.append("Configs that ran more than once: the mean is the mean of the runs' "
                            "means, *95% CI* its Student-t interval, *spread of means* their "
@@ -92,7 +60,7 @@ def throughput(group: Group) -> Table:
 
 
 def pressure(group: Group) -> Table:
-    table = _table(group, PRESSURE)
+    table = _table(group, REPORT_PRESSURE)
     if any(a.spread["n"] > 1 for a in group.configs):
         table.notes.append("Repeated configs show their worst run: highest peak RSS and "
                            "temperatures, lowest free-RAM floor.")

@@ -2,7 +2,8 @@
 
 Each (model, device) group opens with the model's facts (results/model_facts.py), then the
 tables asked for; rows carry the matrix's labels (`labels:`), imported runs their file stem.
-Table kinds: "model" (the facts), tables.TABLES, and "ab" (results/ab.py).
+Table kinds: "model" (the facts), the specs of report/columns.py (TABLES: their columns and
+captions), and "ab" (results/ab.py).
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.matrix import Matrix
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.report import ab_table, tables
+from orchestrator.report.columns import TABLES
 from orchestrator.report.formatting import records
 from orchestrator.report.markdown import md_escape
 from orchestrator.report.markdown import render as md_render
@@ -26,13 +28,13 @@ from orchestrator.results.query import by_model_and_device, labelled
 from orchestrator.stats.values import DAGGER, is_missing
 
 
-def failure_line(row: Any) -> str:
+def failure_line(row: RunRow) -> str:
     """Why a run that did not end ok is in no aggregate (the terminal and `orch table`)."""
     return (f"{DAGGER} {row.config}: {row.status}" + (f" ({row.cause})" if row.cause else "")
             + f", run {row.id}; left out of every aggregate")
 
 
-def row_labels(rows: Sequence[Any], matrix: Matrix | None) -> dict[int, str]:
+def row_labels(rows: Sequence[RunRow], matrix: Matrix | None) -> dict[int, str]:
     """query.labelled's labels (repeat, dagger) with the config's `labels:` entry for its
     name."""
     base = labelled(rows)
@@ -45,7 +47,7 @@ def _without_name(facts: ModelFacts) -> dict[str, Any]:
     return {k: v for k, v in facts.as_dict().items() if k != "name"}
 
 
-def _config_means(members: Sequence[Any], stats: pd.DataFrame) -> dict[str, float | None]:
+def _config_means(members: Sequence[RunRow], stats: pd.DataFrame) -> dict[str, float | None]:
     """Per config, the mean of its ok runs' means (the pivot's cells)."""
     means: dict[str, list[float]] = {}
     for r in members:
@@ -55,7 +57,7 @@ def _config_means(members: Sequence[Any], stats: pd.DataFrame) -> dict[str, floa
     return {c: sum(v) / len(v) for c, v in means.items()}
 
 
-def _markdown(store: Store, session_id: int, rows: list[Any], stats: pd.DataFrame,
+def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataFrame,
               kinds: list[str]) -> str:
     session = store.session_row(session_id)
     matrix = session.matrix
@@ -79,8 +81,8 @@ def _markdown(store: Store, session_id: int, rows: list[Any], stats: pd.DataFram
             if kind == "ab":     # each model against its own baseline (results/ab.py)
                 parts.append(ab_table.group_markdown(ab_groups, model, device))
                 continue
-            if kind in tables.CAPTIONS:
-                parts.append(tables.CAPTIONS[kind] + "\n")
+            if TABLES[kind].caption:
+                parts.append(TABLES[kind].caption + "\n")
             parts.append(tables.markdown(stats.loc[ids], kind, labels))
             grid = tables.pivot(matrix, _config_means(members, stats)) \
                 if kind == "throughput" else None

@@ -1,5 +1,6 @@
 """Terminal views of the store (rich tables) for `orch run`, `orch runs`, `orch show`,
-`orch devices`. Numbers come from the analysis layer and are written by the one formatter set
+`orch devices`. Numbers come from the analysis layer; which statistics each view shows, under
+which header, is report/columns.py (SESSION, LISTING, SHOW), written by the one formatter set
 (orchestrator.report.formatting), so a figure reads here as in `orch table` and the report."""
 from __future__ import annotations
 
@@ -8,28 +9,19 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.report.formatting import STATS
+from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.stats.values import DAGGER, DASH, is_missing
 
 
-def stats_for_runs(store: Store, run_rows: list[Any]) -> dict[int, dict[str, Any]]:
+def stats_for_runs(store: Store, run_rows: list[RunRow]) -> dict[int, dict[str, Any]]:
     return Runs(store).stats_dicts(run_rows)
 
 
-def _status(row: Any) -> str:
+def _status(row: RunRow) -> str:
     return row.status if row.status == "ok" else f"{DAGGER} {row.status}"
-
-
-def _cell(stats: dict[str, Any], key: str) -> str:
-    return STATS[key].fmt(stats.get(key))
-
-
-# the per-run columns of `orch run`'s closing table (headers and cells as in `orch table`)
-_SESSION_STATS = ("n", "mean", "median", "p5", "p95", "min", "max", "read_mib_per_token",
-                  "cache_hit_pct", "peak_rss_gib")
 
 
 def print_session_table(console: Console, store: Store, session_id: int) -> None:
@@ -41,12 +33,12 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
                   title_justify="left")
     for name in ("run", "device", "config", "rep", "status"):
         table.add_column(name, justify="right" if name in ("run", "rep") else "left")
-    for key in _SESSION_STATS:
-        table.add_column(STATS[key].header, justify="right")
+    for col in SESSION.columns:
+        table.add_column(col.header, justify=col.justify)
     for row in rows:
         s = stats.get(row.id, {})
         table.add_row(str(row.id), row.device, row.config, str(row.repeat_index + 1), _status(row),
-                      *(_cell(s, key) for key in _SESSION_STATS))
+                      *(col.text(s) for col in SESSION.columns))
     console.print(table)
     for row in rows:
         if row.status != "ok":
@@ -67,24 +59,17 @@ def print_runs(console: Console, store: Store, session_id: int | None, limit: in
         return
     stats = stats_for_runs(store, rows)
     table = Table()
-    for name in ("run", "session", "started", "device", "matrix", "config", "status", "tokens",
-                 "mean tok/s"):
+    for name in ("run", "session", "started", "device", "matrix", "config", "status"):
         table.add_column(name)
+    for col in LISTING.columns:
+        table.add_column(col.header, justify=col.justify)
     for row in rows:
         s = stats.get(row.id, {})
         started = row.started_at.strftime("%Y-%m-%d %H:%M") if row.started_at else DASH
         table.add_row(str(row.id), str(row.session_id), started, row.device,
                       row.matrix_name or row.session_name or "", row.config, _status(row),
-                      _cell(s, "n"), _cell(s, "mean"))
+                      *(col.text(s) for col in LISTING.columns))
     console.print(table)
-
-
-# what `orch show` lists, one statistic a line (those the run measured)
-_SHOW = ("mean", "steady_mean", "steady_from_token", "median", "p5", "p95", "min", "max",
-         "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "prefill_tps", "ttft_s",
-         "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
-         "io_s_per_token", "majflt_per_token", "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c", "cpu_temp_max_c",
-         "batt_temp_max_c")
 
 
 def print_run(console: Console, store: Store, run_id: int) -> None:
@@ -104,9 +89,9 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     table = Table(show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for key in _SHOW:
-        if not is_missing(stats.get(key)):
-            table.add_row(STATS[key].name, _cell(stats, key))
+    for col in SHOW.columns:       # the statistics the run measured
+        if not is_missing(stats.get(col.key)):
+            table.add_row(col.name, col.text(stats))
     console.print(table)
     for warning in row.warnings or []:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -118,7 +103,7 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
 STDERR_TAIL = 10   # lines of the engine's stderr `orch show` prints for a run that failed
 
 
-def failure_details(store: Store, row: Any) -> list[str]:
+def failure_details(store: Store, row: RunRow) -> list[str]:
     """Why a run did not end ok, in the engine's words: the parse errors its output gave
     (a bad CSV line, a missing summary) and the last lines of its stderr."""
     summary = row.summary or {}
