@@ -10,8 +10,10 @@ import dataclasses
 import json
 import math
 import re
+from collections.abc import Mapping, Sequence
 from io import StringIO
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -164,6 +166,28 @@ def check_new_columns(got: str, rows: dict[tuple[str, str], Path], method: str =
     return compared
 
 
+def summary_section(stats: pd.DataFrame, title: str, labels: Mapping[Any, str] | None = None,
+                    order: Sequence[str] | None = None,
+                    kinds: Sequence[str] = ("throughput", "pressure", "adaptive"),
+                    measured_only: Sequence[str] = ("adaptive",)) -> str:
+    """One model's section of a summary.md as the study printed it: `### title`, then each
+    of orch table's tables under its caption (a test's printer: orch itself prints per group).
+
+    Tables in `measured_only` skip the labels of `order` that have no run: the published
+    budget/spec table concerns only the configs measured with that engine version.
+    """
+    parts = [f"### {title}\n"]
+    present = {(labels or {}).get(rid, str(rid)) for rid in stats.index}
+    for kind in kinds:
+        if tables.TABLES[kind].caption:
+            parts.append(tables.TABLES[kind].caption + "\n")
+        rows = order
+        if kind in measured_only and order is not None:
+            rows = [label for label in order if label in present]
+        parts.append(tables.markdown(stats, kind, labels, rows))
+    return "\n".join(parts)
+
+
 # ---- the oracle tests ----------------------------------------------------------------------
 
 def build_jul13() -> str:
@@ -172,7 +196,7 @@ def build_jul13() -> str:
     parts = []
     for title, prefix in JUL13_SECTIONS:
         labels = {f"{prefix}_{sfx}": lab for sfx, lab in JUL13_SUFFIX_LABEL.items()}
-        parts.append(tables.summary_section(stats.loc[list(labels)], title, labels, JUL13_ORDER))
+        parts.append(summary_section(stats.loc[list(labels)], title, labels, JUL13_ORDER))
     return "\n" + "\n".join(parts)
 
 

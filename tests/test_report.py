@@ -24,7 +24,6 @@ from test_analysis_oracle import (
 
 from orchestrator.cli import main
 from orchestrator.db.store import Store
-from orchestrator.report.cells import expand_ids
 from orchestrator.report.ab_table import delta_cell
 from orchestrator.db.runs import Runs
 from orchestrator.stats.uncertainty import compare
@@ -34,6 +33,15 @@ PNG = b"\x89PNG\r\n\x1a\n"
 CELL_SPLIT = re.compile(r"(?<!\\)\|")     # GFM: a pipe after a backslash is content
 
 
+
+
+def expand_ids(cell: str) -> list[int]:
+    """The inverse of report.cells.id_list: the run ids of a "3, 5–9" cell."""
+    ids: list[int] = []
+    for part in re.findall(r"\d+(?:–\d+)?", cell):
+        a, _, b = part.partition("–")
+        ids.extend(range(int(a), int(b or a) + 1))
+    return ids
 
 def split_row(line: str) -> list[str]:
     inner = line.strip()

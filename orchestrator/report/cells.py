@@ -9,7 +9,6 @@ orchestrator.report.markdown.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -33,15 +32,6 @@ def id_list(ids: Sequence[int]) -> str:
         out.append(str(nums[i]) if j == i else f"{nums[i]}–{nums[j]}")
         i = j + 1
     return ", ".join(out) if out else DASH
-
-
-def expand_ids(cell: str) -> list[int]:
-    """The inverse of id_list (for readers and tests that trace numbers to runs)."""
-    ids: list[int] = []
-    for part in re.findall(r"\d+(?:–\d+)?", cell):
-        a, _, b = part.partition("–")
-        ids.extend(range(int(a), int(b or a) + 1))
-    return ids
 
 
 def spread_cell(spread: Mapping[str, Any] | None) -> str:

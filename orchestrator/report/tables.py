@@ -109,27 +109,6 @@ def to_json(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = N
     return json.dumps(rows, ensure_ascii=False, indent=1)
 
 
-def summary_section(stats: pd.DataFrame, title: str, labels: Mapping[Any, str] | None = None,
-                    order: Sequence[str] | None = None,
-                    kinds: Sequence[str] = ("throughput", "pressure", "adaptive"),
-                    measured_only: Sequence[str] = ("adaptive",)) -> str:
-    """One model's section of a summary.md: `### title`, then each table under its caption.
-
-    Tables in `measured_only` skip the labels of `order` that have no run: the published
-    budget/spec table concerns only the configs measured with that engine version.
-    """
-    parts = [f"### {title}\n"]
-    present = {(labels or {}).get(rid, str(rid)) for rid in stats.index}
-    for kind in kinds:
-        if TABLES[kind].caption:
-            parts.append(TABLES[kind].caption + "\n")
-        rows = order
-        if kind in measured_only and order is not None:
-            rows = [label for label in order if label in present]
-        parts.append(markdown(stats, kind, labels, rows))
-    return "\n".join(parts)
-
-
 def pivot(matrix: Matrix | None, means: Mapping[str, float | None]) -> md.Table | None:
     """A grid over two flags as rows = the first flag's values, columns = the second's, cells
     = mean tok/s (`means`: config name -> mean, e.g. of a config's ok runs); None when the
