@@ -1,8 +1,11 @@
-"""Matrix files: the YAML a user writes to describe a benchmark sweep, validated with pydantic."""
+"""Matrix files: the YAML a user writes to describe a benchmark sweep, validated with pydantic.
+
+About 400 lines on purpose: the model and its cross-key rules (one model_validator, so every
+rule reports its key path and line together) are one concern; value types live in
+matrix_values.py and the configs' expansion in configs.py."""
 from __future__ import annotations
 
 import hashlib
-import itertools
 import re
 import shlex
 from pathlib import Path
@@ -19,6 +22,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails
 
+from orchestrator.config.configs import expand_configs, flag_value
 from orchestrator.config.matrix_values import (
     BinarySpec,
     ConfigSpec,
@@ -335,7 +339,7 @@ def _duplicate_config_names(matrix: Matrix) -> Problems:
     for flag, values in matrix.grid.items():
         first: dict[str, int] = {}
         for j, value in enumerate(values):
-            part = _flag_value(flag, value)[0]
+            part = flag_value(flag, value)[0]
             if first.setdefault(part, j) != j:
                 problems.append((("grid", flag, j), (f"gives the config name {part!r} again "
                                                      f"(as value {first[part]} does)")))
@@ -394,46 +398,6 @@ def read_prompt_file(path: Path, node: Any, name: str) -> str:
     if b"\0" in raw:
         raise ConfigError(f"{where}: {prompt_path} {NUL_PROMPT}")
     return raw.decode("utf-8", errors="surrogateescape")
-
-
-def _flag_value(flag: str, value: object) -> tuple[str, list[str]]:
-    """One grid entry -> (name part, flag tokens). Booleans switch a bare flag on/off."""
-    short = flag.lstrip("-")
-    if isinstance(value, bool):
-        return (f"{short}={'on' if value else 'off'}", [flag] if value else [])
-    return (f"{short}={value}", [flag, str(value)])
-
-
-def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
-    """(name, flag string) pairs: `configs` as written, crossed with the `grid` product."""
-    return [(name, flags) for name, flags, _ in expand_config_specs(matrix)]
-
-
-def _flags_and_trace(matrix: Matrix, spec: str | ConfigSpec) -> tuple[str, bool]:
-    if isinstance(spec, ConfigSpec):
-        own = spec.route_trace
-        return spec.flags, matrix.route_trace if own is None else own
-    return spec, matrix.route_trace
-
-
-def expand_config_specs(matrix: Matrix) -> list[tuple[str, str, bool]]:
-    """(name, flag string, route_trace) triples, in `expand_configs`' order: a grid-crossed
-    config traces as its `configs` entry says, a grid-only one as the matrix says."""
-    grid_items: list[tuple[str, str]] = []
-    if matrix.grid:
-        flags = list(matrix.grid)
-        for combo in itertools.product(*(matrix.grid[f] for f in flags)):
-            parts = [_flag_value(f, v) for f, v in zip(flags, combo)]
-            name = ",".join(p[0] for p in parts)
-            tokens = [t for p in parts for t in p[1]]
-            grid_items.append((name, shlex.join(tokens)))
-    if not matrix.configs:
-        return [(name, flags, matrix.route_trace) for name, flags in grid_items]
-    base = [(name, *_flags_and_trace(matrix, spec)) for name, spec in matrix.configs.items()]
-    if not grid_items:
-        return base
-    return [(f"{cname}+{gname}", f"{cflags} {gflags}".strip(), trace)
-            for cname, cflags, trace in base for gname, gflags in grid_items]
 
 
 def stored_matrix(text: str | None) -> Matrix | None:

@@ -5,7 +5,8 @@ import random
 import shlex
 from dataclasses import dataclass
 
-from orchestrator.config.matrix import Matrix, expand_config_specs
+from orchestrator.config.configs import expand_config_specs
+from orchestrator.config.matrix import Matrix
 
 
 @dataclass(frozen=True)

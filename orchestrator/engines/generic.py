@@ -1,4 +1,5 @@
-r"""Generic adapter: any engine, described by the matrix's `engine_options`.
+r"""Generic adapter: any engine, described by the matrix's `engine_options`. (Its ~400
+lines are one concern: the options' validation and the parser they configure go together.)
 
 Options (validated; an unknown or bad key is a ValueError naming it):
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.config.matrix import Matrix, expand_configs
+from orchestrator.config.configs import expand_configs
+from orchestrator.config.matrix import Matrix
 from orchestrator.report import markdown as md
 from orchestrator.report.columns import TABLES
 from orchestrator.report.formatting import STATS, records

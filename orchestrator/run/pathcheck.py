@@ -20,7 +20,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from orchestrator.config.matrix import LoadedMatrix, expand_configs
+from orchestrator.config.configs import expand_configs
+from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.errors import ConfigError
 from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import Transport

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import shlex
 
+from orchestrator.config.configs import expand_config_specs
 from orchestrator.config.inventory import Inventory
-from orchestrator.config.matrix import LoadedMatrix, expand_config_specs
+from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.yamlfile import line_of, node_tree
 from orchestrator.errors import ConfigError
 

@@ -13,8 +13,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.config.configs import expand_configs
 from orchestrator.config.grading import grade
-from orchestrator.config.matrix import LoadedMatrix, expand_configs
+from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell
 from orchestrator.config.probes import Probe, load_probes
 from orchestrator.db.quality import answered_ok, start_probe, update_probe

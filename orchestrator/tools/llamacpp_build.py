@@ -1,5 +1,6 @@
 """Build llama.cpp (llama-bench, llama-completion, libllama) from the source that PyPI's
-llama-cpp-python sdist vendors, into a per-version cache directory.
+llama-cpp-python sdist vendors, into a per-version cache directory. (About 400 lines, one
+concern: fetching, building and stamping one version; the probes' builds are probe_build.py.)
 
 PyPI is the only source registry this project reaches, and the llama-cpp-python sdist carries
 llama.cpp's full source, so the sdist is the pinned llama.cpp release. Layout of the cache:
