@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
 from cli_helpers import orch
 from sqlalchemy import select
 
@@ -34,6 +35,7 @@ def _session(store):
     return session
 
 
+@pytest.mark.slow
 def test_loose_target_stops_at_min(workspace):
     # A 99% target after 5 rounds: the interval's half-width is t(4) x sd / sqrt(5) = 1.24 sd,
     # so only a spread of 80% of the mean misses it. (After 3 rounds, 2.48 sd: a CI box at
@@ -49,6 +51,7 @@ def test_loose_target_stops_at_min(workspace):
     assert code == 0 and "target met after 5 rounds" in report
 
 
+@pytest.mark.slow
 def test_impossible_target_stops_at_max_and_resume_continues(workspace):
     m = matrix(workspace / "m.yaml", "0.0001%", 4)
     code, out = orch("run", m)

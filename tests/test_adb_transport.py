@@ -262,6 +262,7 @@ def no_duplicate_tokens(store: Store) -> bool:
     return store.fetch(text("SELECT step FROM token GROUP BY run_id, step HAVING count(*) > 1")) == []
 
 
+@pytest.mark.slow
 def test_orch_run_on_the_phone_end_to_end(ws, phone):
     t = transport(phone)
     for tool in ("awk", "dd", "tr", "expr", "python", "python3", "bash"):  # toybox + mksh only
@@ -283,6 +284,7 @@ def test_orch_run_on_the_phone_end_to_end(ws, phone):
     assert ws.counter.read_text() == "run\nrun\n"
 
 
+@pytest.mark.slow
 def test_unplug_within_the_bound_loses_and_repeats_nothing(ws, phone):
     def unplug_and_replug():
         wait_tokens("orch.db", 10)
@@ -305,6 +307,7 @@ def test_unplug_within_the_bound_loses_and_repeats_nothing(ws, phone):
     assert ws.counter.read_text() == "run\n"
 
 
+@pytest.mark.slow
 def test_unplug_beyond_the_bound_then_resume_collects_from_the_spool(ws, phone):
     name = matrix(ws, "gone", {"slow": "--delay 0.1"}, tokens=40)
     helper = threading.Thread(target=lambda: (wait_tokens("orch.db", 5), phone.kill()))
@@ -329,6 +332,7 @@ def test_unplug_beyond_the_bound_then_resume_collects_from_the_spool(ws, phone):
     assert ws.counter.read_text() == "run\n"  # collected, not run again
 
 
+@pytest.mark.slow
 def test_model_on_the_sdcard_with_a_streaming_config(ws, phone):
     sdcard_model = f"{phone.root}/sdcard/Download/qwen.gguf"  # via the /sdcard symlink
     configs = {"mmap": "--chatml", "stream": "--moe-stream --delay 0"}
@@ -364,6 +368,7 @@ def path_warnings(run) -> list[str]:
     return [w for w in run.warnings or [] if w.startswith("model ")]
 
 
+@pytest.mark.slow
 def test_missing_model_is_reported(ws, phone):
     code, out = orch("run", matrix(ws, "missing", {"mmap": "--chatml"},
                                    model=f"{phone.data_dir}/nope.gguf"), "--device", "oneplus")
@@ -372,6 +377,7 @@ def test_missing_model_is_reported(ws, phone):
     assert path_warnings(run) == [f"model qwen: {phone.data_dir}/nope.gguf does not exist on oneplus"]
 
 
+@pytest.mark.slow
 def test_a_silent_stream_is_probed_not_dropped(phone, monkeypatch):
     t = transport(phone, dead_after=0.5, poll=0.1)
     probes = []

@@ -169,6 +169,7 @@ def two_builds() -> tuple[str, str]:
     return versions
 
 
+@pytest.mark.slow
 def test_one_matrix_on_two_builds(workspace, two_builds):
     from orchestrator.tools.moe_model import default_model_path
 
@@ -207,6 +208,7 @@ BUILDS = """\
     """
 
 
+@pytest.mark.slow
 def test_one_session_sweeps_two_builds(workspace, two_builds):
     """`builds:` as a grid dimension: one session runs every config on both builds (named
     CONFIG@VERSION, builds alternating), each run with its own binary and engine build, and

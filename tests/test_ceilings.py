@@ -73,6 +73,7 @@ def test_local_measures_stores_and_reuses_the_probes(workspace):
     assert code == 0 and "no ceilings stored (orch ceilings --device other)" in out
 
 
+@pytest.mark.slow
 def test_over_ssh(tmp_path, monkeypatch, sshd):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_DB", raising=False)

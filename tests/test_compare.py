@@ -86,6 +86,7 @@ def md_table(text: str) -> dict[str, dict[str, str]]:
     return {r["Config"]: r for r in rows}
 
 
+@pytest.mark.slow
 def test_two_devices_with_intervals(workspace):
     run_matrix(workspace, PROBE, "local", "other")
     store = Store.open("orch.db")
@@ -133,6 +134,7 @@ def test_two_devices_with_intervals(workspace):
     assert "pread" in out and "%.2f×" % rec["ratio"] in out and "geometric mean" in out
 
 
+@pytest.mark.slow
 def test_two_sessions_on_one_device_big_difference_is_significant(workspace):
     run_matrix(workspace, FAKE.format(name="cmp-1", ws=workspace), file="a.yaml")
     # the same flags (what was measured is the same), a slower engine: `same` counts from 0
@@ -163,6 +165,7 @@ def test_two_sessions_on_one_device_big_difference_is_significant(workspace):
     assert KEYS <= set(csv[0].split(",")) and len(csv) == 1 + 2 + 1
 
 
+@pytest.mark.slow
 def test_local_vs_imported_without_matrix(workspace):
     # `orch compare -d local -d imported` crashed ("Can't determine which FROM clause to join
     # from") unless -m was given
@@ -189,6 +192,7 @@ def test_local_vs_imported_without_matrix(workspace):
     assert "no difference here can be tested" in text
 
 
+@pytest.mark.slow
 def test_errors_are_one_line_exit_2(workspace):
     run_matrix(workspace, FAKE.format(name="cmp-1", ws=workspace), "local")
     orch_ok("import", str(FIX / "2026-07-13"))

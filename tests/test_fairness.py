@@ -45,6 +45,7 @@ def matrix(path: Path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_condition_cooldown_waits_until_the_tolerance_is_met(bench, monkeypatch):
     code, out = orch("calibrate", "--seconds", "1", "--interval", "0.1")
     assert code == 0, out
@@ -122,6 +123,7 @@ def test_interleaved_repeats_run_in_order(bench):
     assert [r.repeat_index for r in runs] == [0, 0, 1, 1, 2, 2]
 
 
+@pytest.mark.slow
 def test_two_devices_run_concurrently(bench):
     m = matrix(bench / "two.yaml", """\
         name: both

@@ -210,6 +210,7 @@ def check_warn_refuse_off(ws: Path, model: str, device: tuple[str, ...], mount: 
     assert code == 0 and "is on a fuse" not in out, out
 
 
+@pytest.mark.slow
 def test_orch_run_local_model_on_fuse(workspace, fuse):
     (fuse.backing / "qwen.gguf").write_bytes(b"GGUF" + bytes(4092))
     check_warn_refuse_off(workspace, str(fuse.mnt / "qwen.gguf"), (), str(fuse.mnt))
@@ -270,6 +271,7 @@ def test_phone_sdcard_without_fuse_falls_back_and_says_why(tmp_path, monkeypatch
     assert mount_type(ph.sdcard_dir) is None
 
 
+@pytest.mark.slow
 def test_orch_run_on_phone_sdcard_fuse(phone, tmp_path, monkeypatch):
     require_fuse_sdcard(phone)
     monkeypatch.chdir(tmp_path)

@@ -317,6 +317,7 @@ def test_timeout_zero_means_no_timeout(tmp_path: Path) -> None:
     assert "`timeout: 0`" in readme
 
 
+@pytest.mark.slow
 def test_resume_reruns_a_config_whose_flags_changed(tmp_path: Path, monkeypatch) -> None:
     """--resume after a config's flags changed re-runs that config (superseding the old run)
     and keeps the unchanged one, where it used to keep the old results silently."""

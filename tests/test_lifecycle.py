@@ -72,6 +72,7 @@ def test_engine_child_is_killed_with_its_cell(shell, jobs, tmp_path):
     assert tags.index("W") < tags.index("X")
 
 
+@pytest.mark.slow
 def test_stray_that_ignores_term_is_killed(shell, jobs, tmp_path):
     job = jobs()
     child = tmp_path / "child.pid"
@@ -196,6 +197,7 @@ def test_good_x_line_still_parses():
 
 # -- the session lock --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_session_lock_refuses_a_second_holder(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
     with session_lock(store, 7):
@@ -282,6 +284,7 @@ def _runs(workspace: Path) -> list:
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+@pytest.mark.slow
 def test_signal_stops_cleanly_and_resume_reruns(workspace, slow_matrix, signum, code):
     """SIGTERM / SIGINT: one line, 143 / 130, the engine stopped, the run `interrupted`, the
     session ended; the next --resume re-runs that cell (before: rc 143 with no message, the run
@@ -307,6 +310,7 @@ def test_signal_stops_cleanly_and_resume_reruns(workspace, slow_matrix, signum, 
     assert all(r.id != runs[0].id for r in current)
 
 
+@pytest.mark.slow
 def test_killed_orch_plain_run_refuses_then_resume_collects(workspace, slow_matrix):
     """orch SIGKILLed mid-cell: the engine goes on. A plain `orch run` refuses (naming --resume
     and --force) and starts nothing; --resume re-attaches and collects it: every cell once."""
@@ -331,6 +335,7 @@ def test_killed_orch_plain_run_refuses_then_resume_collects(workspace, slow_matr
     assert len(store.frame("token", [first.id])) == 100   # collected, no row twice
 
 
+@pytest.mark.slow
 def test_status_error_is_not_evidence(workspace, slow_matrix, monkeypatch):
     """--resume whose status query fails must not re-run the cell (a second engine beside a
     live one): the device ends with an error, the old run is kept."""
@@ -361,6 +366,7 @@ def test_status_error_is_not_evidence(workspace, slow_matrix, monkeypatch):
     assert len(list((workspace / "dev-local").glob("runs/*"))) == 1
 
 
+@pytest.mark.slow
 def test_concurrent_resume_is_refused(workspace, slow_matrix):
     """Two --resume of one session: the second is refused with a message (before: one died
     with IntegrityError)."""
@@ -374,6 +380,7 @@ def test_concurrent_resume_is_refused(workspace, slow_matrix):
     assert "IntegrityError" not in out and "Traceback" not in out
 
 
+@pytest.mark.slow
 def test_force_starts_beside_a_live_job(workspace, slow_matrix):
     proc = _orch(workspace, "run", str(slow_matrix))
     jobdir, _ = _running_engine(workspace)
@@ -385,6 +392,7 @@ def test_force_starts_beside_a_live_job(workspace, slow_matrix):
     cleanup_job(jobdir)
 
 
+@pytest.mark.slow
 def test_run_left_running_by_a_killed_orch_is_settled(workspace, slow_matrix):
     """orch SIGKILLed, its engine ends on its own, then a plain `orch run`: the old run does
     not stay `running` for ever; it is marked interrupted (its session's --resume collects)."""

@@ -159,6 +159,7 @@ def resumed_after_cut(seen: list[tuple[int, int]]) -> bool:
 
 
 # ----- SSH: four cuts from the model push through the run ------------------------------------
+@pytest.mark.slow
 def test_ssh_cut_four_times_from_push_through_run(ssh_ws, sshd, monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="orchestrator.run.link_retry")
     cuts = SshCuts(sshd, monkeypatch)
@@ -188,6 +189,7 @@ def test_ssh_cut_four_times_from_push_through_run(ssh_ws, sshd, monkeypatch, cap
 
 
 # ----- each way a lost link outside the run phase used to be fatal ---------------------------
+@pytest.mark.slow
 def test_ssh_cut_during_the_model_stat(ssh_ws, sshd, monkeypatch):
     """Was: `connection ... lost during stat -c %s .../model.gguf`, exit 1."""
     real = ssh_files.SshFiles.remote_size
@@ -205,6 +207,7 @@ def test_ssh_cut_during_the_model_stat(ssh_ws, sshd, monkeypatch):
     assert sha(ssh_ws / "remote" / "models" / "model.gguf") == sha(ssh_ws / "model.gguf")
 
 
+@pytest.mark.slow
 def test_ssh_cut_during_the_device_side_sha256_and_the_path_check(ssh_ws, sshd, monkeypatch):
     """A model given by its device path: the device-side sha256 and the path check are
     commands; a cut in each is ridden out."""
@@ -221,6 +224,7 @@ def test_ssh_cut_during_the_device_side_sha256_and_the_path_check(ssh_ws, sshd, 
     assert run.status == "ok" and run.model_sha256 == sha(device_model)
 
 
+@pytest.mark.slow
 def test_ssh_cut_during_the_device_binary_sha256(ssh_ws, sshd, monkeypatch):
     """An engine given by its device path is hashed on the device for provenance: a cut
     there is ridden out like every other device-side step."""
@@ -240,6 +244,7 @@ def test_ssh_cut_during_the_device_binary_sha256(ssh_ws, sshd, monkeypatch):
     assert run.status == "ok" and run.binary_sha256 == sha(binary)
 
 
+@pytest.mark.slow
 def test_ssh_cut_during_a_large_scp_push_resumes_from_what_arrived(sshd, tmp_path, monkeypatch):
     """Was: `lost during writing .../model.gguf`. A push through scp (throttled with -l) cut
     when 40% has arrived goes on over SFTP from there; the file's sha256 is the local one."""
@@ -316,6 +321,7 @@ def test_start_repeated_after_a_cut_starts_the_engine_once(ssh_ws, sshd, monkeyp
         t.close()
 
 
+@pytest.mark.slow
 def test_status_and_collection_ride_out_a_cut(ssh_ws, sshd, monkeypatch):
     t = SshTransport("t", workdir=str(ssh_ws / "remote"), **sshd.transport_kwargs())
     t.link = LinkPolicy(grace_s=60)
@@ -356,6 +362,7 @@ def test_paramiko_socket_errors_never_reach_the_terminal(sshd, tmp_path, capfd):
     assert "Socket exception" not in err and "paramiko" not in err
 
 
+@pytest.mark.slow
 def test_unreachable_beyond_the_grace_still_fails_the_step(ssh_ws, sshd):
     """The bound holds: a device away for longer than --link-grace ends the device (exit 1)
     with the reason, and no run is left `running`."""
@@ -418,6 +425,7 @@ def check_phone_run(ws: Path, phone, code: int, out: str) -> None:
     assert sha(workdir / "models" / "model.gguf") == sha(ws / "model.gguf") == run.model_sha256
 
 
+@pytest.mark.slow
 def test_phone_unplugged_during_the_agent_push(phone_ws, phone, monkeypatch):
     """Was: `device ... is offline (push to .../orch-agent-....sh.orch-tmp)`, exit 1: the
     phone is pulled as the agent's push begins (the first step of setup), for 3 s."""
@@ -434,6 +442,7 @@ def test_phone_unplugged_during_the_agent_push(phone_ws, phone, monkeypatch):
     check_phone_run(phone_ws, phone, code, out)
 
 
+@pytest.mark.slow
 def test_phone_unplugged_during_the_model_push(phone_ws, phone, monkeypatch):
     """Pulled when the (throttled) model push is half done, for 3 s; the push resumes from
     its finished pieces."""

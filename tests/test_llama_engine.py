@@ -160,6 +160,7 @@ def test_llama_bench_adapter(workspace, build, tiny):
     assert pp.prompt_tokens == 32 and pp.prefill_tps > 0 and pp.decode_tps > 0
 
 
+@pytest.mark.slow
 def test_llama_token_engine(workspace, build, bindings, tiny):
     code, out, runs = run_matrix(workspace, token_matrix(tiny))
     assert code == 0, out
@@ -187,6 +188,7 @@ def test_llama_token_engine(workspace, build, bindings, tiny):
     assert code == 0 and "mean tok/s" in out
 
 
+@pytest.mark.slow
 def test_llama_token_route_trace(workspace, build, bindings, tiny):
     """route_trace: true captures llama.cpp's real routing (its ffn_moe_topk tensors through
     the graph evaluation callback): one row per routed expert, k per (phase, step, layer)."""
@@ -243,6 +245,7 @@ def test_llama_token_route_trace(workspace, build, bindings, tiny):
     assert runs["plain"].text == runs["k2"].text    # the callback observes, never changes
 
 
+@pytest.mark.slow
 def test_llama_token_text_matches_llama_completion(workspace, build, bindings, tiny):
     """The same greedy decoding through the bindings and through llama-completion."""
     _, out1, comp = run_matrix(workspace, completion_matrix(build, tiny), "c.yaml")

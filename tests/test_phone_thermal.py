@@ -38,6 +38,7 @@ def test_battery_facts_come_from_dumpsys_when_sysfs_has_no_status(phone_ws, phon
     assert facts["prop.ro.product.model"] == "EMU-15R"
 
 
+@pytest.mark.slow
 def test_condition_cooldown_on_the_phone(phone_ws, phone, monkeypatch):
     code, out = orch("calibrate", "-d", "emu", "--seconds", "1", "--interval", "0.1")
     assert code == 0 and "idle baseline cpu: 38.0 °C" in out, out
@@ -72,6 +73,7 @@ def test_condition_cooldown_on_the_phone(phone_ws, phone, monkeypatch):
     assert heater.crossed_at <= started          # the cell started after the phone cooled
 
 
+@pytest.mark.slow
 def test_phone_matrix_end_to_end_on_the_emulated_phone(phone_ws, phone):
     """matrices/phone.yaml's configs, order and baseline as written; only what needs a real
     phone (the binary, the 18 GB models, 256 tokens, 45 s cooldowns) is swapped for stand-ins."""

@@ -98,6 +98,7 @@ def texts(fig) -> str:
 
 # ---- figures of synthetic data -----------------------------------------------------------
 
+@pytest.mark.slow
 def test_many_configs_get_small_multiples_distinct_colours_and_whole_labels():
     data, group = fake_data(12, temperature=True, failed=True)
     figs = by_kind(data, group)
@@ -162,6 +163,7 @@ def db(tmp_path):
     return str(tmp_path / "orch.db")
 
 
+@pytest.mark.slow
 def test_imported_sessions_plot_memory_per_token_where_the_csv_has_it(db, tmp_path):
     orch("import", str(FIX / "2026-07-17"), "--db", db)      # v1 CSVs: rss_mib, mem_available_mib
     orch("import", str(FIX / "2026-07-13"), "--db", db)      # 9 columns: no memory per token
@@ -190,6 +192,7 @@ def test_imported_sessions_plot_memory_per_token_where_the_csv_has_it(db, tmp_pa
 
 # ---- a real run: markdown with files, HTML self-contained --------------------------------
 
+@pytest.mark.slow
 def test_run_report_markdown_links_files_and_html_embeds_them(workspace):
     (workspace / "m.yaml").write_text(textwrap.dedent("""\
         name: plots

@@ -81,6 +81,7 @@ def workspace(tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_plugin_engine_and_device_kind_run_a_matrix(workspace, plugin_path):
     code, out = orch_cli(workspace, "run", "m.yaml", "--device", "box", plugin=plugin_path)
     assert code == 0, out
@@ -99,6 +100,7 @@ def test_plugin_engine_and_device_kind_run_a_matrix(workspace, plugin_path):
     assert f"directory {workspace}/box" in out and "a directory device from" in line
 
 
+@pytest.mark.slow
 def test_without_the_plugin_its_names_are_unknown(workspace):
     code, out = orch_cli(workspace, "devices")
     assert code == 2

@@ -30,6 +30,7 @@ def test_import_and_table_on_postgres_match_sqlite(pg_url, tmp_path):
     assert on_pg == on_sqlite and "**5.02**" in on_pg
 
 
+@pytest.mark.slow
 def test_run_and_report_on_postgres(pg_url, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "devices.yaml").write_text(f"devices:\n  local:\n    kind: local\n"

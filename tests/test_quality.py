@@ -133,6 +133,7 @@ def test_shipped_probe_files_load():
 
 # ---- end to end ----------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_table_engine_reproduces_hand_graded_scores(workspace):
     matrix = _setup(workspace)
     code, out = orch("run", str(matrix))
@@ -198,6 +199,7 @@ def test_bad_grader_is_a_matrix_error(workspace):
     assert not (workspace / "orch.db").exists()
 
 
+@pytest.mark.slow
 def test_failed_probe_is_counted_apart_and_rerun_on_resume(workspace):
     extra = '{"id": "q7", "prompt": "Q7: unknown to the table engine", "expected": 1}\n'
     matrix = _setup(workspace, (QUALITY / "probes.jsonl").read_text() + extra)

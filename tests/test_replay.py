@@ -52,6 +52,7 @@ def gemma() -> tuple[pd.DataFrame, dict[int, int]]:
     return pd.read_csv(TRACE, comment="#"), sizes
 
 
+@pytest.mark.slow
 def test_gemma_replay_reproduces_the_published_curve(gemma):
     rows, sizes = gemma
     expected = oracle()

@@ -213,6 +213,7 @@ def mean_of_means(stats, runs, config: str, device: str | None = None) -> tuple[
 
 
 @pytest.mark.extra("plots")   # every section: its figures too
+@pytest.mark.slow
 def test_report_of_a_real_run_has_every_section(workspace):
     run_matrix(workspace, PROBE)
     out = workspace / "docs" / "bench.md"
@@ -271,6 +272,7 @@ def test_report_of_a_real_run_has_every_section(workspace):
     assert '<h2 id="provenance">' in page and "**" not in page
 
 
+@pytest.mark.slow
 def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
     run_matrix(workspace, """\
         name: hangs
@@ -326,6 +328,7 @@ def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
     assert prov[str(stuck[0].id)]["status"] == "† timeout: exceeded the cell timeout"
 
 
+@pytest.mark.slow
 def test_compare_two_devices_prints_ratios_from_the_store(workspace):
     run_matrix(workspace, PROBE, "local", "other")
     result = CliRunner().invoke(main, ["compare", "-d", "local", "-d", "other", "--matrix",

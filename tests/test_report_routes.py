@@ -55,6 +55,7 @@ def _row(text: str, first_cell: str) -> list[str]:
     raise AssertionError(f"no table row starting {first_cell!r}")
 
 
+@pytest.mark.slow   # makes the `traced` document: 12 s
 def test_markdown_routing_section_has_the_published_figures(traced):
     part = _routing_part(traced["md"])
     (run,) = Store.open(traced["db"]).runs()
@@ -92,6 +93,7 @@ def test_markdown_routing_section_has_the_published_figures(traced):
 
 
 @pytest.mark.extra("plots")
+@pytest.mark.slow   # shares the `traced` document (12 s to make) with the test above
 def test_markdown_figures_are_valid_pngs_next_to_the_document(traced):
     part = _routing_part(traced["md"])
     links = re.findall(r"!\[[^\]]*\]\(([^)]+routing-run\d+-(\w+)\.png)\)", part)
@@ -106,6 +108,7 @@ def test_markdown_figures_are_valid_pngs_next_to_the_document(traced):
 
 
 @pytest.mark.extra("plots")
+@pytest.mark.slow   # shares the `traced` document (12 s to make) with the test above
 def test_html_embeds_the_routing_figures(traced):
     html = traced["html"]
     assert 'id="routing"' in html
@@ -142,6 +145,7 @@ def test_a_trace_that_cannot_be_analysed_is_named_and_the_rest_renders(tmp_path,
     assert "Cache replay" not in part and "## Provenance" in text
 
 
+@pytest.mark.slow
 def test_markdown_on_stdout_has_the_tables_without_figures(tmp_path):
     db = str(tmp_path / "orch.db")
     orch_ok("import", str(TRACE_DIR), "--db", db)
@@ -181,6 +185,7 @@ def test_measured_points_are_the_same_models_cache_runs(mixed):
     assert [p.number for p in points] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_section_compares_measured_points_with_the_replayed_lru(mixed):
     store, data = mixed
     (traced,) = routing.traced_runs(data)

@@ -105,6 +105,7 @@ def test_keep_frac_sets_the_token_to_token_overlap(tmp_path):
     assert low["overlap_lag1_pct"] < high["overlap_lag1_pct"]
 
 
+@pytest.mark.slow
 def test_routing_deterministic_and_tracing_changes_nothing(tmp_path):
     a, _, text_a = probe(tmp_path, "a", "--skew", "1.2", "--seed", "3")
     _, _, text_b = probe(tmp_path, "b", "--skew", "1.2", "--seed", "3")
@@ -150,6 +151,7 @@ def run_matrix(workspace: Path, body: str) -> tuple[int, str, Store, dict]:
     return code, out, store, {r.config: r for r in store.runs()}
 
 
+@pytest.mark.slow
 def test_orch_run_stores_traces_and_orch_routes_reads_them(workspace):
     code, out, store, runs = run_matrix(workspace, f"""\
         name: traced
@@ -225,6 +227,7 @@ def test_missing_or_unparsable_trace_is_a_warning_not_a_lost_run(workspace):
         assert "route_trace" not in load_record(run.summary).extra
 
 
+@pytest.mark.slow
 def test_example_matrix_traces_every_config(workspace):
     """matrices/routes.yaml, as shipped: both configs traced, and it runs in seconds."""
     matrix = Path(__file__).resolve().parents[1] / "matrices" / "routes.yaml"

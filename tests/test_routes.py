@@ -87,6 +87,7 @@ def test_orch_routes_md_prints_the_figures_with_units(imported):
     assert "| 4.971 | tok/s |" in rows["`summary_tok_s`"]
 
 
+@pytest.mark.slow
 def test_orch_routes_replay_reproduces_the_published_curve(imported):
     figures = json.loads(orch_ok("routes", str(_run_id(imported)), "--db", imported,
                                  "--format", "json", "--replay", "250,1500,4000"))

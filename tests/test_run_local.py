@@ -7,6 +7,7 @@ import textwrap
 import threading
 from pathlib import Path
 
+import pytest
 from cli_helpers import SMALL_PROBE_MATRIX, orch
 from sqlalchemy import func, select, text
 from waiting import wait_for
@@ -91,6 +92,7 @@ def _engine_pid(workdir: Path, timeout: float) -> int:
     return wait_for(started, timeout, what="the engine's first rows")
 
 
+@pytest.mark.slow
 def test_sigkill_gives_killed_with_rows_kept_and_timeout_goes_on(workspace):
     matrix = write_matrix(workspace / "k.yaml", """\
         name: killer

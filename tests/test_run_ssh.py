@@ -60,6 +60,7 @@ def _engine_csv_rows(workspace: Path, remote: str = "remote") -> int:
     return sum(1 for line in csv.read_text().splitlines() if line[:1].isdigit())
 
 
+@pytest.mark.slow
 def test_local_matrix_on_ssh_device(ssh_workspace):
     code, out = orch("run", str(REPO / "matrices" / "local.yaml"), "--device", "ssh-test")
     assert code == 0, out
@@ -71,6 +72,7 @@ def test_local_matrix_on_ssh_device(ssh_workspace):
     assert device.kind == "ssh" and int(device.facts["cores"]) >= 1 and device.facts["kernel"]
 
 
+@pytest.mark.slow
 def test_link_loss_mid_run_reconnects_without_loss(ssh_workspace, sshd):
     (ssh_workspace / "m.yaml").write_text(textwrap.dedent(SLOW))
     killer = threading.Thread(target=lambda: (
@@ -89,6 +91,7 @@ def test_link_loss_mid_run_reconnects_without_loss(ssh_workspace, sshd):
     assert dupes == []
 
 
+@pytest.mark.slow
 def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd):
     (ssh_workspace / "m.yaml").write_text(textwrap.dedent(SLOW))
     stopper = threading.Thread(target=lambda: (
@@ -117,6 +120,7 @@ def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd
     assert len(list((ssh_workspace / "remote").glob("runs/*"))) == 1   # not re-run
 
 
+@pytest.mark.slow
 def test_hostile_prompt_and_flags_arrive_byte_exact_over_ssh(ssh_workspace):
     record = ssh_workspace / "prompt.out"
     hostile = "a 'b' \"c\" $HOME `id` $(id) ; | & \n\ttab € 日本\n"
@@ -136,6 +140,7 @@ def test_hostile_prompt_and_flags_arrive_byte_exact_over_ssh(ssh_workspace):
     assert record.read_bytes() == hostile.encode("utf-8")
 
 
+@pytest.mark.slow
 def test_unknown_host_key_refused_until_trusted(ssh_workspace):
     (ssh_workspace / "m.yaml").write_text(textwrap.dedent(SLOW).replace("tokens: 60", "tokens: 2"))
     code, out = orch("run", "m.yaml", "--device", "stranger")
@@ -162,6 +167,7 @@ def test_changed_host_key_refused(ssh_workspace, sshd):
     assert code == 1 and "CHANGED" in out
 
 
+@pytest.mark.slow
 def test_local_model_is_pushed_once_with_provenance(ssh_workspace):
     import hashlib
     import os

@@ -74,6 +74,7 @@ ODD_ARGS = ["plain", "", " two  spaces ", "it's", 'say "hi"', "$HOME", "${PATH}"
             "# not a comment", "!event", "-n", "--", "ü日本語🙂", "'\"'\"'", "\r\n"]
 
 
+@pytest.mark.slow
 def test_argv_arrives_byte_exact(ssh):
     for arg in ODD_ARGS:
         assert ssh.run(["printf", "%s", arg]).stdout == arg.encode(), arg
@@ -109,6 +110,7 @@ def test_put_get_put_bytes_and_progress(ssh, tmp_path):
         ssh.get_bytes("missing")
 
 
+@pytest.mark.slow
 def test_files_without_sftp_subsystem(sshd_factory, tmp_path):
     server = sshd_factory(sftp=False)
     with make(server) as transport:
@@ -222,6 +224,7 @@ def test_kill_connection_mid_stream_raises_linklost_then_reconnects(sshd, ssh):
     assert ssh.run(["echo", "back"]).stdout == b"back\n"
 
 
+@pytest.mark.slow
 def test_hung_link_is_noticed_by_keepalive_probe(sshd):
     transport = make(sshd, dead_after=1.0)
     transport.connect()
@@ -242,6 +245,7 @@ def test_hung_link_is_noticed_by_keepalive_probe(sshd):
     transport.close()
 
 
+@pytest.mark.slow
 def test_reconnect_with_backoff_when_device_is_down(sshd):
     transport = make(sshd, connect_timeout=2)
     transport.link = LinkPolicy(grace_s=1.0)  # what `orch run --link-grace 1` sets
@@ -369,6 +373,7 @@ def test_password_from_env_is_not_kept(sshd, monkeypatch):
 
 
 # -- a noisy, slow login shell ---------------------------------------------------------------
+@pytest.mark.slow
 def test_noisy_rc_files_do_not_reach_callers(sshd_factory, tmp_path):
     """Debian's bash reads ~/.bashrc even for `ssh host cmd`. sshd's SetEnv HOME=... makes the
     login shell read our rc file instead of root's (which we must not touch)."""
@@ -393,6 +398,7 @@ def test_noisy_rc_files_do_not_reach_callers(sshd_factory, tmp_path):
         assert transport.remote_sha256("f") == hashlib.sha256(b"data").hexdigest()
 
 
+@pytest.mark.slow
 def test_large_push_goes_through_scp_and_falls_back_to_sftp(sshd, tmp_path, monkeypatch):
     """Files of 64 MiB and more go through OpenSSH's scp (same key, strict known_hosts, no
     ~/.ssh/config); without scp, SFTP. Both byte-exact, with progress and the sha256 cache."""

@@ -94,6 +94,7 @@ def test_session_run_rows_roundtrip(store):
     assert store.session_row(session_id) is None and len(store.frame("token", [run_id])) == 0
 
 
+@pytest.mark.slow
 def test_processes_opening_a_new_database_at_once_all_succeed(tmp_path):
     """`orch run` and a reader (orch report, a test watching the run, a lab worker) may open a
     new database together: one migrates it, the others must see that and go on."""

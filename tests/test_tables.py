@@ -89,6 +89,7 @@ TWO_MODELS = """\
     """
 
 
+@pytest.mark.slow
 def test_two_models_by_two_configs_csv_json_md(workspace):
     write_gguf(workspace / "qa.gguf", layers=4, experts=8, used=2)
     write_gguf(workspace / "qb.gguf", layers=6, experts=16, used=4)

@@ -143,6 +143,7 @@ def busy_device(workspace):
     return workspace
 
 
+@pytest.mark.slow
 def test_run_on_a_busy_device_is_flagged(busy_device):
     (busy_device / "m.yaml").write_text(textwrap.dedent("""\
         name: busy
