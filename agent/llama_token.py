@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """llama-token: llama.cpp measured token by token, in bmoe-cli's formats.
+(One file of ~600 lines on purpose: it is pushed to a device alone and runs there with
+nothing of orch beside it.)
 
 Loads a GGUF through the llama-cpp-python bindings, decodes greedily one token per
 llama_decode, and writes bmoe-cli's per-token CSV, `# summary` trailer and stdout summary lines

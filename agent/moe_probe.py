@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
 """moe-probe: orch's built-in synthetic expert-streaming engine.
+(One file of ~600 lines on purpose: it is pushed to a device alone and runs there with
+nothing of orch beside it.)
 
 Not a model but a real expert-streaming workload: a synthetic expert file (layers x experts x
 expert size) is read expert by expert, per token and layer, through an LRU cache by mmap, pread

@@ -31,3 +31,23 @@ def test_builtins_are_entry_points_of_orch():
         ours = {p.name for p in entry_points(group=group) if p.dist and p.dist.name == "orch"}
         assert ours == expected, group
         assert expected <= set(plugins.names(group))
+
+
+def _sources() -> dict[Path, str]:
+    return {p: p.read_text(encoding="utf-8") for p in (REPO / "orchestrator").rglob("*.py")}
+
+
+def test_only_the_store_reads_its_schema_and_takes_its_lock():
+    """The read model (db/runs.py) and db/'s own modules are the only readers of the tables."""
+    db = REPO / "orchestrator" / "db"
+    offenders = [str(p.relative_to(REPO)) for p, text in _sources().items()
+                 if db not in p.parents and any(s in text for s in (
+                     "db import schema", "db.schema", "store.lock", "store.engine"))]
+    assert offenders == []
+
+
+def test_the_current_runs_rule_is_written_once():
+    """Which runs count (not superseded) is db/runs.py's current_only, nowhere else."""
+    found = [str(p.relative_to(REPO)) for p, text in _sources().items()
+             for _ in range(text.count("superseded.is_(False)"))]
+    assert found == ["orchestrator/db/runs.py"]
