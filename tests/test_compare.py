@@ -7,6 +7,7 @@ import math
 import statistics
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from cli_helpers import orch, orch_ok
@@ -216,3 +217,17 @@ def test_errors_are_one_line_exit_2(workspace):
     assert code == 2 and "two or more sides" in out
     code, out = orch("report", "-s", "1")
     assert code == 2 and "--session is for --compare" in out
+
+
+def test_configs_pair_by_name_and_settings(tmp_path):
+    """`orch compare` pairs what was measured the same way: a config of one name run with
+    other flags on one side is its own row, present on that side only (results/measured.py)."""
+    from orchestrator.results.measured import config_labels
+
+    rows = [SimpleNamespace(id=1, model="m", config="t1", flags="-t 2", model_sha256="a" * 64),
+            SimpleNamespace(id=2, model="m", config="t1", flags="-t  2", model_sha256=None),
+            SimpleNamespace(id=3, model="m", config="t1", flags="-t 4", model_sha256="a" * 64),
+            SimpleNamespace(id=4, model="m", config="t2", flags="-t 4", model_sha256="a" * 64),
+            SimpleNamespace(id=5, model="n", config="t1", flags="-t 8", model_sha256=None)]
+    assert config_labels(rows) == {1: "t1 (flags -t 2)", 2: "t1 (flags -t 2)",
+                                   3: "t1 (flags -t 4)", 4: "t2", 5: "t1"}

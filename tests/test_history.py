@@ -28,7 +28,8 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 def add_session(store: Store, k: int, values: dict[str, list[float]], build: str = "0.3.36",
-                matrix: str = "hist", device: str = "d", status: str = "ok") -> int:
+                matrix: str = "hist", device: str = "d", status: str = "ok",
+                flags: str = "", model_sha256: str | None = None) -> int:
     """A stored session `k` whose runs have constant per-token times: each run's mean tok/s is
     exactly the value given."""
     dev = store.upsert_device(device, "local")
@@ -40,7 +41,7 @@ def add_session(store: Store, k: int, values: dict[str, list[float]], build: str
                 uid=f"{matrix}-{device}-{k}-{config}-{rep}", session_id=sid, device_id=dev,
                 cell_key=f"m|{config}|{rep}", model="m", config=config, repeat_index=rep,
                 order_index=rep, status=status, engine="llama-bench", superseded=False,
-                engine_build="abc1234 (1)",
+                engine_build="abc1234 (1)", flags=flags, model_sha256=model_sha256,
                 binary_path=f"/root/.cache/orch/llama.cpp/{build}/bin/llama-bench")
             with store.engine.begin() as conn:
                 conn.execute(schema.token.insert(), [
@@ -154,3 +155,26 @@ def test_detect_edge_cases():
     assert detect([10.0, 10.0, 10.0]) == []                  # too short to hold two segments
     assert detect([10.0] * 6 + [8.0] * 6)[0].index == 6      # exact figures: floor noise
     assert detect([10.0] * 12) == []
+
+
+def test_a_config_edited_under_its_name_is_another_series_not_a_step(tmp_path):
+    """Comparisons key on what was measured: t1 run with -t 2, then edited to -t 4 (and a
+    third variant on another model file) is three series, each flat, with no change point."""
+    store = Store.open(str(tmp_path / "orch.db"))
+    for k in range(6):
+        add_session(store, k, {"t1": [20.0, 20.2, 19.8]}, flags="-t 2", model_sha256="a" * 64)
+    for k in range(6, 12):
+        add_session(store, k, {"t1": [15.0, 15.1, 14.9]}, flags="-t 4", model_sha256="a" * 64)
+    for k in range(12, 15):
+        add_session(store, k, {"t1": [9.0, 9.1, 8.9]}, flags="-t 4", model_sha256="b" * 64)
+    series = {s.config: s for s in history(store, "hist")}
+    assert set(series) == {"t1 (flags -t 2, model aaaaaaaa)", "t1 (flags -t 4, model aaaaaaaa)",
+                           "t1 (flags -t 4, model bbbbbbbb)"}
+    assert [len(s.points) for s in series.values()] == [6, 6, 3]
+    assert all(not s.change_points for s in series.values())
+    # the same flags and an unknown model file (never hashed) stay one series, by name
+    other = Store.open(str(tmp_path / "same.db"))
+    for k in range(4):
+        add_session(other, k, {"t1": [20.0, 20.1, 19.9]}, flags="-t 2",
+                    model_sha256=None if k % 2 else "a" * 64)
+    assert [s.config for s in history(other, "hist")] == ["t1"]

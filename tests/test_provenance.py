@@ -103,3 +103,29 @@ def test_imported_runs_keep_their_files_times(tmp_path):
 
     text = render_report(store, store.runs(report.session_id), plots=False)
     assert "2026-07-17 14:30" in text and "(file times)" in text
+
+
+def test_provenance_shows_the_facts_of_when_the_session_ran(tmp_path):
+    """A session keeps a snapshot of its device's facts; a later probe (a new kernel) changes
+    the device row, not what an old session's report says about the device it ran on."""
+    from orchestrator.db.runs import Runs, Sessions
+    from orchestrator.report.context import device_views
+    from orchestrator.report.provenance import devices_table
+
+    store = Store.open(str(tmp_path / "orch.db"))
+    dev = store.upsert_device("phone", "adb", {"kernel": "5.4.0", "cores": "8"})
+    then = dt.datetime(2026, 7, 1, tzinfo=dt.timezone.utc)
+    old = store.create_session(kind="run", name="old", matrix_name="m", started_at=then,
+                               device_facts={"kernel": "5.4.0", "cores": "8"})
+    store.upsert_device("phone", "adb", {"kernel": "6.1.0", "cores": "8"})   # probed since
+    bare = store.create_session(kind="run", name="bare", matrix_name="m")    # an older orch's
+    for sid in (old, bare):
+        store.create_run(uid=f"u{sid}", session_id=sid, device_id=dev, cell_key="m|c|0",
+                         model="m", config="c", status="ok", superseded=False)
+    for sid, kernel, snapshot in ((old, "5.4.0", True), (bare, "6.1.0", False)):
+        rows = Runs(store).current(session=sid)
+        view = device_views(store, rows, Sessions(store).by_ids([sid]))["phone"]
+        assert (view.facts["kernel"], view.snapshot) == (kernel, snapshot)
+    data = SimpleNamespace(devices=device_views(store, Runs(store).current(session=bare),
+                                                Sessions(store).by_ids([bare])))
+    assert any("the newest probe, not a snapshot" in n for n in devices_table(data).notes)
