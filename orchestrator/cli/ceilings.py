@@ -79,7 +79,7 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
     from orchestrator.config.inventory import load_inventory, open_transport
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
-    from orchestrator.results.ceilings import print_ceilings
+    from orchestrator.report.ceiling_tables import print_ceilings
     from orchestrator.run.agent_client import AgentClient
     from orchestrator.run.ceilings import CeilingOptions, measure, save
     from orchestrator.run.probe_output import ProbeOutputError
