@@ -255,12 +255,12 @@ def test_model_option_lines_up_with_jul17(db):
     runs = Store.open(db).runs()
     warm = next(r for r in runs if r.config == "warmup/gptoss_k2")
     jul17 = next(r for r in runs if r.config == "gpt_k2")
-    assert warm.model == jul17.model == "gpt-oss-120b-Q4_K_M.gguf"
+    assert warm.model == jul17.model == "gpt-oss-120b-Q4_K_M"
     assert next(r for r in runs if r.config == "k2_io4_pf0").model == warm.model
     assert next(r for r in runs if r.config == "warmup/qwen_k6").model == "qwen"
     code, out = orch("compare", "--session", "1", "--session", "2", "--db", db)
     assert code == 0, out
-    assert "gpt-oss-120b-Q4_K_M.gguf warmup/gptoss_k2" in out.replace("\n", "")
+    assert "gpt-oss-120b-Q4_K_M warmup/gptoss_k2" in out.replace("\n", "")
 
 
 def test_model_option_for_every_run(db, tmp_path):
@@ -272,7 +272,7 @@ def test_model_option_for_every_run(db, tmp_path):
     assert code == 0, out
     assert {r.model for r in _runs(db).values()} == {"gpt-oss-120b"}
     code, out = orch("import", str(folder), "--db", db, "--model", "=x")
-    assert code == 2 and "expected NAME or PREFIX=NAME" in out
+    assert code == 2 and "expected NAME or GLOB=NAME" in out
 
 
 # ---- entry state and memory ---------------------------------------------------------------

@@ -96,7 +96,7 @@ def test_jul17_keeps_22_columns_and_preamble(db):
     settings = run.summary["settings"]
     assert (settings["cache_mb"], settings["io_threads"], settings["overlap"],
             settings["n_expert_used"]) == (4000, 4, 1, 6)
-    assert "cache_mb=4000" in run.flags and run.model == "Qwen3-30B-A3B-Q4_K_M.gguf"
+    assert "cache_mb=4000" in run.flags and run.model == "Qwen3-30B-A3B-Q4_K_M"
     tokens = store.frame("token", [run.id])
     first = tokens.iloc[0]
     assert first.extra["rss_mib"] == 5399.7 and first.extra["swap_mib"] == 262.7

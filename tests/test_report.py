@@ -177,7 +177,7 @@ def test_jul17_provenance_has_settings_flags_and_model_files(db):
     models = find(tables, "file", "Provenance")[0]
     assert "`Qwen3-30B-A3B-Q4_K_M.gguf`" in [r[1] for r in models["rows"]]
     titles = {t["title"] for t in find(tables, "decode mean")}
-    assert "Qwen3-30B-A3B-Q4_K_M.gguf on phone" in titles and len(titles) == 3
+    assert "Qwen3-30B-A3B-Q4_K_M on phone" in titles and len(titles) == 3
 
 
 # ---- real runs ---------------------------------------------------------------------------

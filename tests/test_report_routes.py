@@ -59,8 +59,8 @@ def _row(text: str, first_cell: str) -> list[str]:
 def test_markdown_routing_section_has_the_published_figures(traced):
     part = _routing_part(traced["md"])
     (run,) = Store.open(traced["db"]).runs()
-    # the trace names the model file; the import gave the run no model name
-    assert f"### Run {run.id}: gemma — google_gemma-4-26B-A4B-it-Q4_K_M.gguf on imported" in part
+    # the trace names the model file: the run's model is its name without `.gguf`
+    assert f"### Run {run.id}: gemma — google_gemma-4-26B-A4B-it-Q4_K_M on imported" in part
     # headline (docs/routes.md §4 at its printed precision) under the §3 names
     assert "67 (52–97) of 128" in part and "`distinct_experts_mean" in part
     assert "53% (7576 of 14429 MiB)" in part
@@ -157,8 +157,9 @@ def test_markdown_on_stdout_has_the_tables_without_figures(tmp_path):
 
 @pytest.fixture(scope="module")
 def mixed(tmp_path_factory) -> tuple[Store, context.ReportData]:
-    """One session: the Gemma trace (named so that its model is `gemma`), two gemma runs with a
-    2000 MiB cache and one of another model (qwen), all from the fixtures."""
+    """One session: the Gemma trace (its own `model=` names it), two gemma runs with a 2000 MiB
+    cache whose files name no model (lined up with the trace by --model) and one of another
+    model (qwen), all from the fixtures."""
     root = tmp_path_factory.mktemp("mixed")
     folder = root / "gemma-cache"
     folder.mkdir()
@@ -168,7 +169,8 @@ def mixed(tmp_path_factory) -> tuple[Store, context.ReportData]:
         for path in CACHE_DIR.glob(f"{stem}.*"):
             shutil.copy(path, folder / path.name)
     db = str(root / "orch.db")
-    orch_ok("import", str(folder), "--db", db)
+    orch_ok("import", str(folder), "--db", db, "--model",
+            "gemma_*_ov.csv=google_gemma-4-26B-A4B-it-Q4_K_M.gguf")
     store = Store.open(db)
     return store, context.build(store, store.runs(), keep_frames=False)
 
@@ -202,7 +204,7 @@ def test_runs_of_another_model_are_not_measured_points(mixed):
     qwen = next(r for r in data.runs if r.row.config == "qwen_base_ov")
     assert routing.model_names(qwen) == {"qwen"}
     (traced,) = routing.traced_runs(data)
-    assert "gemma" in routing.model_names(traced)
+    assert "google_gemma-4-26B-A4B-it-Q4_K_M" in routing.model_names(traced)
     assert "google_gemma-4-26B-A4B-it-Q4_K_M.gguf" in routing.model_names(traced)
 
 

@@ -204,7 +204,7 @@ def test_a_malformed_trace_is_not_imported_and_says_where(db, tmp_path):
 def test_other_fixture_folders_import_as_before(db, folder):
     orch_ok("import", str(FIX / folder), "--db", db)
     store = Store.open(db)
-    configs = {r.config for r in store.runs()}
-    assert {p.stem for p in (FIX / folder).glob("*.csv")} <= configs
+    sources = {r.source_file for r in store.runs()}
+    assert {p.name for p in (FIX / folder).glob("*.csv")} <= sources
     assert not any("route_trace" in (r.summary or {}).get("extra", {}) for r in store.runs())
     assert store.fetch(select(func.count()).select_from(schema.route))[0][0] == 0

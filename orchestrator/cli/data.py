@@ -18,37 +18,60 @@ DEFAULT_TABLES = ("model", "throughput", "latency", "pressure", "adaptive")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--engine", "-e", default="bmoe", show_default=True,
               help="Which engine wrote the artifacts.")
-@click.option("--device", "-d", help="Device name to file the runs under [default: imported].")
+@click.option("--device", "-d", help="Device name to file the runs under [default: the design "
+                                     "file's device, else imported].")
 @click.option("--name", "-n", help="Session name (default: the directory's name).")
-@click.option("--model", "-m", "models", multiple=True, metavar="[PREFIX=]NAME",
-              help="The model of every run (overrides the CSV preamble and the file-name "
-                   "rule); PREFIX=NAME only for files named PREFIX_*.csv (repeatable), e.g. "
-                   "--model gptoss=gpt-oss-120b-Q4_K_M.gguf.")
+@click.option("--model", "-m", "models", multiple=True, metavar="[GLOB=]NAME",
+              help="The model of the runs whose path in the folder matches GLOB "
+                   "(`*gemma*=gemma-4-26b`; a bare word W means files named W_*), or of every "
+                   "run; wins over what the files say. Repeatable, first match wins.")
+@click.option("--measured", metavar="YYYY-MM-DD[THH:MM]",
+              help="When the runs whose files record no time ran (local time, as written); "
+                   "without it they get their file times and say so.")
+@click.option("--design", type=click.Path(dir_okay=False, exists=True), metavar="FILE",
+              help="A design file (YAML) for what the files cannot say: device facts, engine "
+                   "build, date, models, configs (globs, labels, flags), baselines, order, "
+                   "notes (docs/import.md). Checked before anything is written.")
 @click.option("--label", "-l", help="A description of the session, shown in its reports.")
 @click.option("--replace", is_flag=True,
               help="Re-import every run with the options given now (name, device, model, "
-                   "label), replacing the session's earlier runs.")
+                   "label, measured, design), replacing the session's earlier runs.")
 @db_option
 @friendly
 def import_cmd(directory: str, engine: str, device: str | None, name: str | None,
-               models: tuple[str, ...], label: str | None, replace: bool, db: str | None) -> None:
-    """Import a study folder as ONE session: one run per per-token CSV (named by the file's
-    stem), with its .metrics sidecar, .log summary lines, .out log, <stem>.state device state
-    and, for <tag>.route.csv routing traces, <tag>.metrics as the per-token CSV.
+               models: tuple[str, ...], measured: str | None, design: str | None,
+               label: str | None, replace: bool, db: str | None) -> None:
+    """Import a study folder as ONE session, each run as it was measured: one run per
+    per-token CSV, with its .metrics sidecar, .log summary lines, .out log, <stem>.state
+    device state and, for <tag>.route.csv routing traces, <tag>.metrics as the per-token CSV.
+    Subfolders are read too; their runs are named by their path (warmup/gemma_k6), which
+    keeps warmup/gemma_k6.csv and gemma_k6.csv two runs.
 
     \b
-    Subfolders are read too, and their runs are named by their path (warmup/gemma_k6): one
-    session keeps what a study measured together in one table and report, and the path keeps
-    warmup/gemma_k6.csv and gemma_k6.csv two runs. A matrix stdout (.out/.log with
-    `==== NAME ====` sections, no CSV of its name) gives a summary-only run per section
-    (no token rows); a section that is a CSV run's stdout gives that run its text. driver*.log
-    ENTRY STATE lines and .state files become the runs' start facts (orch show RUN).
+    How each fact is found (docs/import.md; override in brackets):
+      when   a timestamp in the file name (bmoe-20260721-090406), a time in the
+             preamble, trailer or .metrics, the matched driver-log section, the
+             .state file's date; else the file's mtime, marked `file time`
+             [--measured, design `measured`]. Local times stay as written.
+      order  by those times, else by the driver-log sections the runs were matched
+             to, else by name [design `order`]
+      model  the CSV preamble's model=, the route trace's, the .metrics'; else a
+             model-family word of the path (gemma, qwen5k, gptoss; never `baseline`
+             or `warmup`) [--model GLOB=NAME, design `models`]
+      config runs of one model whose settings agree and whose names differ by a
+             trailing repeat index (qw-a1, qw-a2) are repeats of config qw-a;
+             timestamp-named runs are named by the settings they differ in
+             (dense_weights=anon) [design `configs`]
+      stdout a log section whose summary line gives the same tokens and s/token as
+             a CSV's trailer is that run's stdout (text, entry/exit state, order),
+             whatever its name; other sections are summary-only runs
+      zeros  RSS or free-RAM columns that are 0 on every token are not measured
 
     \b
     Every file not imported is listed with its reason: not a per-token CSV, empty, binary,
-    impossible values (negative times or bytes, cache hit outside 0..100, steps not
-    increasing: the file is refused, with the line), unknown kind, sidecar or .state without
-    its CSV, not a regular file (FIFO, socket, device: never opened), too large, unreadable.
+    impossible values (the file is refused, with the line), unknown kind, sidecar or .state
+    without its CSV, not a regular file (FIFO, socket, device: never opened), too large,
+    unreadable.
 
     \b
     Importing the same directory again changes nothing; files that changed replace their run,
@@ -59,13 +82,14 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
     \b
     Exit status: 0 when the session has runs from the folder, 1 when nothing could be
     imported (no session is left behind; with --replace the earlier runs are kept),
-    2 on a usage error.
+    2 on a usage error or a bad design file (nothing written).
     """
     from orchestrator.db.store import Store
     from orchestrator.ingest.importer import import_dir, model_rules
 
     report = import_dir(Store.open(db), directory, engine=engine, device=device, name=name,
-                        model=model_rules(models) or None, label=label, replace=replace)
+                        model=model_rules(models) or None, label=label, replace=replace,
+                        measured=measured, design=design)
     for path, reason in report.skipped:
         click.echo(f"  {path}: not imported: {reason}", err=True)
     for problem in report.problems:

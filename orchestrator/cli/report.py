@@ -23,8 +23,10 @@ from orchestrator.cli.options import console, db_option, friendly
               help="A template file (the main document) or a directory whose templates "
                    "replace the built-in ones of the same name (report.md.j2, header.md.j2, "
                    "group.md.j2, left_out.md.j2, provenance.md.j2, page.html.j2).")
-@click.option("--baseline", "-b", help="Config to compare the others against (default: the "
-                                       "matrix's `baseline:`).")
+@click.option("--baseline", "-b", help="Config to compare the others against, in every "
+              "(model, device) group where it ran (default: the matrix's `baseline:`; for an "
+              "import, its design file's `baseline:`, else a config named with the word "
+              "`base` or `baseline`, else the first config run).")
 @click.option("--no-plots", is_flag=True, help="Skip the figures.")
 @click.option("--quantile", type=click.Choice(["linear", "lower"]), default="linear",
               show_default=True, help="p5/p95 method (see `orch table --help`).")

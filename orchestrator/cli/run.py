@@ -115,14 +115,28 @@ def _stopped(matrix_file: str) -> None:
 @click.command()
 @click.option("--session", "-s", type=int, help="Only this session's runs.")
 @click.option("--limit", "-n", type=int, default=30, show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True,
+              help="json: one object per run with where its start time came from "
+                   "(time_source, null = orch's clock, UTC), its source file and its settings; "
+                   "repeat_index is 0-based.")
 @db_option
 @friendly
-def runs(session: int | None, limit: int, db: str | None) -> None:
+def runs(session: int | None, limit: int, fmt: str, db: str | None) -> None:
     """List past runs, newest first (id, session, device, matrix, config, status, tok/s)."""
     from orchestrator.db.store import Store
+
+    store = Store.open(db, create=False)
+    if fmt == "json":
+        import json
+
+        from orchestrator.report.terminal import runs_json
+
+        click.echo(json.dumps(runs_json(store, session, limit), indent=1, ensure_ascii=False))
+        return
     from orchestrator.report.terminal import print_runs
 
-    print_runs(console, Store.open(db, create=False), session, limit)
+    print_runs(console, store, session, limit)
 
 
 @click.command()

@@ -8,7 +8,9 @@ Every layer above db/ reads runs through here, never through db/schema.py:
   record). Every table, statistic and comparison reads current runs only; `Runs.current` is
   the one place that rule is written.
 - **`RunRow`** carries every column of the run table, its device's and session's names, and
-  `.record`, the engine's `RunRecord` parsed once from `run.summary` (any schema version).
+  `.record`, the engine's `RunRecord` parsed once from `run.summary` (any schema version);
+  `.clock` says what timed `started_at` (orch's clock in UTC, the study's local wall-clock
+  record, or a file's mtime) so no view labels a study's local time UTC.
 - **`SessionRow`** carries the session's columns and `.matrix`, the stored matrix text parsed
   once (None for imports and for a matrix this orch can no longer read).
 - **Per-run statistics** (`Runs.stats`) belong to the read model as pyperf's result model owns
@@ -38,6 +40,30 @@ if TYPE_CHECKING:
 
 _RUN_COLUMNS = tuple(c.name for c in schema.run.columns)
 _SESSION_COLUMNS = tuple(c.name for c in schema.session.columns)
+
+# `run.time_source`: where an imported run's started_at came from. These are the study's own
+# records of when it ran, local wall-clock times kept as written (naive: no zone is invented);
+# FILE_TIME is the file's modification time in UTC, a guess when the files said nothing. A live
+# run has none: orch's clock timed it, in UTC.
+LOCAL_TIME_SOURCES = ("file name", "preamble", "trailer", "metrics", "log", "design", "option")
+FILE_TIME = "mtime"
+
+
+def parse_settings(flags: str | None) -> dict[str, str]:
+    """An imported run's `flags` (the importer writes the engine's settings as space-separated
+    `key=value` pairs) as a dict, values as written. A word without `=` continues the value
+    before it, so a value holding a space survives; words before the first pair are dropped
+    (the raw `flags` stay beside this in every view)."""
+    settings: dict[str, str] = {}
+    key = None
+    for word in (flags or "").split():
+        name, eq, value = word.partition("=")
+        if eq and name:
+            key = name
+            settings[key] = value
+        elif key is not None:
+            settings[key] += " " + word
+    return settings
 
 
 @dataclass(frozen=True)
@@ -77,10 +103,13 @@ class RunRow:
     text: str | None
     warnings: Any
     superseded: bool
+    time_source: str | None = None
+    source_file: str | None = None
     device: str = ""
     matrix_name: str | None = None
     session_name: str | None = None
     session_started: dt.datetime | None = None
+    session_kind: str | None = None     # "run", "import", ... (session.kind)
 
     @cached_property
     def record(self) -> "RunRecord":
@@ -88,6 +117,30 @@ class RunRow:
         from orchestrator.record import load_record
 
         return load_record(self.summary)
+
+    @property
+    def imported(self) -> bool:
+        """Read from a study's files by `orch import`, not run by orch."""
+        return self.session_kind == "import" or self.source_file is not None \
+            or self.time_source is not None
+
+    @property
+    def clock(self) -> str:
+        """What timed started_at: "orch" (a live run, UTC), "local" (the study's own record,
+        local wall-clock time) or "file" (the file's mtime, UTC: the files did not record when
+        it ran; also every import stored before time_source existed, which took the mtime).
+        A source this orch does not know is still the study's record: local."""
+        if self.time_source == FILE_TIME:
+            return "file"
+        if self.time_source is not None:
+            return "local"
+        return "file" if self.imported else "orch"
+
+    @property
+    def settings(self) -> dict[str, str] | None:
+        """An imported run's settings parsed from `flags`; None for a live run, whose flags
+        are the engine's command-line flags, not `key=value` pairs."""
+        return parse_settings(self.flags) if self.imported else None
 
     def as_dict(self) -> dict[str, Any]:
         """The stored columns and names, without the parsed record (export)."""
@@ -103,7 +156,8 @@ class RunRow:
         return cls(**{k: m[k] for k in _RUN_COLUMNS},
                    device=m.get("device", ""), matrix_name=m.get("matrix_name"),
                    session_name=m.get("session_name"),
-                   session_started=m.get("session_started"))
+                   session_started=m.get("session_started"),
+                   session_kind=m.get("session_kind"))
 
 
 @dataclass(frozen=True)
@@ -146,7 +200,8 @@ class SessionRow:
 def _run_select() -> Select:
     return (select(schema.run, schema.device.c.name.label("device"),
                    schema.session.c.matrix_name, schema.session.c.name.label("session_name"),
-                   schema.session.c.started_at.label("session_started"))
+                   schema.session.c.started_at.label("session_started"),
+                   schema.session.c.kind.label("session_kind"))
             .join(schema.device, schema.device.c.id == schema.run.c.device_id)
             .join(schema.session, schema.session.c.id == schema.run.c.session_id))
 

@@ -94,6 +94,11 @@ run = Table(
     Column("text", Text),
     Column("warnings", JSON),
     Column("superseded", Boolean, nullable=False, default=False),
+    # Where started_at came from: NULL for a live run (orch's clock, UTC); for an import, the
+    # part of the study that recorded it (runs.LOCAL_TIME_SOURCES: local wall-clock times, stored
+    # naive) or "mtime" (the file's modification time, UTC: a guess).
+    Column("time_source", String(20)),
+    Column("source_file", Text),                     # an import's file, relative to the study
 )
 Index("ix_run_session", run.c.session_id, run.c.cell_key)
 

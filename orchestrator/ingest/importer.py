@@ -1,25 +1,29 @@
-"""`orch import`: a study folder as it is (a tree of bmoe CSVs, sidecars, logs) -> one session.
+"""`orch import`: a study folder as it is (a tree of bmoe CSVs, sidecars, logs) -> one session,
+with each run as it was measured: when it ran, which model, which config, which repeat.
 
 ONE session per folder given, subfolders included: a run found in a subfolder is named by its
 path, `warmup/gemma_k6` beside the top folder's `gemma_k6`, so same-stem files in different
 subfolders stay two runs (one session per subfolder would split what the study measured as one
 day into sessions `orch table` and the report never show together).
 
-Which file is what: ingest/scan.py; what makes a file unreadable as what it claims:
-ingest/checks.py; matrix stdout sections: ingest/sections.py; entry state
-(driver logs, `.state`): ingest/state.py; one run into the store:
-ingest/write.py. Every file not imported is reported with its reason.
+The steps: which file is what (ingest/scan.py) and whether it is what it claims
+(ingest/checks.py); the files read into planned runs, with driver-log sections matched to
+them by content (ingest/planning.py, ingest/sections.py); then, over all runs at once, each
+run's model (`model_of`), start (ingest/when.py), config and repeat (ingest/grouping.py) and
+place in the order (`_order`); a design file (config/design.py) says what files cannot. Then
+one run at a time into the store (ingest/write.py). Every file not imported is reported with
+its reason. docs/import.md says how each fact is found and how to override it.
 
 Importing a folder again imports only files that changed (their runs are replaced, never
-duplicated), with the options stored at the first import; `replace=True` re-imports every run
-with the options given now.
+duplicated), with the options stored at the first import, and renames, regroups and reorders
+the others as the folder now says; `replace=True` re-imports every run with the options given
+now.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,19 +31,27 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from orchestrator import __version__
-from orchestrator.db.runs import SessionRow, Sessions
-from orchestrator.db.store import Store, now
-from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
-from orchestrator.errors import ConfigError
-from orchestrator.ingest import sections as import_sections
-from orchestrator.ingest.checks import csv_reason, read_regular, text_reason
-from orchestrator.ingest.scan import ROUTE_SUFFIX, RunFiles, Scan, scan
-from orchestrator.ingest.state import (
-    driver_entries,
-    driver_log_entries,
-    parse_state,
-    start_state,
+from orchestrator.config.design import (
+    Design,
+    design_from_stored,
+    load_design,
+    parse_measured,
 )
+from orchestrator.config.plan import Cell
+from orchestrator.db.runs import RunRow, SessionRow, Sessions
+from orchestrator.db.store import Store, now
+from orchestrator.errors import ConfigError
+from orchestrator.ingest import planning
+from orchestrator.ingest.grouping import Member, name_configs
+from orchestrator.ingest.naming import (
+    model_from_file_name,
+    model_from_path,
+    model_globs,
+    rule_model,
+)
+from orchestrator.ingest.scan import ROUTE_SUFFIX, scan
+from orchestrator.ingest.state import driver_entries, start_state
+from orchestrator.ingest.when import recorded_start
 from orchestrator.ingest.write import Planned, write_run
 from orchestrator.plugins import get_adapter
 from orchestrator.run import controller
@@ -48,7 +60,6 @@ __all__ = ["ROUTE_SUFFIX", "ImportOptions", "ImportReport", "driver_entries", "i
            "model_rules"]
 
 MAX_FILE = 512 * 1024 * 1024   # a per-token CSV of a 256-token run is ~50 KB; refuse absurd files
-ALL_RUNS = "*"                 # model_rules key: the model of every run
 
 
 class ImportOptions(BaseModel):
@@ -57,7 +68,9 @@ class ImportOptions(BaseModel):
     device: str = "imported"
     name: str | None = None
     label: str | None = None
-    model: dict[str, str] = Field(default_factory=dict)   # see model_rules
+    model: dict[str, str] = Field(default_factory=dict)   # see naming.model_globs
+    measured: str | None = None          # --measured: the start of runs whose files say none
+    design: dict[str, Any] | None = None  # --design: the design file as read (Design.stored)
 
 
 @dataclass
@@ -76,30 +89,27 @@ class ImportReport:
         return bool(self.imported or self.unchanged)
 
 
-def model_rules(values: Sequence[str]) -> dict[str, str]:
-    """`--model NAME` (every run) and `--model PREFIX=NAME` (runs whose file name starts with
-    `PREFIX_`, e.g. `gptoss=gpt-oss-120b` for gptoss_k2.csv) -> {"*" or PREFIX: NAME}."""
-    rules: dict[str, str] = {}
-    for value in values:
-        prefix, sep, name = value.partition("=")
-        if sep and (not prefix or not name):
-            raise ConfigError(f"--model {value!r}: expected NAME or PREFIX=NAME")
-        rules[prefix if sep else ALL_RUNS] = name if sep else value
-    return rules
+model_rules = model_globs      # the CLI's name for it
 
 
-def _model(rules: Mapping[str, str], prefix: str | None, preamble: Any) -> str:
-    """The model a run measured: --model, else a --model rule for its file-name prefix, else
-    the CSV preamble's `model=` file name, else the file-name prefix (bench-run.sh writes
-    `<model>_<config>`: qwen_sg.csv), else "-". Runs of one model form one group in tables and
-    reports, with its own baseline: deltas never cross models."""
-    if ALL_RUNS in rules:
-        return rules[ALL_RUNS]
-    if prefix and prefix in rules:
-        return rules[prefix]
-    if preamble:
-        return str(preamble)
-    return prefix or "-"
+def model_of(planned: Planned, rules: Mapping[str, str], design: Design | None) -> str:
+    """The model a run measured: a --model rule for its path, the design's models, the files'
+    own word (the CSV preamble's `model=`, the route trace's, the `.metrics` sidecar's), else
+    a model-family word of its path (ingest/naming.py), else "-". Runs of one model form one
+    group in tables and reports, with its own baseline: deltas never cross models."""
+    rel = _file_of(planned)
+    trace = planned.trace.preamble.get("model") if planned.trace is not None else None
+    return (rule_model(rules, rel)
+            or (design.model_of(rel) if design is not None else None)
+            or model_from_file_name(planned.settings.get("model"))
+            or model_from_file_name(trace)
+            or model_from_file_name((planned.sidecar or {}).get("model"))
+            or model_from_path(rel) or "-")
+
+
+def _file_of(planned: Planned) -> str:
+    """The run's file relative to the folder (a section's: its log's)."""
+    return planned.shown.split(" [", 1)[0]
 
 
 def _find_session(store: Store, source: str) -> SessionRow | None:
@@ -122,8 +132,10 @@ def _options(row: SessionRow | None, given: dict[str, Any], replace: bool) -> tu
 def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
                device: str | None = None, name: str | None = None,
                model: Mapping[str, str] | None = None, label: str | None = None,
-               replace: bool = False, max_bytes: int = MAX_FILE) -> ImportReport:
-    """Import a folder (recursively) as one session; see the module doc."""
+               replace: bool = False, max_bytes: int = MAX_FILE,
+               measured: str | None = None, design: str | Path | None = None) -> ImportReport:
+    """Import a folder (recursively) as one session; see the module doc. `measured`: the
+    start (YYYY-MM-DD[THH:MM]) of runs whose files record none; `design`: a design file."""
     folder = Path(directory).resolve()
     if not folder.is_dir():
         raise ConfigError(f"{directory}: not a directory")
@@ -131,17 +143,31 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
         adapter = get_adapter(engine)
     except KeyError as exc:
         raise ConfigError(str(exc.args[0])) from None
+    given_design = load_design(Path(design)) if design is not None else None
+    if measured is not None:
+        try:
+            parse_measured(measured)
+        except ValueError as exc:
+            raise ConfigError(f"--measured {measured!r}: {exc}") from None
     source = str(folder)
     row = _find_session(store, source)
     given = {k: v for k, v in (("device", device), ("name", name), ("label", label),
-                               ("model", dict(model) if model else None)) if v is not None}
+                               ("model", dict(model) if model else None),
+                               ("measured", measured),
+                               ("design", given_design.stored() if given_design else None))
+             if v is not None}
     opts, ignored = _options(row, given, replace)
+    the_design = design_from_stored(opts.design)
     found = scan(folder, max_bytes)
     report = ImportReport(row.id if row is not None else None, ignored=ignored,
                           skipped=found.skipped)
-    plans = _plan(found, report)
+    plans = planning.plan(found, report.skipped.append)
     if not plans and row is None:
         return report
+    decide(plans, opts, the_design)
+    if the_design is not None and the_design.device is not None and "device" not in given \
+            and opts.device == ImportOptions().device:
+        opts.device = the_design.device.name      # the design names it; --device wins
     sid = row.id if row is not None else store.create_session(
         kind="import", name=opts.name or folder.name, matrix_name=opts.name or folder.name,
         source_dir=source, orch_version=__version__, git_rev=controller.git_revision(),
@@ -149,31 +175,99 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
         started_at=now())
     report.session_id = sid
     old = store.runs(sid, include_superseded=True)
-    existing = {} if replace else {r.config: r for r in old}
+    existing = {} if replace else {_key_of(r): r for r in old}
     known = {} if replace else {r.path: r.sha256 for r in Sessions(store).imported_files([sid])}
     device_id = store.upsert_device(opts.device, "imported")
-    order = max((r.order_index for r in old), default=-1) + 1
     digests: dict[str, str] = {}
-    for plan in plans:
-        digest = _digest(plan)
-        if known.get(plan.config) == digest and plan.config in existing:
-            report.unchanged.append(plan.config)
+    for planned in plans:
+        digest = _digest(planned)
+        before = existing.get(planned.key)
+        if known.get(planned.key) == digest and before is not None:
+            _rename(store, before, planned)
+            report.unchanged.append(planned.key)
             continue
-        if plan.config in existing:        # a changed file: its run is replaced
-            store.delete_run(existing[plan.config].id)
-        problems = write_run(store, adapter, sid, device_id, plan, order,
-                             lambda pre, p=plan.model_prefix, r=opts.model: _model(r, p, pre),
-                             start_state)
-        order += 1
-        report.problems.extend(f"{plan.shown}: {p}" for p in problems)
-        digests[plan.config] = digest
-        report.imported.append(plan.config)
-    _finish(store, report, sid, row is None, old if replace else None, digests, opts, folder)
+        if before is not None:        # a changed file: its run is replaced
+            store.delete_run(before.id)
+        problems = write_run(store, adapter, sid, device_id, planned, start_state)
+        report.problems.extend(f"{planned.shown}: {p}" for p in problems)
+        digests[planned.key] = digest
+        report.imported.append(planned.key)
+    _finish(store, report, sid, row is None, old if replace else None, digests, opts, folder,
+            the_design)
     return report
 
 
+def decide(plans: list[Planned], opts: ImportOptions, design: Design | None) -> None:
+    """Each run's model, start, config, repeat, order and flags, over all runs at once."""
+    given = parse_measured(opts.measured) if opts.measured else None
+    fallback = (given, "option") if given is not None else \
+        (design.measured_at(), "design") if design is not None and design.measured_at() \
+        else (None, None)
+    members = []
+    for planned in plans:
+        planned.model = model_of(planned, opts.model, design)
+        stem = planned.key.rpartition("/")[2]
+        planned.started, planned.time_source = recorded_start(
+            stem if planned.csv_text is not None else "", planned.settings, planned.trailer,
+            planned.sidecar, planned.stdout if planned.log_place else None, planned.state)
+        recorded = planned.started
+        if planned.started is None and fallback[0] is not None:
+            planned.started, planned.time_source = fallback
+        rel = _file_of(planned)
+        members.append(Member(planned.key, planned.model, planned.settings, recorded,
+                              design.config_of(rel, planned.model) if design else None))
+    named = name_configs(members)
+    for planned in plans:
+        planned.config = named[planned.key].config
+        planned.repeat = named[planned.key].repeat_index
+        if design is None:
+            continue
+        info = design.configs.get(planned.config)
+        if info is not None and info.flags:
+            planned.flags = info.flags
+        planned.engine_build = design.engine_build
+        model = design.models.get(planned.model)
+        planned.model_size = model.size() if model is not None else None
+    for index, planned in enumerate(sorted(plans, key=lambda p: _order(p, design))):
+        planned.order = index
+
+
+def _order(planned: Planned, design: Design | None) -> tuple[Any, ...]:
+    """The run's place: the design's `order`, else its recorded start, else its place in the
+    driver logs (log name, section), else its name: a file time (mtime) is never an order,
+    since a copy rewrites it."""
+    place = design.order_key(_file_of(planned)) if design is not None else None
+    if place is not None:
+        return (0, place, planned.key)
+    if planned.started is not None and planned.time_source not in ("design", "option"):
+        return (1, planned.started.replace(tzinfo=None), planned.key)
+    if planned.log_place is not None:
+        return (2, planned.log_place, planned.key)
+    return (3, planned.key)
+
+
+def _key_of(run: RunRow) -> str:
+    """The planned run a stored run came from (runs imported before keys were stored were
+    named by it)."""
+    return run.record.extra.get("import_key") or run.config or ""
+
+
+def _rename(store: Store, run: RunRow, planned: Planned) -> None:
+    """An unchanged file's run, named and placed as the folder now says."""
+    wanted = {"model": planned.model, "config": planned.config,
+              "repeat_index": planned.repeat, "order_index": planned.order,
+              "cell_key": Cell(model=planned.model, model_path=None, config=planned.config,
+                               flags="", repeat=planned.repeat).key}
+    if planned.flags is not None:
+        wanted["flags"] = planned.flags
+    changed = {k: v for k, v in wanted.items() if getattr(run, k) != v}
+    if changed:
+        store.update_run(run.id, **changed)
+
+
 def _finish(store: Store, report: ImportReport, sid: int, new: bool, replaced: list[Any] | None,
-            digests: dict[str, str], opts: ImportOptions, folder: Path) -> None:
+            digests: dict[str, str], opts: ImportOptions, folder: Path,
+            design: Design | None) -> None:
     """Session bookkeeping after the runs: drop a new session that got nothing; with
     --replace (`replaced`: the runs before it), drop the old runs only once new ones are in,
     else keep them and say so."""
@@ -189,8 +283,11 @@ def _finish(store: Store, report: ImportReport, sid: int, new: bool, replaced: l
         store.forget_imported_files(sid)
     for config, digest in digests.items():
         store.set_imported_file(sid, config, digest)
+    facts = design.device.facts() if design is not None and design.device is not None else None
     store.update_session(sid, name=opts.name or folder.name, matrix_name=opts.name or folder.name,
-                         label=opts.label, import_options=opts.model_dump(), ended_at=now())
+                         label=opts.label or (design.label if design is not None else None),
+                         import_options=opts.model_dump(),
+                         **({"device_facts": facts} if facts else {}), ended_at=now())
 
 
 def _digest(plan: Planned) -> str:
@@ -204,125 +301,3 @@ def _digest(plan: Planned) -> str:
     sha.update((plan.trace_digest or "").encode())
     sha.update(json.dumps([plan.entry, plan.state], sort_keys=True, default=str).encode())
     return sha.hexdigest()
-
-
-def _read_text(path: Path) -> tuple[str | None, str | None]:
-    """(text, None) or (None, why it cannot be read as text)."""
-    try:
-        data = read_regular(path)
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
-    reason = text_reason(data)
-    if reason:
-        return None, reason
-    return data.decode("utf-8", errors="replace").lstrip("\ufeff"), None
-
-
-def _rel(found_path: Path, config: str) -> str:
-    """A file's name as the user sees it: under the run's subfolder."""
-    folder = config.rpartition("/")[0]
-    return f"{folder}/{found_path.name}" if folder else found_path.name
-
-
-def _plan(found: Scan, report: ImportReport) -> list[Planned]:
-    """Read what the scan found; every file that cannot be used goes to report.skipped."""
-    skip = report.skipped.append
-    plans: list[Planned] = []
-    entries: dict[str, dict[str, dict[str, Any]]] = {}
-    for rel, logs in found.driver_logs.items():
-        for log in logs:
-            text, why = _read_text(log)
-            got = driver_log_entries(log.name, text) if text is not None else {}
-            stems = {r.csv.stem for r in found.runs if r.config.rpartition("/")[0] == rel}
-            if why or not set(got) & stems:
-                skip((f"{rel}/{log.name}" if rel else log.name,
-                      why or "driver log whose sections name no run of its folder"))
-            entries.setdefault(rel, {}).update(got)
-    for files in found.runs:
-        plan = _plan_run(files, entries.get(files.config.rpartition("/")[0], {}), skip)
-        if plan is not None:
-            plans.append(plan)
-    _plan_stdouts(found, plans, skip)
-    return plans
-
-
-def _plan_run(files: RunFiles, entries: dict[str, dict[str, Any]], skip: Any) -> Planned | None:
-    text, why = _read_text(files.csv)
-    why = why or (csv_reason(text) if text is not None else None)
-    if why or text is None:
-        skip((_rel(files.csv, files.config), why))
-        return None
-    stem = files.config.rpartition("/")[2]
-    prefix, sep, _ = stem.partition("_")
-    plan = Planned(files.config, files.csv, prefix if sep and prefix else None, text,
-                   entry=entries.get(stem), shown=_rel(files.csv, files.config))
-    for side in files.sidecars:
-        body, why = _read_text(side)
-        if body is None:
-            skip((_rel(side, files.config), f"{why} (sidecar; the run imports without it)"))
-        else:
-            plan.sidecars.append((side, body))
-    if files.state is not None:
-        body, why = _read_text(files.state)
-        if body is None:
-            skip((_rel(files.state, files.config), f"{why} (state file)"))
-        else:
-            plan.state = {**parse_state(body), "file": files.state.name}
-    if files.route is not None:
-        plan.trace, plan.trace_digest, why = _trace(files.route)
-        if plan.trace is None:
-            skip((_rel(files.route, files.config), f"not a readable route trace: {why}"))
-            skip((_rel(files.csv, files.config), (f"the traced run's route trace is unreadable: "
-                                                 f"{files.route.name}: {why}")))
-            return None
-    return plan
-
-
-def _trace(route: Path) -> tuple[RouteTrace | None, str | None, str | None]:
-    """(the trace, its bytes' sha256, None), or (None, None, why it cannot be read)."""
-    try:
-        data = read_regular(route)
-        why = text_reason(data)
-        if why is None:
-            trace = parse_route_trace(data.decode("utf-8", errors="replace"))
-            return trace, hashlib.sha256(data).hexdigest(), None
-    except (OSError, ValueError) as exc:
-        why = str(exc)
-    return None, None, why
-
-
-def _plan_stdouts(found: Scan, plans: list[Planned], skip: Any) -> None:
-    """Matrix stdout files: sections that are a CSV run's stdout join it; the others with
-    summary lines become summary-only runs (ingest/sections.py)."""
-    for rel, path in found.stdouts:
-        shown = f"{rel}/{path.name}" if rel else path.name
-        text, why = _read_text(path)
-        if text is None:
-            skip((shown, why))
-            continue
-        secs, empty = import_sections.sections(path, text)
-        if not secs:
-            skip((shown, (f"no {path.stem}.csv (not a sidecar) and no engine summary lines "
-                         "(not a matrix stdout)")))
-            continue
-        for tag in empty:
-            skip((f"{shown} [{tag}]", "section without engine summary lines"))
-        here = [p for p in plans if p.csv_text is not None and p.config.rpartition("/")[0] == rel]
-        trailers = {p.config: import_sections.trailer(p.csv_text or "") for p in here}
-        head = re.split(r"[-_]", path.stem, maxsplit=1)
-        prefix = head[0] if len(head) > 1 and head[0] else None
-        taken = {p.config for p in plans}
-        for sec in secs:
-            name = sec.name if sec.name != "(before the first section)" else path.stem
-            owner = next((p for p in here if import_sections.same_run(
-                sec, p.config.rpartition("/")[2], trailers[p.config])), None)
-            if owner is not None:
-                if not any(s.suffix in (".out", ".log") for s, _ in owner.sidecars):
-                    owner.stdout = sec.lines     # its text and summary lines
-                continue
-            config = f"{rel}/{name}" if rel else name
-            if config in taken:
-                config = f"{rel}/{path.stem}/{name}" if rel else f"{path.stem}/{name}"
-            taken.add(config)
-            plans.append(Planned(config, path, prefix, stdout=sec.lines,
-                                 shown=f"{shown} [{sec.name}]"))

@@ -1,19 +1,24 @@
-"""A matrix driver's stdout (`gptoss-matrix.out`): `==== NAME ====` sections, each the whole
-stdout of one engine run, with its summary lines but no per-token CSV.
+"""Driver logs and matrix stdouts (`qwen-ab-run1.log`, `gptoss-matrix.out`, `driver-k2.log`):
+`==== NAME ====` sections, each the stdout of one engine run.
 
-A section is one of three things:
-- the stdout of a run whose per-token CSV is in the same folder, when its name is the CSV's
-  stem or the stem after its model prefix (`mmap_k2` for `gptoss_mmap_k2.csv`) AND its
-  `generation:` line says the same token count and s/token as the CSV's `# summary` trailer:
-  it then gives that run its text and summary lines (a name alone could be a coincidence);
-- a summary-only run: any other section with engine summary lines (tok/s, prefill, TTFT, I/O,
-  cache hit from the lines; no token rows, so no percentiles);
-- nothing: a section without summary lines (listed as skipped).
+A section with engine summary lines is matched to a per-token CSV of its folder **by
+content**, whatever the names: it is that CSV's stdout when its `generation:` line gives the
+same token count and s/token (or tok/s) as the CSV's `# summary` trailer, and no other figure
+both print (read MiB, cache hit %) disagrees. Names only break a tie between two CSVs that
+match alike. A matched section gives its run the generated text, the entry/exit state lines
+and its place in the driver's order; a section that matches no CSV is a summary-only run
+(tok/s, prefill, TTFT, I/O, cache hit from its lines; no token rows).
+
+State lines (`ENTRY STATE: batt=380 dC, cpu=44400 mC, memavail=... kB, freq=..., waited=180s`,
+`EXIT STATE: ...`, the short `ENTRY:` / `EXIT:` forms, and a wrapped line that continues one)
+are parsed into the run's entry state and never kept as generated text.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator.engines.bmoe_format import (
     match_summary_line,
@@ -22,28 +27,71 @@ from orchestrator.engines.bmoe_format import (
     split_sections,
 )
 
+_STATE = re.compile(r"^(ENTRY|EXIT)(?:\s+STATE)?\s*:\s*(.*)$")
+_ITEM = re.compile(r"(\w+)=(-?\d+(?:\.\d+)?)\s*(dC|mC|kB|s|%)?")
+_STATE_KEYS = {"batt": "batt_temp_dC", "cpu": "cpu_temp_mC", "memavail": "mem_avail_kb",
+               "mem": "mem_avail_kb", "freq": "cpu_khz", "waited": "waited_s",
+               "lvl": "batt_level_pct", "level": "batt_level_pct"}
+NO_NAME = "(before the first section)"
+
 
 @dataclass
 class Section:
     name: str                  # the section's tag
-    source: Path               # the stdout file
-    lines: list[str]
+    source: Path               # the log holding it
+    index: int                 # its place in the log (the driver's order)
+    lines: list[str]           # without state lines
+    entry: dict[str, Any] = field(default_factory=dict)
+    exit: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def generation(self) -> dict | None:
-        return parse_summary_lines(self.lines).get("generation")
+    def parsed(self) -> dict[str, Any]:
+        return parse_summary_lines(self.lines)
+
+    @property
+    def has_summary(self) -> bool:
+        return any(match_summary_line(line) for line in self.lines)
 
 
-def sections(source: Path, text: str) -> tuple[list[Section], list[str]]:
-    """(sections with summary lines, names of those without)."""
-    found, empty = [], []
-    for tag, body in split_sections(text):
-        lines = body.splitlines()
-        if any(match_summary_line(line) for line in lines):
-            found.append(Section(tag or "(before the first section)", source, lines))
-        elif tag:
-            empty.append(tag)
-    return found, empty
+def sections(source: Path, text: str) -> list[Section]:
+    """Every section of a log (tagged or not) with something in it, in file order."""
+    out = []
+    for index, (tag, body) in enumerate(split_sections(text)):
+        lines, entry, exit_ = split_state(body.splitlines())
+        if tag.upper() == "DONE" and not any(l.strip() for l in lines):
+            continue
+        if tag or any(l.strip() for l in lines):
+            out.append(Section(tag or NO_NAME, source, index, lines, entry, exit_))
+    return out
+
+
+def split_state(lines: list[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:
+    """(the other lines, entry state, exit state) of a section's lines."""
+    kept: list[str] = []
+    states: dict[str, dict[str, Any]] = {"ENTRY": {}, "EXIT": {}}
+    current: str | None = None
+    for line in lines:
+        head = _STATE.match(line.strip())
+        if head:
+            current = head.group(1)
+            states[current].update(_items(head.group(2)))
+            continue
+        if current is not None and _ITEM.search(line) and ":" not in line and len(line) < 200:
+            states[current].update(_items(line))     # a state line wrapped by the terminal
+            continue
+        current = None
+        kept.append(line)
+    return kept, states["ENTRY"], states["EXIT"]
+
+
+def _items(text: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value, _unit in _ITEM.findall(text):
+        name = _STATE_KEYS.get(key)
+        if name is not None and name not in out:
+            number = float(value)
+            out[name] = int(number) if number.is_integer() else number
+    return out
 
 
 def trailer(csv_text: str) -> dict:
@@ -54,13 +102,31 @@ def trailer(csv_text: str) -> dict:
     return {}
 
 
-def same_run(section: Section, stem: str, csv_trailer: dict) -> bool:
-    """Whether the section is the stdout of the run of `<stem>.csv` (see the module doc)."""
-    _, sep, rest = stem.partition("_")
-    if section.name not in (stem, rest if sep else stem):
+def same_figures(section: Section, csv_trailer: dict) -> bool:
+    """Whether the section's summary lines print what the CSV's trailer says (module doc)."""
+    parsed = section.parsed
+    gen = parsed.get("generation") or {}
+    if not gen or not csv_trailer or gen.get("tokens") != csv_trailer.get("tokens"):
         return False
-    gen = section.generation
-    if not gen or not csv_trailer:
+    pairs = [(gen.get("s_per_token"), csv_trailer.get("s/tok")),
+             (gen.get("tok_per_s"), csv_trailer.get("tok/s"))]
+    if not any(a is not None and b is not None for a, b in pairs):
         return False
-    return (gen.get("tokens") == csv_trailer.get("tokens")
-            and gen.get("s_per_token") == csv_trailer.get("s/tok"))
+    read = (parsed.get("moe_stream") or {}).get("read_mib")
+    hit = (parsed.get("moe_cache") or {}).get("hit_pct")
+    pairs += [(read, csv_trailer.get("read_MiB")), (hit, csv_trailer.get("cache_hit_pct"))]
+    return all(_close(a, b) for a, b in pairs if a is not None and b is not None)
+
+
+def _close(a: Any, b: Any) -> bool:
+    try:
+        return abs(float(a) - float(b)) <= 1e-9 + 1e-6 * abs(float(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def name_matches(section: Section, stem: str) -> bool:
+    """The section is named after the CSV: its stem, or the stem after its first `_`/`-`
+    word (`mmap_k2` for `gptoss_mmap_k2`, `lru_a` for `qwen-lru_a`)."""
+    rest = re.split(r"[-_]", stem, maxsplit=1)
+    return section.name == stem or (len(rest) == 2 and section.name == rest[1])

@@ -4,8 +4,9 @@ A measured run gets its start facts from its cooldown and first agent sample; an
 from the files the study left beside its CSVs, so the same comparability checks
 (results/drift.py) run on it:
 - the `.metrics` sidecar's `*_before_*` values (docs/formats.md §4);
-- a driver log (`driver*.log`): a `==== NAME ====` section per run with an
-  `ENTRY STATE: batt=380 dC, memavail=... kB, freq=..., waited=180s` line;
+- a driver log's section matched to the run (ingest/sections.py): its
+  `ENTRY STATE: batt=380 dC, cpu=44400 mC, memavail=... kB, freq=..., waited=180s` and
+  `EXIT STATE:` lines;
 - a `<tag>.state` file: `--- BEFORE ---` / `--- AFTER ---` blocks with the date, each CPU
   policy's `scaling_max= hw_max= cur=` (the frequency cap a thermal governor set), meminfo's
   MemAvailable, `battery_temp_dC:` and Android's `Thermal Status: N`.
@@ -110,7 +111,7 @@ def start_state(sidecar: dict[str, Any] | None, entry: dict[str, Any] | None,
     launched the engine), the driver log's entry state, the `.state` file's BEFORE block."""
     side, entry = sidecar or {}, entry or {}
     before = (state or {}).get("before") or {}
-    temps = {"cpu_temp_mC": side.get("cpu_temp_before_mC"),
+    temps = {"cpu_temp_mC": _first(side.get("cpu_temp_before_mC"), entry.get("cpu_temp_mC")),
              "batt_temp_dC": _first(side.get("batt_temp_before_dC"), entry.get("batt_temp_dC"),
                                     before.get("batt_temp_dC"))}
     temps = {k: int(v) for k, v in temps.items() if _is_number(v)}
@@ -141,14 +142,33 @@ def start_facts(row: RunRow, entry: EntryState | None) -> list[str]:
     if bits:
         out.append("start: " + ", ".join(bits))
     driver = (entry.driver if entry else None) or {}
-    if driver.get("cpu_khz") is not None:
-        out.append(f"driver entry ({driver.get('log')}): CPU {driver['cpu_khz']} kHz")
+    for when, values in (("entry", driver), ("exit", driver.get("exit") or {})):
+        line = _state_line(values)
+        if line:
+            out.append(f"driver {when} ({driver.get('log')}): {line}")
     state = (entry.state if entry else None) or {}
     for when in ("before", "after"):
         block = state.get(when)
         if block:
             out.append(f"{when} ({state.get('file')}): " + _block_line(block))
     return out
+
+
+# (key, label, unit, divisor) of a driver log's ENTRY/EXIT state line
+_STATE_SHOWN = (("cpu_khz", "CPU", "kHz", 1), ("cpu_temp_mC", "CPU", "°C", 1000),
+                ("batt_temp_dC", "battery", "°C", 10), ("batt_level_pct", "battery level", "%", 1),
+                ("mem_avail_kb", "MemAvailable", "kB", 1), ("waited_s", "waited", "s", 1))
+
+
+def _state_line(values: dict[str, Any]) -> str:
+    """A driver log's entry or exit state as `orch show` prints it ("" when it has none)."""
+    bits = []
+    for key, label, unit, divisor in _STATE_SHOWN:
+        value = values.get(key)
+        if _is_number(value):
+            shown = f"{value / divisor:g}" if divisor != 1 else str(value)
+            bits.append(f"{label} {shown} {unit}".replace(" %", "%"))
+    return ", ".join(bits)
 
 
 def _block_line(block: dict[str, Any]) -> str:

@@ -2,13 +2,16 @@
 imported run and a measured one agree; then the facts only files give (ingest/importer.py
 decides which files belong together).
 
-A run's times are its files' times: it ended when its per-token CSV was last written (the
-trailer), and started that long before as its load, prefill and decode took; never the import
-time. A summary-only run (a matrix stdout section) has no file of its own: no times.
+A run's start is what the study recorded (ingest/when.py) or was told (a design file,
+`--measured`); only when nothing says it, its file time: it ended when its per-token CSV was
+last written (the trailer), and started that long before as its load, prefill and decode took,
+with time_source `mtime`. Never the import time. A per-token column of a quantity that cannot
+be 0 (RSS, free RAM) that is 0 on every row is not stored: it was not measured.
 """
 from __future__ import annotations
 
 import datetime as dt
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,19 +35,33 @@ _MIB_PER_GIB = KIB_PER_GIB / 1024
 
 @dataclass
 class Planned:
-    """A run about to be imported: what was read for it."""
+    """A run about to be imported: what was read for it, then what the importer decided."""
 
-    config: str                          # the run's name in the session
-    source: Path                         # its per-token CSV, or the stdout holding its section
-    model_prefix: str | None             # the file-name part a --model PREFIX=NAME rule matches
+    key: str                             # unique in the folder: its stem under its subfolder
+    source: Path                         # its per-token CSV, or the log holding its section
     csv_text: str | None = None          # None: a summary-only run
     sidecars: list[tuple[Path, str]] = field(default_factory=list)
-    stdout: list[str] = field(default_factory=list)   # a matrix stdout section's lines
+    stdout: list[str] = field(default_factory=list)   # a matched log section's lines
     trace: RouteTrace | None = None
     trace_digest: str | None = None      # sha256 of the trace file's bytes
-    entry: dict[str, Any] | None = None  # driver log ENTRY STATE
+    entry: dict[str, Any] | None = None  # driver log ENTRY (and "exit") STATE
     state: dict[str, Any] | None = None  # .state BEFORE/AFTER blocks (+ "file")
-    shown: str = ""                      # how messages name it: file [section]
+    shown: str = ""                      # its file relative to the folder [its section]
+    settings: dict[str, Any] = field(default_factory=dict)   # the CSV preamble's key=values
+    trailer: dict[str, Any] = field(default_factory=dict)    # its last `# summary`
+    sidecar: dict[str, Any] | None = None                    # its `.metrics` values
+    log_place: tuple[str, int] | None = None   # (log, section index) it was matched to
+    # decided by the importer (ingest/importer.py) before it is written
+    model: str = "-"
+    config: str = ""
+    repeat: int = 0
+    order: int = 0
+    started: dt.datetime | None = None   # recorded (ingest/when.py), design or --measured
+    time_source: str | None = None
+    flags: str | None = None             # a design config's flags, else the settings
+    engine_build: str | None = None      # the design's, for files that name no build
+    model_size: int | None = None        # the design's model file size in bytes
+    warnings: list[str] = field(default_factory=list)
 
 
 class _TokenMemory:
@@ -95,21 +112,24 @@ def _sidecar_values(sidecars: list[tuple[Path, str]]) -> tuple[dict[str, Any] | 
 
 
 def write_run(store: Store, adapter: Any, session_id: int, device_id: int, plan: Planned,
-              order: int, model_of: Callable[[Any], str], start: Callable[..., Any]) -> list[str]:
-    """Store the run; return its parse problems (a missing trailer is its status instead).
-    `model_of`: the run's model from its preamble's `model=` (None without one); `start`:
-    import_state.start_state, called with (sidecar, entry, state)."""
+              start: Callable[..., Any]) -> list[str]:
+    """Store the run as the importer named and placed it (plan.model, config, repeat, order,
+    started, flags); return its parse problems (a missing trailer is its status instead).
+    `start`: ingest/state.start_state, called with (sidecar, entry, state)."""
     sidecar, out_lines = _sidecar_values(plan.sidecars)
     out_lines += plan.stdout
+    cell = _cell(plan.config, plan.model, plan.repeat)
     run_id = store.create_run(uid=uuid.uuid4().hex[:16], session_id=session_id,
-                              device_id=device_id, cell_key=_cell(plan.config, "-").key,
-                              model="-", config=plan.config, flags=None, repeat_index=0,
-                              order_index=order, status="running", engine=adapter.name,
-                              superseded=False, remote_dir=str(plan.source))
+                              device_id=device_id, cell_key=cell.key, model=plan.model,
+                              config=plan.config, flags=None, repeat_index=plan.repeat,
+                              order_index=plan.order, status="running", engine=adapter.name,
+                              superseded=False, remote_dir=str(plan.source),
+                              source_file=plan.shown)
     memory = _TokenMemory()
     parser = adapter.new_parser()
     recorder = RunRecorder(store, run_id, parser, on_token=memory)
-    for line in (plan.csv_text or "").splitlines():
+    csv_lines, unmeasured = not_measured((plan.csv_text or "").splitlines())
+    for line in csv_lines:
         recorder.handle("C\t" + line)
     for line in out_lines:
         recorder.handle("O\t" + line)
@@ -125,17 +145,74 @@ def write_run(store: Store, adapter: Any, session_id: int, device_id: int, plan:
     if plan.trace is not None:
         record.route_trace = plan.trace.meta()
         store.insert_route(run_id, plan.trace.rows)
-    model = model_of(record.settings.get("model"))
+    record.extra["import_key"] = plan.key
     status, cause = _status(plan, record)
-    started, ended = _times(plan, record)
+    started, ended, source = _times(plan, record)
     temps, free_kb = start(sidecar, plan.entry, plan.state)
+    warnings = plan.warnings + [f"{column} is 0 on every token: not measured (the program "
+                                f"that wrote the CSV could not read it), shown as —"
+                                for column in unmeasured]
+    flags = plan.flags if plan.flags is not None else \
+        " ".join(f"{k}={v}" for k, v in record.settings.items()) or None
+    build = record.engine_build or build_of(plan.trailer, out_lines) or plan.engine_build
     store.update_run(run_id, status=status, cause=cause, summary=record.stored(),
-                     text=record.text or None, engine_build=record.engine_build, model=model,
-                     cell_key=_cell(plan.config, model).key,
-                     flags=" ".join(f"{k}={v}" for k, v in record.settings.items()) or None,
-                     started_at=started, ended_at=ended, temp_start=temps,
-                     mem_avail_start_kb=free_kb, cooldown_s=(plan.entry or {}).get("waited_s"))
+                     text=record.text or None, engine_build=build, model_size=plan.model_size,
+                     flags=flags, started_at=started, ended_at=ended, time_source=source,
+                     temp_start=temps, mem_avail_start_kb=free_kb, warnings=warnings or None,
+                     cooldown_s=(plan.entry or {}).get("waited_s"))
     return [e for e in record.errors if "no '# summary' trailer" not in e]
+
+
+_BUILD_LINE = re.compile(r"^\s*(?:engine\s+)?(build|commit|version)\s*[:=]\s*(\S.*?)\s*$",
+                         re.IGNORECASE)
+
+
+def build_of(trailer: dict[str, Any], lines: list[str]) -> str | None:
+    """The engine build the files name: the trailer's `build=` / `commit=`, else a log line
+    `build: 3cb7ffb (10453)` (llama.cpp prints one), `commit: ...`, `version: ...`."""
+    for key in ("build", "commit", "engine_build", "version"):
+        if trailer.get(key) not in (None, ""):
+            return str(trailer[key])
+    for line in lines:
+        found = _BUILD_LINE.match(line)
+        if found:
+            return found.group(2)
+    return None
+
+
+# Per-token columns of quantities that are never 0 on a running system: 0 on every row means
+# the CSV's writer could not read them (Windows has no /proc), not that they were 0.
+NEVER_ZERO = ("rss_mib", "rss_anon_mib", "mem_available_mib", "mem_free_mib")
+
+
+def not_measured(lines: list[str]) -> tuple[list[str], list[str]]:
+    """(the lines without the NEVER_ZERO columns that are 0 on every row, those columns)."""
+    header = next((i for i, line in enumerate(lines) if line.startswith("step,")), None)
+    if header is None:
+        return lines, []
+    columns = lines[header].rstrip("\r").split(",")
+    wanted = {i: c for i, c in enumerate(columns) if c.strip() in NEVER_ZERO}
+    if not wanted:
+        return lines, []
+    rows = [line.split(",") for line in lines[header + 1:] if line[:1].isdigit()]
+    dead = [i for i in wanted if rows and all(len(r) == len(columns) and _zero(r[i])
+                                             for r in rows)]
+    if not dead:
+        return lines, []
+    keep = [i for i in range(len(columns)) if i not in dead]
+    out = lines[:header]
+    for line in lines[header:]:
+        fields = line.split(",")
+        out.append(",".join(fields[i] for i in keep) if len(fields) == len(columns)
+                   and (line[:1].isdigit() or line.startswith("step,")) else line)
+    return out, [wanted[i].strip() for i in dead]
+
+
+def _zero(text: str) -> bool:
+    try:
+        return float(text) == 0.0
+    except ValueError:
+        return False
 
 
 def _status(plan: Planned, record: RunRecord) -> tuple[str, str | None]:
@@ -146,19 +223,30 @@ def _status(plan: Planned, record: RunRecord) -> tuple[str, str | None]:
     return "interrupted", "no '# summary' trailer: the run was killed or the file cut"
 
 
-def _times(plan: Planned, record: RunRecord) -> tuple[dt.datetime | None, dt.datetime | None]:
-    """(started, ended) from the files: the CSV was last written when the run ended (its
-    trailer); the start is that minus load, prefill and decode, when the record has them."""
+def _times(plan: Planned, record: RunRecord
+           ) -> tuple[dt.datetime | None, dt.datetime | None, str | None]:
+    """(started, ended, time_source). A start the study recorded (plan.started, ingest/when.py)
+    or was given (design, --measured) ends that long after as load, prefill and decode took;
+    else the CSV was last written when the run ended (its trailer), and it started that long
+    before: a guess from the file time, said so by time_source `mtime`."""
+    took = _duration(record)
+    if plan.started is not None:
+        return plan.started, plan.started + took if took is not None else None, \
+            plan.time_source
     if plan.csv_text is None:
-        return None, None
+        return None, None, "unknown"
     ended = dt.datetime.fromtimestamp(plan.source.stat().st_mtime, dt.UTC)
+    return (ended - took if took is not None else None), ended, "mtime"
+
+
+def _duration(record: RunRecord) -> dt.timedelta | None:
     ttft = record.ttft_s if record.ttft_s is not None else \
         (record.load_s or 0.0) + (record.prefill_s or 0.0)
     if not record.tokens or not record.decode_tps or not ttft:
-        return None, ended
-    return ended - dt.timedelta(seconds=ttft + record.tokens / record.decode_tps), ended
+        return None
+    return dt.timedelta(seconds=ttft + record.tokens / record.decode_tps)
 
 
-def _cell(config: str, model: str) -> Cell:
-    """An imported run is the one repeat of the cell (its model, config = its name)."""
-    return Cell(model=model, model_path=None, config=config, flags="", repeat=0)
+def _cell(config: str, model: str, repeat: int) -> Cell:
+    """An imported run's cell: its model, config and repeat as the importer named them."""
+    return Cell(model=model, model_path=None, config=config, flags="", repeat=repeat)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pandas as pd
 
+from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions, devices_by_name
 from orchestrator.db.store import Store
@@ -92,6 +93,8 @@ class ReportData:
     imported_files: dict[int, Any]  # session id -> {stem: imported_file row}
     tokens: pd.DataFrame | None = None     # kept for the plots (None when not read)
     samples: pd.DataFrame | None = None
+    # session id -> the design file its import applied (config/design.py), None without one
+    designs: dict[int, Design | None] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[RunView]:
@@ -282,11 +285,12 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | None = None,
     for f in Sessions(store).imported_files(sids):
         files.setdefault(f.session_id, {})[f.path] = f
     matrices = {s.id: s.matrix_data for s in sessions}
+    designs = {s.id: session_design(s) for s in sessions}
     # each (model, device) group against its own model's baseline; Holm across all of them
-    ab = ab_groups(rows, records, parsed, baseline)
+    ab = ab_groups(rows, records, parsed, baseline, designs=designs)
     return ReportData(sessions=sessions, devices=devices, runs=runs,
                       groups=_groups(runs, ab, parsed),
-                      matrices=matrices, imported_files=files,
+                      matrices=matrices, imported_files=files, designs=designs,
                       tokens=cache.frames.get("token") if keep_frames else None,
                       samples=cache.frames.get("sample") if keep_frames else None)
 

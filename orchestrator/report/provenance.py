@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.db.runs import RunRow
 from orchestrator.record import load_record
 from orchestrator.report.cells import id_list
 from orchestrator.report.context import ReportData, RunView
@@ -165,8 +166,16 @@ def runs_table(data: ReportData) -> Table:
                        md_escape(row.model or "-"), md_escape(row.config),
                        str(row.repeat_index + 1), md_escape(status),
                        str(int(r.stats.get("n") or 0)),
-                       when(row.started_at), when(row.ended_at), cooldown, md_code(row.flags)])
+                       _started(row), when(row.ended_at), cooldown, md_code(row.flags)])
     return t
+
+
+def _started(row: RunRow) -> str:
+    """The start as stored: orch's clock (UTC, as the report's header says) or a study's local
+    time as it wrote it; a file's mtime is marked, as it is when the file was last written."""
+    if row.started_at is not None and row.clock == "file":
+        return f"{when(row.started_at)} (file time)"
+    return when(row.started_at)
 
 
 def _prompt_from_argv(argv: Any) -> str | None:

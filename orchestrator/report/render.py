@@ -90,9 +90,23 @@ def _device_line(name: str, dev: Any) -> str:
             f.get("prop.ro.soc.model") or f.get("cpu_model") or "",
             f"{f['cores']} cores" if f.get("cores") else "",
             f"{gib_from_kb(f['mem_total_kb'])} RAM" if f.get("mem_total_kb") else "",
+            f.get("storage") or "",      # a design file's (config/design.py) or a probe's
             f.get("os") or ""]
     detail = ", ".join(b for b in bits if b)
     return md.md_escape(f"{name} ({detail})" if detail else name)
+
+
+def _measured_from_files(rows: Sequence[Any]) -> str:
+    """When imported runs ran, as their files tell it: the range of the local wall-clock times
+    the study recorded (no zone: it wrote none), and how many runs have only a file's mtime,
+    which says when a file was last written, not when its run ran (RunRow.clock)."""
+    local = [r for r in rows if r.clock == "local"]
+    times = [t for r in local for t in (r.started_at, r.ended_at) if t is not None]
+    file_only = len(rows) - len(local)
+    if not times:
+        return "times unknown (file times)"
+    text = f"measured {when(min(times))} → {when(max(times))} (local time, from the files)"
+    return text + (f"; {file_only} run(s) with file times only" if file_only else "")
 
 
 def header(data: context.ReportData) -> dict[str, Any]:
@@ -117,13 +131,10 @@ def header(data: context.ReportData) -> dict[str, Any]:
     kinds = {s.kind for s in data.sessions}
     period = (f"{when(min(starts))} → {when(max(starts))} UTC" if starts else DASH)
     if kinds == {"import"}:
-        # imported runs carry their files' times (ingest/importer.py), the session the import's
-        measured = [t for r in rows for t in (r.started_at, r.ended_at) if t is not None]
+        # imported runs carry the times their files recorded, the session when it was imported
         imported = [s.ended_at for s in data.sessions if s.ended_at is not None]
-        period = "; ".join(
-            ([f"measured {when(min(measured))} → {when(max(measured))} UTC (file times)"]
-             if measured else []) +
-            ([f"imported {when(max(imported))} UTC"] if imported else [])) or DASH
+        period = "; ".join([_measured_from_files(rows)]
+                           + ([f"imported {when(max(imported))} UTC"] if imported else []))
     failed = data.failed
     return {
         "title": md.md_escape(data.title),
@@ -175,8 +186,10 @@ def document_context(data: context.ReportData, plots: dict[str, list[Any]] | Non
                        "pressure_caption": pressure_caption(pressure),
                        "ab": ab, "ab_note": ab_note,
                        "plots": (plots or {}).get(g.slug, []),
-                       "warnings": [c for c in caveats if (c.model, c.device) == (g.model, g.device)]})
+                       "warnings": [c for c in caveats if (c.model, c.device) == (g.model, g.device)],
+                       **sections.design_group(data, g)})
     return {"data": data, "header": header(data), "groups": groups,
+            "design": sections.design_document(data),     # an import's design file
             "captions": sections.CAPTIONS, "left_out": sections.left_out(data.runs),
             "provenance": provenance.build(data), "plot_note": plot_note,
             "generated": when(dt.datetime.now(dt.UTC)),

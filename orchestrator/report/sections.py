@@ -11,9 +11,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.report import ab_table as ab_rows
+from orchestrator.report import design_notes
 from orchestrator.report.cells import id_list
 from orchestrator.report.columns import REPORT_PRESSURE, REPORT_THROUGHPUT, TableSpec
-from orchestrator.report.context import ConfigAgg, Group, RunView, left_out_line
+from orchestrator.report.context import (
+    ConfigAgg,
+    Group,
+    ReportData,
+    RunView,
+    left_out_line,
+)
 from orchestrator.report.markdown import Table, md_escape
 from orchestrator.stats.divergence import divergence
 from orchestrator.stats.values import DASH
@@ -112,3 +119,22 @@ def departs(base: str | None, text: str | None, is_base: bool) -> str:
 
 def left_out(runs: list[RunView]) -> list[str]:
     return [md_escape(left_out_line(r)) for r in runs if not r.ok]
+
+
+# ---- what an import's design file adds (report/design_notes.py) --------------------------
+
+def design_group(data: ReportData, group: Group) -> dict[str, Any]:
+    """A group's model note (above its tables) and the notes on its configs (under them),
+    from the design files of the group's sessions."""
+    designs = [data.designs.get(sid) for sid in dict.fromkeys(r.row.session_id for r in group.runs)]
+    return {"model_note": design_notes.model_note(designs, group.model),
+            "config_notes": design_notes.config_notes(designs, [a.config for a in group.configs])}
+
+
+def design_document(data: ReportData) -> dict[str, Any]:
+    """The session notes (under the description) and the Configs legend (before the first
+    group's tables)."""
+    designs = list(data.designs.values())
+    return {"session_notes": design_notes.session_notes(designs),
+            "legend": design_notes.legend(designs, [r.row.config for r in data.runs]),
+            "legend_caption": design_notes.LEGEND_CAPTION}

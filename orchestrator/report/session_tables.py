@@ -1,7 +1,10 @@
 """`orch table`: a stored session's per-run tables as markdown, csv or json.
 
 Each (model, device) group opens with the model's facts (results/model_facts.py), then the
-tables asked for; rows carry the matrix's labels (`labels:`), imported runs their file stem.
+tables asked for; rows carry the matrix's labels (`labels:`), imported runs their file stem
+or their design file's config name. An import's design file (config/design.py) adds, in
+markdown only, its session note and a Configs legend (label, flags, files) at the top and its
+model and config notes under each group's tables.
 Table kinds: "model" (the facts), the specs of report/columns.py (TABLES: their columns and
 captions), and "ab" (results/ab.py).
 """
@@ -13,10 +16,11 @@ from typing import Any
 
 import pandas as pd
 
+from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
-from orchestrator.report import ab_table, tables
+from orchestrator.report import ab_table, design_notes, tables
 from orchestrator.report.columns import TABLES
 from orchestrator.report.formatting import records
 from orchestrator.report.markdown import md_escape
@@ -68,6 +72,11 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
     from orchestrator.results.drift import session_warnings
 
     caveats = session_warnings(store, session_id)
+    designs = [session_design(session)]     # an import's design file: its notes and labels
+    parts += [note + "\n" for note in design_notes.session_notes(designs)]
+    legend = design_notes.markdown_block(designs, [r.config for r in rows])
+    if legend:
+        parts.append(legend)
     for (model, device), members in groups:
         if len(groups) > 1 or model != "-":
             parts.append(f"### {tables.group_title(model, device, members[0].engine)}\n")
@@ -89,12 +98,20 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
             if grid is not None:
                 parts.append(tables.pivot_caption(matrix) + "\n")
                 parts.append(md_render(grid) + "\n")
+        parts += [n + "\n" for n in _group_notes(designs, model, members)]
         # warnings next to the group's rows they concern (drift.py)
         warnings = markdown_block(c for c in caveats if (c.model, c.device) == (model, device))
         if warnings:
             parts.append(warnings)
     note = "".join(failure_line(r) + "\n" for r in rows if r.status != "ok")
     return "\n".join(parts) + ("\n" + note if note else "")
+
+
+def _group_notes(designs: list[Design | None], model: str, members: Sequence[RunRow]) -> list[str]:
+    """The design's note on the model, then on each of the group's configs, under its tables."""
+    note = design_notes.model_note(designs, model)
+    configs = list(dict.fromkeys(r.config for r in members))
+    return ([note] if note else []) + design_notes.config_notes(designs, configs)
 
 
 def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "md",

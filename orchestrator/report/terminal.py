@@ -4,6 +4,7 @@ which header, is report/columns.py (SESSION, LISTING, SHOW), written by the one 
 (orchestrator.report.formatting), so a figure reads here as in `orch table` and the report."""
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from rich.console import Console
@@ -13,7 +14,8 @@ from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.report.columns import LISTING, SESSION, SHOW
-from orchestrator.stats.values import DAGGER, DASH, is_missing
+from orchestrator.report.formatting import when
+from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
 
 def stats_for_runs(store: Store, run_rows: list[RunRow]) -> dict[int, dict[str, Any]]:
@@ -52,6 +54,16 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
         console.print(f"[yellow]comparability[/]: {warning}")
 
 
+def _listed_start(row: RunRow) -> str:
+    """`orch runs`' "started" cell: to the minute, as stored. A study's local time is shown as
+    the study wrote it; a file's mtime says it is one, since the run may have started well
+    before its file was last written."""
+    if row.started_at is None:
+        return DASH
+    text = row.started_at.strftime("%Y-%m-%d %H:%M")
+    return f"{text} (file time)" if row.clock == "file" else text
+
+
 def print_runs(console: Console, store: Store, session_id: int | None, limit: int) -> None:
     rows = store.runs(session_id, limit=limit)
     if not rows:
@@ -65,11 +77,38 @@ def print_runs(console: Console, store: Store, session_id: int | None, limit: in
         table.add_column(col.header, justify=col.justify)
     for row in rows:
         s = stats.get(row.id, {})
-        started = row.started_at.strftime("%Y-%m-%d %H:%M") if row.started_at else DASH
-        table.add_row(str(row.id), str(row.session_id), started, row.device,
+        table.add_row(str(row.id), str(row.session_id), _listed_start(row), row.device,
                       row.matrix_name or row.session_name or "", row.config, _status(row),
                       *(col.text(s) for col in LISTING.columns))
     console.print(table)
+
+
+def _iso(t: dt.datetime | None, row: RunRow) -> str | None:
+    """A stored time as ISO 8601, with no offset added: a study's local time has no zone (a
+    database that attached one to it, PostgreSQL's timestamptz, has it dropped again)."""
+    if t is None:
+        return None
+    return (t.replace(tzinfo=None) if row.clock == "local" else t).isoformat()
+
+
+def runs_json(store: Store, session_id: int | None, limit: int) -> list[dict[str, Any]]:
+    """`orch runs --format json`: one object per run, newest first (docs/formats.md, "When an
+    imported run ran"). `repeat_index` is 0-based as stored (the table's "rep" is it + 1);
+    `time_source` null means orch's own clock, UTC; `settings` is an import's `flags` parsed
+    (null for a live run, whose `flags` are engine flags); `tokens` and `mean_tok_s` are the
+    figures the table shows, unformatted."""
+    rows = store.runs(session_id, limit=limit)
+    stats = stats_for_runs(store, rows) if rows else {}
+    return [{"id": row.id, "session": row.session_id, "session_name": row.session_name,
+             "device": row.device, "matrix": row.matrix_name, "model": row.model,
+             "config": row.config, "repeat_index": row.repeat_index,
+             "order_index": row.order_index, "status": row.status,
+             "started_at": _iso(row.started_at, row), "ended_at": _iso(row.ended_at, row),
+             "time_source": row.time_source, "source_file": row.source_file,
+             "settings": row.settings, "flags": row.flags, "engine_build": row.engine_build,
+             "tokens": plain(stats.get(row.id, {}).get("n")),
+             "mean_tok_s": plain(stats.get(row.id, {}).get("mean"))}
+            for row in rows]
 
 
 def print_run(console: Console, store: Store, run_id: int) -> None:
@@ -82,6 +121,8 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
                   + f", {stats.get('n', 0)} tokens, engine {row.engine}")
     console.print(f"flags: {row.flags or '(none)'}", highlight=False)
+    for line in when_lines(row):
+        console.print(line, highlight=False, markup=False)
     from orchestrator.ingest.state import start_facts
 
     for line in start_facts(row, row.record.entry_state):
@@ -98,6 +139,30 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     if row.status != "ok":
         for line in failure_details(store, row):
             console.print(line, highlight=False, markup=False)
+
+
+# what recorded an imported run's start, in `orch show`'s words (run.time_source)
+_SOURCE_WORDS = {"file name": "the file name", "preamble": "the CSV's preamble",
+                 "trailer": "the CSV's trailer", "metrics": "the .metrics sidecar",
+                 "log": "the log", "design": "the study's design", "option": "an import option"}
+
+
+def when_lines(row: RunRow) -> list[str]:
+    """When the run started, saying which clock said so (a study's local time is never called
+    UTC, a file's mtime is called a guess), and the file an imported run was read from."""
+    start = when(row.started_at)
+    if row.clock == "orch":
+        return [f"started {start} UTC" if row.started_at else f"started {DASH}"]
+    if row.started_at is None:
+        lines = ["started: not recorded in the files"]
+    elif row.clock == "local":
+        words = _SOURCE_WORDS.get(row.time_source or "", f"the {row.time_source}")
+        lines = [f"started {start} (from {words}, local time)"]
+    else:
+        mtime = "from the file's mtime: the files did not record when it ran"
+        lines = [f"started {start} ({mtime})"]
+    source = row.source_file or row.remote_dir     # imports before source_file: the path
+    return lines + ([f"source: {source}"] if source else [])
 
 
 STDERR_TAIL = 10   # lines of the engine's stderr `orch show` prints for a run that failed

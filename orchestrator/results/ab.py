@@ -2,8 +2,10 @@
 uncertainty a reader can check (docs/architecture.md, "Statistics").
 
 - The baseline is chosen per group, never across models or devices: `--baseline` where that
-  config ran in the group, else the matrix's `baseline_for(model)`, else (imported sessions,
-  which have no matrix) the group's first config in run order.
+  config ran in the group, else the matrix's `baseline_for(model)`; an imported session has
+  no matrix: its design file's `baseline_for(model)` (config/design.py), else a config whose
+  name has the word `baseline` or `base` (`qwen_base_ov`: study folders name their reference
+  run so), else the group's first config in run order.
 - Each config's mean decode tok/s comes with its 95% interval over its ok runs' means, and its
   change from the baseline with an interval on the % change and a p-value
   (`uncertainty.compare`): paired by round when both ran in every round back to back (an
@@ -16,6 +18,7 @@ uncertainty a reader can check (docs/architecture.md, "Statistics").
 """
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -23,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow
 from orchestrator.results.query import by_model_and_device
@@ -100,19 +104,36 @@ def _by_round(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]]
     return {(r.session_id, r.repeat_index or 0): stats.get(r.id, {}).get("mean") for r in runs}
 
 
+_BASE_WORD = re.compile(r"(?:^|[_-])(?:baseline|base)(?:$|[_-])", re.IGNORECASE)
+
+
+def named_baseline(configs: Sequence[str]) -> str | None:
+    """The first config whose name has `baseline` or `base` as a whole `_`/`-` separated
+    word (`qwen_base_ov`, `baseline-k8`; not `database` or `basement`)."""
+    return next((c for c in configs if _BASE_WORD.search(c)), None)
+
+
+def choose_baseline(model: str, configs: Sequence[str], matrix: Matrix | None = None,
+                    design: Design | None = None, override: str | None = None) -> str:
+    """A group's baseline: `override` where it ran in the group, else the matrix's, else the
+    import's design file's, else a config named as one, else the first in run order."""
+    if override is not None and override in configs:
+        return override
+    if matrix is not None:
+        return matrix.baseline_for(model)
+    chosen = design.baseline_for(model) if design is not None else None
+    return chosen or named_baseline(configs) or next(iter(configs), "")
+
+
 def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, Mapping[str, Any]],
-           matrix: Matrix | None, override: str | None) -> ABGroup | None:
+           matrix: Matrix | None, override: str | None,
+           design: Design | None = None) -> ABGroup | None:
     configs: dict[str, list[Any]] = {}
     for r in members:
         configs.setdefault(r.config, []).append(r)
     if len(configs) < 2:
         return None                     # nothing to compare with
-    if override is not None and override in configs:
-        baseline = override
-    elif matrix is not None:
-        baseline = matrix.baseline_for(model)
-    else:
-        baseline = next(iter(configs))      # an import: the first config in run order
+    baseline = choose_baseline(model, list(configs), matrix, design, override)
     if baseline not in configs:
         return ABGroup(model, device, baseline, [], f"The baseline {baseline} did not run in "
                                                     f"this group: no A/B comparison.")
@@ -155,17 +176,20 @@ def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, M
 
 def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
               matrices: Mapping[int, Matrix | None], baseline: str | None = None,
-              alpha: float = ALPHA) -> list[ABGroup]:
+              alpha: float = ALPHA,
+              designs: Mapping[int, Design | None] | None = None) -> list[ABGroup]:
     """The A/B groups of these runs (run rows: id, session_id, model, device, config, status,
     repeat_index, order_index), each against its own baseline, with every comparison
     Holm-corrected together. `stats`: run id -> that run's statistics (`mean`, ...);
-    `matrices`: session id -> its Matrix (None for an import); `baseline` overrides the
-    matrix's in every group where that config ran."""
+    `matrices`: session id -> its Matrix (None for an import); `designs`: session id -> its
+    import's design file (None without one); `baseline` overrides the matrix's or the
+    design's in every group where that config ran."""
     ordered = sorted(runs, key=lambda r: (r.session_id, r.order_index or 0, r.id))
     groups = []
     for (model, device), members in by_model_and_device(ordered):
-        group = _group(model, device, members, stats, matrices.get(members[0].session_id),
-                       baseline)
+        sid = members[0].session_id
+        group = _group(model, device, members, stats, matrices.get(sid), baseline,
+                       (designs or {}).get(sid))
         if group is not None:
             groups.append(group)
     # Holm across the whole report: the correction's point is the number of comparisons a
@@ -184,7 +208,8 @@ def session_groups(store: Any, session_id: int, runs: Sequence[RunRow],
     session = store.session_row(session_id)
     matrix = session.matrix if session is not None else None
     by_run = {int(rid): rec for rid, rec in stats.to_dict("index").items()}
-    return ab_groups(runs, by_run, {session_id: matrix})
+    return ab_groups(runs, by_run, {session_id: matrix},
+                     designs={session_id: session_design(session)})
 
 
 def shown_by_default(runs: Sequence[RunRow]) -> bool:

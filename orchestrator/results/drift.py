@@ -36,7 +36,7 @@ class Thresholds:
 class Caveat:
     """One warning about a group of runs: what was seen and what to do about it."""
 
-    kind: str                        # drift | start_temp | cooldown_max | load | throttling | free_ram
+    kind: str    # drift | start_temp | cooldown_max | load | throttling | free_ram | confound
     device: str
     model: str                       # "-" for runs without a model
     configs: tuple[str, ...]
@@ -210,12 +210,51 @@ def caveats(rows: Iterable[RunRow], means: Mapping[int, Any],
     """Every warning about these runs (run rows joined with their device name), per (device,
     model) group in first-seen order. `means` maps run id -> mean tok/s; `matrices` maps
     session id -> the parsed matrix YAML ({} for an imported session)."""
+    rows = list(rows)
     frame = _frame(rows, means)
     out: list[Caveat] = []
     for _, runs in frame.groupby(["device", "model"], sort=False):
         sessions = list(dict.fromkeys(runs["session_id"]))
         how = HowRun.of(matrices.get(sessions[0]) if len(sessions) == 1 else None)
         out += _group(runs, how, t)
+    return out + confounds(rows)
+
+
+# Settings that name the model file or the build, not how it was run
+_NOT_SETTINGS = {"model", "engine", "llama_cpp_python"}
+
+
+def confounds(rows: Iterable[RunRow]) -> list[Caveat]:
+    """A config whose runs disagree on a setting (the engine's resolved settings, and the
+    cache budget it chose): its rows average over two setups, and a reader must see which.
+    Its own name's setting cannot disagree (the runs were grouped by it)."""
+    groups: dict[tuple[str, str, str], list[RunRow]] = {}
+    for r in rows:
+        if r.status == "ok":
+            groups.setdefault((r.device, r.model or "-", r.config or ""), []).append(r)
+    # (load_record, not RunRow.record: callers pass row-likes with a summary)
+    out = []
+    for (device, model, config), runs in groups.items():
+        if len(runs) < 2:
+            continue
+        seen = []
+        for r in runs:
+            record = load_record(r.summary)
+            got = {k: str(v) for k, v in record.settings.items() if k not in _NOT_SETTINGS}
+            if record.cache_budget_mib is not None:
+                got["cache budget"] = f"{record.cache_budget_mib:.0f} MiB"
+            seen.append(got)
+        keys = list(dict.fromkeys(k for got in seen for k in got))
+        values = {k: [got.get(k, "not given") for got in seen] for k in keys}
+        differ = {k: list(dict.fromkeys(vs)) for k, vs in values.items() if len(set(vs)) > 1}
+        if differ:
+            what = "; ".join(f"{k} {' vs '.join(vs)}" for k, vs in differ.items())
+            out.append(Caveat("confound", device, model, (config,),
+                              tuple(r.id for r in runs),
+                              f"the runs of {config} were not all set up alike ({what}): "
+                              f"its figures average over them",
+                              "split the config by that setting (a design file's `configs`, "
+                              "docs/import.md) or re-run it with one setting"))
     return out
 
 

@@ -1,0 +1,131 @@
+"""Which imported runs are repeats of one config, and what each config is called.
+
+A config is what was measured the same way. Per model (runs of two models are never one
+config), in this order:
+1. a design file's `configs` (globs): its name; repeats in the order its `files` list them,
+   then in time order;
+2. runs whose names differ only by a trailing repeat index (`qw-a1`, `qw-a2`; `qwen-lru_a`,
+   `qwen-lru_b`) and whose settings agree: config `qw-a`, repeats in index order. Runs
+   whose files give no settings are grouped only when a separator sets the index off
+   (`run_1`, `run_2`): `qwen_pf1` and `qwen_pf2` are two prefetch depths, not repeats;
+3. runs whose names carry no meaning (a timestamp and at most an engine word,
+   `bmoe-20260721-090406`) are named by the settings in which the model's runs differ
+   (`dense_weights=anon`), and those named alike are repeats in time order;
+4. every other run is its own config, named by its file.
+Pure: no store, no files.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.ingest.naming import name_time, repeat_index, without_time
+
+# Words a timestamped file name may carry besides the stamp without meaning a config
+MEANINGLESS = {"", "bmoe", "bmoe-cli", "run", "bench", "metrics", "result", "results", "out",
+               "log", "llama", "llama-bench", "llama-cli", "csv", "trace"}
+# Settings that say which model file ran, not how it was run
+IDENTITY_KEYS = {"model", "engine", "llama_cpp_python"}
+
+
+@dataclass
+class Member:
+    """One run to name: what grouping needs to know about it."""
+
+    key: str                               # the planned run's unique name (path-derived)
+    model: str
+    settings: Mapping[str, Any] = field(default_factory=dict)   # {} = the files gave none
+    when: dt.datetime | None = None        # a recorded start (not a file time)
+    design: tuple[str, int] | None = None  # (config, position of its first matching pattern)
+
+
+@dataclass(frozen=True)
+class Named:
+    config: str
+    repeat_index: int                      # 0-based, in measurement order
+
+
+def name_configs(members: Sequence[Member]) -> dict[str, Named]:
+    """Member key -> its config and repeat index (see the module doc)."""
+    out: dict[str, Named] = {}
+    by_model: dict[str, list[Member]] = {}
+    for m in members:
+        by_model.setdefault(m.model, []).append(m)
+    for group in by_model.values():
+        out.update(_name_model(group))
+    return out
+
+
+def _name_model(members: list[Member]) -> dict[str, Named]:
+    configs: dict[str, list[tuple[Any, Member]]] = {}   # config -> [(order key, member)]
+
+    def put(config: str, order: Any, member: Member) -> None:
+        configs.setdefault(config, []).append((order, member))
+
+    rest = []
+    for m in members:
+        if m.design is not None:
+            put(m.design[0], (m.design[1], _time_key(m)), m)
+        else:
+            rest.append(m)
+    rest = _repeats(rest, put)
+    varying = _varying_keys(members)
+    for m in rest:
+        folder, _, stem = m.key.rpartition("/")
+        if name_time(stem) is not None and without_time(stem).lower() in MEANINGLESS:
+            label = ",".join(f"{k}={m.settings[k]}" for k in varying if k in m.settings) \
+                or without_time(stem) or "default"
+            put(f"{folder}/{label}" if folder else label, (0, _time_key(m)), m)
+        else:
+            put(m.key, (0, _time_key(m)), m)
+    out: dict[str, Named] = {}
+    for config, pairs in configs.items():
+        for index, (_, m) in enumerate(sorted(pairs, key=lambda p: (p[0], p[1].key))):
+            out[m.key] = Named(config, index)
+    return out
+
+
+def _time_key(m: Member) -> tuple[int, dt.datetime]:
+    return (0, m.when) if m.when is not None else (1, dt.datetime.min)
+
+
+def _repeats(members: list[Member], put: Any) -> list[Member]:
+    """Put the runs that are repeats by name (rule 2); return the others."""
+    bases: dict[str, list[tuple[int, bool, Member]]] = {}
+    for m in members:
+        found = repeat_index(m.key)
+        if found is not None:
+            base, index, marked = found
+            bases.setdefault(base, []).append((index, marked, m))
+    names = {m.key for m in members}
+    grouped: set[str] = set()
+    for base, found in bases.items():
+        if len(found) < 2 or base in names:      # one file, or `qw-a` itself is a run
+            continue
+        settings = [_comparable(m.settings) for _, _, m in found]
+        same = all(settings) and all(s == settings[0] for s in settings)
+        if not same and not (not any(settings) and all(marked for _, marked, _ in found)):
+            continue
+        if len({index for index, _, _ in found}) < len(found):
+            continue                               # two files claim one index
+        for index, _, m in found:
+            put(base, (index, _time_key(m)), m)
+            grouped.add(m.key)
+    return [m for m in members if m.key not in grouped]
+
+
+def _comparable(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in settings.items() if k not in IDENTITY_KEYS}
+
+
+def _varying_keys(members: Sequence[Member]) -> list[str]:
+    """The settings that take more than one value among the model's runs, in preamble order."""
+    values: dict[str, set[str]] = {}
+    for m in members:
+        for k, v in _comparable(m.settings).items():
+            values.setdefault(k, set()).add(str(v))
+    present = [set(_comparable(m.settings)) for m in members if m.settings]
+    return [k for k, vs in values.items()
+            if len(vs) > 1 or any(k not in p for p in present)]

@@ -1,0 +1,181 @@
+"""What a scanned study folder holds, read: one `Planned` run per per-token CSV (with its
+sidecars, `.state`, route trace), the driver-log and matrix-stdout sections matched to them by
+content (ingest/sections.py), and a summary-only run per section that matches none. Every file
+that cannot be used goes to `skipped` with its reason. Naming, times and order are decided
+after (ingest/importer.py), over all runs at once.
+"""
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.engines.bmoe_format import BOM, parse_kv_tokens, parse_metrics_sidecar
+from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
+from orchestrator.ingest import sections as import_sections
+from orchestrator.ingest.checks import csv_reason, read_regular, text_reason
+from orchestrator.ingest.scan import RunFiles, Scan
+from orchestrator.ingest.state import driver_log_entries, parse_state
+from orchestrator.ingest.write import Planned
+
+Skip = Callable[[tuple[str, str]], None]
+
+
+def read_text(path: Path) -> tuple[str | None, str | None]:
+    """(text, None) or (None, why it cannot be read as text)."""
+    try:
+        data = read_regular(path)
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror or exc}"
+    reason = text_reason(data)
+    if reason:
+        return None, reason
+    return data.decode("utf-8", errors="replace").lstrip(BOM), None
+
+
+def _rel(found_path: Path, key: str) -> str:
+    """A file's path as the user sees it: under the run's subfolder."""
+    folder = key.rpartition("/")[0]
+    return f"{folder}/{found_path.name}" if folder else found_path.name
+
+
+def plan(found: Scan, skip: Skip) -> list[Planned]:
+    """Every run the folder holds (see the module doc)."""
+    plans = [p for p in (_plan_run(files, skip) for files in found.runs) if p is not None]
+    logs = [(rel, path) for rel, paths in found.driver_logs.items() for path in paths]
+    logs += list(found.stdouts)
+    for rel, path in sorted(logs, key=lambda item: (item[0], item[1].name)):
+        _plan_log(rel, path, plans, skip, driver=path.name.startswith("driver"))
+    return plans
+
+
+def _plan_run(files: RunFiles, skip: Skip) -> Planned | None:
+    text, why = read_text(files.csv)
+    why = why or (csv_reason(text) if text is not None else None)
+    shown = _rel(files.csv, files.config)
+    if why or text is None:
+        skip((shown, why or "unreadable"))
+        return None
+    planned = Planned(files.config, files.csv, text, shown=shown,
+                      settings=_preamble(text), trailer=import_sections.trailer(text))
+    for side in files.sidecars:
+        body, why = read_text(side)
+        if body is None:
+            skip((_rel(side, files.config), f"{why} (sidecar; the run imports without it)"))
+        else:
+            planned.sidecars.append((side, body))
+            if side.suffix == ".metrics" and side != files.csv:
+                planned.sidecar = parse_metrics_sidecar(body)
+    if files.state is not None:
+        body, why = read_text(files.state)
+        if body is None:
+            skip((_rel(files.state, files.config), f"{why} (state file)"))
+        else:
+            planned.state = {**parse_state(body), "file": files.state.name}
+    if files.route is not None:
+        planned.trace, planned.trace_digest, why = _trace(files.route)
+        if planned.trace is None:
+            skip((_rel(files.route, files.config), f"not a readable route trace: {why}"))
+            skip((shown, (f"the traced run's route trace is unreadable: "
+                          f"{files.route.name}: {why}")))
+            return None
+    return planned
+
+
+def _preamble(text: str) -> dict[str, Any]:
+    """The CSV preamble's settings (`# model=... arch=...` lines before the header)."""
+    settings: dict[str, Any] = {}
+    for line in text.splitlines():
+        if line.startswith("step,"):
+            break
+        body = line.lstrip("#").strip()
+        if line.startswith("#") and "=" in body and not body.startswith("summary"):
+            settings.update(parse_kv_tokens(body))
+    return settings
+
+
+def _trace(route: Path) -> tuple[RouteTrace | None, str | None, str | None]:
+    """(the trace, its bytes' sha256, None), or (None, None, why it cannot be read)."""
+    try:
+        data = read_regular(route)
+        why = text_reason(data)
+        if why is None:
+            trace = parse_route_trace(data.decode("utf-8", errors="replace"))
+            return trace, hashlib.sha256(data).hexdigest(), None
+    except (OSError, ValueError) as exc:
+        why = str(exc)
+    return None, None, why
+
+
+def _plan_log(rel: str, path: Path, plans: list[Planned], skip: Skip, driver: bool) -> None:
+    """One log's sections: matched to CSV runs by content, else (a driver log's state-only
+    sections) by name, else summary-only runs."""
+    shown = f"{rel}/{path.name}" if rel else path.name
+    text, why = read_text(path)
+    if text is None:
+        skip((shown, why or "unreadable"))
+        return
+    secs = import_sections.sections(path, text)
+    here = [p for p in plans if p.csv_text is not None and p.key.rpartition("/")[0] == rel]
+    names = {p.key.rpartition("/")[2]: p for p in here}
+    used = False
+    for sec in secs:
+        owner = _owner(sec, here)
+        if owner is None and not sec.has_summary:
+            owner = names.get(sec.name) if (sec.entry or sec.exit) else None
+            if owner is None:
+                if sec.name != import_sections.NO_NAME and not driver:
+                    skip((f"{shown} [{sec.name}]", "section without engine summary lines"))
+                continue
+        if owner is not None:
+            _join(owner, sec, shown, has_summary=sec.has_summary)
+            used = True
+            continue
+        used = True
+        key = f"{rel}/{sec.name}" if rel else sec.name
+        if sec.name == import_sections.NO_NAME or any(p.key == key for p in plans):
+            key = f"{rel}/{path.stem}/{sec.name}" if rel else f"{path.stem}/{sec.name}"
+        if sec.name == import_sections.NO_NAME:
+            key = f"{rel}/{path.stem}" if rel else path.stem
+        summary_only = Planned(key, path, stdout=sec.lines, shown=f"{shown} [{sec.name}]",
+                               log_place=(shown, sec.index))
+        _entry(summary_only, sec, shown)
+        plans.append(summary_only)
+    if not used and driver:
+        skip((shown, "driver log whose sections name no run of its folder"))
+    elif not used:
+        skip((shown, (f"no {path.stem}.csv (not a sidecar) and no engine summary lines "
+                      "(not a matrix stdout)")))
+    # older driver logs: ENTRY STATE lines in sections named after the run (kept for them)
+    for name, entry in driver_log_entries(path.name, text).items():
+        owner = names.get(name)
+        if owner is not None and owner.entry is None:
+            owner.entry = entry
+
+
+def _owner(sec: import_sections.Section, here: list[Planned]) -> Planned | None:
+    """The CSV run whose stdout the section is: by figures; a name breaks a tie."""
+    if not sec.has_summary:
+        return None
+    found = [p for p in here if p.log_place is None
+             and import_sections.same_figures(sec, p.trailer)]
+    if len(found) > 1:
+        found = [p for p in found
+                 if import_sections.name_matches(sec, p.key.rpartition("/")[2])] or found
+    return found[0] if len(found) == 1 else None
+
+
+def _join(owner: Planned, sec: import_sections.Section, shown: str, has_summary: bool) -> None:
+    """The section is the owner's stdout: its text (unless a sidecar gave the whole stdout),
+    its entry/exit state and its place in the driver's order."""
+    if has_summary and not any(s.suffix in (".out", ".log") for s, _ in owner.sidecars):
+        owner.stdout = sec.lines
+    owner.log_place = (shown, sec.index)
+    _entry(owner, sec, shown)
+
+
+def _entry(planned: Planned, sec: import_sections.Section, shown: str) -> None:
+    if sec.entry or sec.exit:
+        planned.entry = {**sec.entry, "log": shown,
+                         **({"exit": sec.exit} if sec.exit else {})}

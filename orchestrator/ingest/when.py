@@ -1,0 +1,104 @@
+"""When an imported run started, from what the study recorded, and where that came from.
+
+Sources, first found wins (each a `time_source` value stored with the run):
+- `file name`: a timestamp in the stem (`bmoe-20260721-090406`, ingest/naming.py);
+- `preamble`, `trailer`, `metrics`: a time key (`started=`, `start=`, `date=`, `time=`,
+  `timestamp=`, `started_at=`, `start_time=`) in the CSV preamble, its `# summary` trailer or
+  the `.metrics` sidecar;
+- `log`: a timestamp in the driver-log section the run was matched to;
+- `state`: the `date:` line of the `.state` file's BEFORE block.
+All are the study's clock as written: local time, returned naive, with no time zone invented
+(a trailing zone name such as `CEST` is dropped, not converted). Only when none of them says
+anything does the importer fall back to the file's mtime (`mtime`, UTC), or to `--measured` /
+the design's `measured` (`option`, `design`).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from orchestrator.ingest.naming import name_time
+
+TIME_KEYS = ("started_at", "started", "start_time", "start", "timestamp", "date", "time")
+_ISO = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})[T_ ](\d{2})[:.-](\d{2})(?:[:.-](\d{2}))?(?!\d)")
+_COMPACT = re.compile(r"(?<!\d)(\d{8})[-_T](\d{6})(?!\d)")
+# `date` output: Wed Jul 15 09:07:51 CEST 2026
+_DATE_CMD = re.compile(r"(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d{2}):(\d{2}):(\d{2})"
+                       r"(?:\s+[A-Z]{2,5}[+-]?\d*)?\s+(\d{4})")
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
+                                       "Sep", "Oct", "Nov", "Dec"), start=1)}
+
+
+def parse_time(text: str) -> dt.datetime | None:
+    """A timestamp anywhere in `text` (ISO-like, compact, or `date` output), or None."""
+    found = _ISO.search(text)
+    if found:
+        y, mo, d, h, mi, s = (int(g) if g else 0 for g in found.groups())
+        return _make(y, mo, d, h, mi, s)
+    found = _COMPACT.search(text)
+    if found:
+        try:
+            return dt.datetime.strptime(found.group(1) + found.group(2), "%Y%m%d%H%M%S")
+        except ValueError:
+            return None
+    found = _DATE_CMD.search(text)
+    if found and found.group(1) in _MONTHS:
+        mon, day, h, mi, s, year = found.groups()
+        return _make(int(year), _MONTHS[mon], int(day), int(h), int(mi), int(s))
+    return None
+
+
+def _make(*parts: int) -> dt.datetime | None:
+    try:
+        return dt.datetime(*parts)
+    except ValueError:
+        return None
+
+
+def keyed_time(values: Mapping[str, Any] | None) -> dt.datetime | None:
+    """The first time key of a key=value mapping (preamble, trailer, sidecar) that parses."""
+    for key in TIME_KEYS:
+        value = (values or {}).get(key)
+        if value is not None:
+            found = parse_time(str(value))
+            if found is not None:
+                return found
+    return None
+
+
+def section_time(lines: Iterable[str]) -> dt.datetime | None:
+    """A timestamp a driver printed in a run's section (`started 2026-07-21 09:04:06`, a
+    `date` line), or None. Lines of generated text are not read: only short chatter lines
+    before the engine's output that look like a driver's."""
+    for line in lines:
+        low = line.strip().lower()
+        if low.startswith(("start", "date", "time", "begin", "[", "#", "===", "---")) \
+                or low[:4].isdigit():
+            found = parse_time(line)
+            if found is not None:
+                return found
+    return None
+
+
+def recorded_start(stem: str, settings: Mapping[str, Any] | None,
+                   trailer: Mapping[str, Any] | None, sidecar: Mapping[str, Any] | None,
+                   section: Iterable[str] | None, state: Mapping[str, Any] | None
+                   ) -> tuple[dt.datetime | None, str | None]:
+    """(start, time_source) from what the study recorded, or (None, None)."""
+    found = name_time(stem)
+    if found is not None:
+        return found, "file name"
+    for source, values in (("preamble", settings), ("trailer", trailer), ("metrics", sidecar)):
+        found = keyed_time(values)
+        if found is not None:
+            return found, source
+    found = section_time(section or [])
+    if found is not None:
+        return found, "log"
+    before = (state or {}).get("before") or {}
+    found = parse_time(str(before.get("date") or ""))
+    if found is not None:
+        return found, "state"
+    return None, None
