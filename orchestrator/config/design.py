@@ -1,5 +1,5 @@
 """Design files: what a study's write-up says about its result folder that the files cannot
-(`orch import DIR --design study.yaml`, docs/import-design.md).
+(`orch import DIR --design study.yaml`, docs/import.md).
 
 A design names the device, the models, which files are which config (by globs relative to the
 folder), each config's label and flags, the baseline per model, the order the runs were
@@ -131,7 +131,7 @@ class Notes(_Strict):
 
 
 class Design(_Strict):
-    """A study folder's design file (docs/import-design.md)."""
+    """A study folder's design file (docs/import.md)."""
 
     label: str | None = None             # the session's description (as `orch import --label`)
     device: DeviceFacts | None = None

@@ -45,7 +45,9 @@ _SESSION_COLUMNS = tuple(c.name for c in schema.session.columns)
 # records of when it ran, local wall-clock times kept as written (naive: no zone is invented);
 # FILE_TIME is the file's modification time in UTC, a guess when the files said nothing. A live
 # run has none: orch's clock timed it, in UTC.
-LOCAL_TIME_SOURCES = ("file name", "preamble", "trailer", "metrics", "log", "design", "option")
+LOCAL_TIME_SOURCES = ("file name", "preamble", "trailer", "metrics", "log", "state", "design",
+                      "option")
+NO_TIME = "unknown"       # an imported summary-only run whose log records no time
 FILE_TIME = "mtime"
 
 
@@ -130,7 +132,7 @@ class RunRow:
         local wall-clock time) or "file" (the file's mtime, UTC: the files did not record when
         it ran; also every import stored before time_source existed, which took the mtime).
         A source this orch does not know is still the study's record: local."""
-        if self.time_source == FILE_TIME:
+        if self.time_source in (FILE_TIME, NO_TIME):
             return "file"
         if self.time_source is not None:
             return "local"

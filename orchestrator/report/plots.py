@@ -321,7 +321,9 @@ def figures(data: ReportData, group: Group) -> list[tuple[str, Any, str]]:
     if not series and tokens is not None:
         # imported runs: no agent, but bmoe v1 CSVs carry memory at every token
         series, by_token = plot_data.token_memory_series(tokens, ids), True
-    if series:
+    # a quantity not measured (NaN on every row: an all-zero RSS column the importer
+    # dropped, say) gets no panel; with none measured there is no device figure at all
+    if any(np.isfinite(v).any() for s in series for v in s.values.values()):
         out.append(("device", *_device(group, series, by_token, names, style_of, plt)))
     return out
 

@@ -144,7 +144,8 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
 # what recorded an imported run's start, in `orch show`'s words (run.time_source)
 _SOURCE_WORDS = {"file name": "the file name", "preamble": "the CSV's preamble",
                  "trailer": "the CSV's trailer", "metrics": "the .metrics sidecar",
-                 "log": "the log", "design": "the study's design", "option": "an import option"}
+                 "log": "the driver log", "state": "the .state file's date",
+                 "design": "the design file's `measured`", "option": "--measured"}
 
 
 def when_lines(row: RunRow) -> list[str]:
