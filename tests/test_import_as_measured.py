@@ -56,9 +56,10 @@ def test_started_at_is_the_file_names_time_and_orders_the_runs(db):
     assert row["started_at"].startswith("2026-07-21T09:04:06") and row["time_source"] == "file name"
 
 
-def test_files_without_times_say_so_and_take_the_driver_logs_order(db):
+def test_files_without_times_take_the_folders_date_and_the_driver_logs_order(db):
     runs = imported(db, REPLAY)
-    assert {r.time_source for r in runs} == {"mtime"}
+    assert {r.time_source for r in runs} == {"folder name"}
+    assert {r.started_at.replace(tzinfo=None) for r in runs} == {dt.datetime(2026, 7, 20)}
     order = [r.source_file for r in runs]
     # driver2.log's sections, then qwen-ab-run1's and run2's (lfu first: counterbalanced),
     # then the files no log names, by name
@@ -66,7 +67,22 @@ def test_files_without_times_say_so_and_take_the_driver_logs_order(db):
                      "qwen-lfu_b.csv", "qwen-lru_b.csv", "lanes4_k2.csv", "pf1_k2.csv"]
     store = Store.open(db)
     text = render_report(store, store.runs(), plots=False)
-    assert "times unknown (file times)" in text and "measured 2026-12" not in text
+    assert "measured 2026-07-20 (the folder name's date; the files do not record the times " \
+           "of day)" in text
+    code, out = orch("runs", "--db", db)
+    assert code == 0 and "2026-07-20 (folder date)" in out and "00:00" not in out
+
+
+def test_without_any_recorded_time_the_file_time_is_marked_a_guess(db, tmp_path):
+    folder = tmp_path / "lfu-study"
+    shutil.copytree(REPLAY, folder)
+    runs = imported(db, folder)
+    assert {r.time_source for r in runs} == {"mtime"}
+    store = Store.open(db)
+    text = render_report(store, store.runs(), plots=False)
+    assert "times unknown (file times)" in text and "measured 20" not in text
+    code, out = orch("runs", "--db", db)
+    assert code == 0 and "(file time)" in out
 
 
 def test_measured_option_dates_the_runs_whose_files_do_not(db):
@@ -264,3 +280,20 @@ def test_times_in_texts():
     assert parse_time("date: Wed Jul 15 09:07:51 CEST 2026") == dt.datetime(2026, 7, 15, 9, 7, 51)
     assert parse_time("started=2026-07-21T09:04:06") == dt.datetime(2026, 7, 21, 9, 4, 6)
     assert parse_time("tokens=256") is None
+
+
+def test_route_traces_of_three_models_are_three_models(db, tmp_path):
+    """Each trace's own `model=` names its run's model (the per-token .metrics names none)."""
+    src = FIX / "2026-07-15-route-trace"
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    trace = (src / "gemma.route.csv").read_text()
+    for tag, model in (("bmoe-a", "Qwen3-30B-A3B-Q4_K_M"), ("bmoe-b", "gpt-oss-120b-Q4_K_M"),
+                       ("bmoe-c", "google_gemma-4-26B-A4B-it-Q4_K_M")):
+        (folder / f"{tag}.route.csv").write_text(trace.replace(
+            "/data/local/tmp/shardllm/google_gemma-4-26B-A4B-it-Q4_K_M.gguf", f"/m/{model}.gguf"))
+        shutil.copy(src / "gemma.metrics", folder / f"{tag}.metrics")
+    runs = by_file(imported(db, folder))
+    assert {f: r.model for f, r in runs.items()} == {
+        "bmoe-a.metrics": "Qwen3-30B-A3B-Q4_K_M", "bmoe-b.metrics": "gpt-oss-120b-Q4_K_M",
+        "bmoe-c.metrics": "google_gemma-4-26B-A4B-it-Q4_K_M"}

@@ -102,7 +102,10 @@ def test_imported_runs_keep_their_files_times(tmp_path):
     from orchestrator.report.render import render_report
 
     text = render_report(store, store.runs(report.session_id), plots=False)
-    assert "2026-07-17 14:30" in text and "(file times)" in text
+    # the copied files take their folder's day; the one written that day keeps its file time
+    assert "measured 2026-07-17 (the folder name's date" in text
+    assert "1 run(s) with file times only" in text and " (file time)" in text
+    assert {r.time_source for r in runs.values()} == {"folder name", "mtime"}
 
 
 def test_provenance_shows_the_facts_of_when_the_session_ran(tmp_path):

@@ -51,8 +51,9 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
     How each fact is found (docs/import.md; override in brackets):
       when   a timestamp in the file name (bmoe-20260721-090406), a time in the
              preamble, trailer or .metrics, the matched driver-log section, the
-             .state file's date; else the file's mtime, marked `file time`
-             [--measured, design `measured`]. Local times stay as written.
+             .state file's date [else --measured, design `measured`]; else the
+             day in the folder's name (2026-07-14-warmup); else the file's mtime,
+             marked `file time`. Local times stay as written.
       order  by those times, else by the driver-log sections the runs were matched
              to, else by name [design `order`]
       model  the CSV preamble's model=, the route trace's, the .metrics'; else a

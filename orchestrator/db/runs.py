@@ -46,7 +46,8 @@ _SESSION_COLUMNS = tuple(c.name for c in schema.session.columns)
 # FILE_TIME is the file's modification time in UTC, a guess when the files said nothing. A live
 # run has none: orch's clock timed it, in UTC.
 LOCAL_TIME_SOURCES = ("file name", "preamble", "trailer", "metrics", "log", "state", "design",
-                      "option")
+                      "option", "folder name")
+DATE_ONLY = "folder name"   # only the day is known: shown as a date, never as midnight
 NO_TIME = "unknown"       # an imported summary-only run whose log records no time
 FILE_TIME = "mtime"
 

@@ -21,6 +21,7 @@ now.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
@@ -51,7 +52,7 @@ from orchestrator.ingest.naming import (
 )
 from orchestrator.ingest.scan import ROUTE_SUFFIX, scan
 from orchestrator.ingest.state import driver_entries, start_state
-from orchestrator.ingest.when import recorded_start
+from orchestrator.ingest.when import folder_date, recorded_start
 from orchestrator.ingest.write import Planned, write_run
 from orchestrator.plugins import get_adapter
 from orchestrator.run import controller
@@ -164,7 +165,7 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
     plans = planning.plan(found, report.skipped.append)
     if not plans and row is None:
         return report
-    decide(plans, opts, the_design)
+    decide(plans, opts, the_design, folder)
     if the_design is not None and the_design.device is not None and "device" not in given \
             and opts.device == ImportOptions().device:
         opts.device = the_design.device.name      # the design names it; --device wins
@@ -197,8 +198,11 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
     return report
 
 
-def decide(plans: list[Planned], opts: ImportOptions, design: Design | None) -> None:
-    """Each run's model, start, config, repeat, order and flags, over all runs at once."""
+def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,
+           folder: Path | None = None) -> None:
+    """Each run's model, start, config, repeat, order and flags, over all runs at once.
+    `folder`: the study folder, whose name's date (and its subfolders') dates runs whose
+    files record no time (ingest/when.py)."""
     given = parse_measured(opts.measured) if opts.measured else None
     fallback = (given, "option") if given is not None else \
         (design.measured_at(), "design") if design is not None and design.measured_at() \
@@ -213,6 +217,11 @@ def decide(plans: list[Planned], opts: ImportOptions, design: Design | None) -> 
         recorded = planned.started
         if planned.started is None and fallback[0] is not None:
             planned.started, planned.time_source = fallback
+        elif planned.started is None and folder is not None:
+            subfolders = list(reversed(planned.key.split("/")[:-1])) + [folder.name]
+            day = folder_date(subfolders)
+            if day is not None and not _written_that_day(planned, day):
+                planned.started, planned.time_source = day, "folder name"
         rel = _file_of(planned)
         members.append(Member(planned.key, planned.model, planned.settings, recorded,
                               design.config_of(rel, planned.model) if design else None))
@@ -239,11 +248,27 @@ def _order(planned: Planned, design: Design | None) -> tuple[Any, ...]:
     place = design.order_key(_file_of(planned)) if design is not None else None
     if place is not None:
         return (0, place, planned.key)
-    if planned.started is not None and planned.time_source not in ("design", "option"):
+    if planned.started is not None and planned.time_source not in DAY_ONLY:
         return (1, planned.started.replace(tzinfo=None), planned.key)
     if planned.log_place is not None:
         return (2, planned.log_place, planned.key)
     return (3, planned.key)
+
+
+def _written_that_day(planned: Planned, day: dt.datetime) -> bool:
+    """Whether the file was last written within a day of its folder's date: then its mtime is
+    likely the run's own (not a later copy's) and tells the time of day too (still marked as a
+    file time); otherwise the folder's day is the better record."""
+    if planned.csv_text is None:
+        return False
+    try:
+        written = dt.datetime.fromtimestamp(planned.source.stat().st_mtime, dt.UTC)
+    except OSError:
+        return False
+    return abs((written.date() - day.date()).days) <= 1
+
+
+DAY_ONLY = ("design", "option", "folder name")   # one time for every run: never an order
 
 
 def _key_of(run: RunRow) -> str:

@@ -6,11 +6,14 @@ Sources, first found wins (each a `time_source` value stored with the run):
   `timestamp=`, `started_at=`, `start_time=`) in the CSV preamble, its `# summary` trailer or
   the `.metrics` sidecar;
 - `log`: a timestamp in the driver-log section the run was matched to;
-- `state`: the `date:` line of the `.state` file's BEFORE block.
+- `state`: the `date:` line of the `.state` file's BEFORE block;
+- `folder name`: only a day, from a date in the name of the run's folder (innermost first:
+  `2026-07-14-warmup`), when nothing gives the time: stored as that day's midnight, and shown
+  as a date alone.
 All are the study's clock as written: local time, returned naive, with no time zone invented
-(a trailing zone name such as `CEST` is dropped, not converted). Only when none of them says
-anything does the importer fall back to the file's mtime (`mtime`, UTC), or to `--measured` /
-the design's `measured` (`option`, `design`).
+(a trailing zone name such as `CEST` is dropped, not converted). `--measured` and the design's
+`measured` (`option`, `design`) come before `folder name`; only when none of them says
+anything does the importer fall back to the file's mtime (`mtime`, UTC).
 """
 from __future__ import annotations
 
@@ -102,3 +105,17 @@ def recorded_start(stem: str, settings: Mapping[str, Any] | None,
     if found is not None:
         return found, "state"
     return None, None
+
+
+_FOLDER_DATE = re.compile(r"(?<!\d)(\d{4})-?(\d{2})-?(\d{2})(?!\d)")
+
+
+def folder_date(parts: Iterable[str]) -> dt.datetime | None:
+    """The day in the first folder name (innermost first) that holds a date, as midnight."""
+    for part in parts:
+        found = _FOLDER_DATE.search(part)
+        if found:
+            day = _make(*(int(g) for g in found.groups()))
+            if day is not None and 1990 <= day.year <= 2100:
+                return day
+    return None

@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.db.runs import RunRow
+from orchestrator.db.runs import DATE_ONLY, RunRow
 from orchestrator.record import load_record
 from orchestrator.report.cells import id_list
 from orchestrator.report.context import ReportData, RunView
@@ -175,6 +175,8 @@ def _started(row: RunRow) -> str:
     time as it wrote it; a file's mtime is marked, as it is when the file was last written."""
     if row.started_at is not None and row.clock == "file":
         return f"{when(row.started_at)} (file time)"
+    if row.started_at is not None and row.time_source == DATE_ONLY:
+        return f"{row.started_at:%Y-%m-%d} (folder date)"
     return when(row.started_at)
 
 

@@ -29,6 +29,7 @@ from jinja2 import (
 from markupsafe import Markup
 
 from orchestrator import __version__
+from orchestrator.db.runs import DATE_ONLY
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.report import ceilings as against_ceilings
@@ -105,6 +106,11 @@ def _measured_from_files(rows: Sequence[Any]) -> str:
     file_only = len(rows) - len(local)
     if not times:
         return "times unknown (file times)"
+    if all(r.time_source == DATE_ONLY for r in local):
+        days = sorted({f"{r.started_at:%Y-%m-%d}" for r in local if r.started_at is not None})
+        text = (f"measured {' → '.join(dict.fromkeys([days[0], days[-1]]))} (the folder "
+                f"name's date; the files do not record the times of day)")
+        return text + (f"; {file_only} run(s) with file times only" if file_only else "")
     text = f"measured {when(min(times))} → {when(max(times))} (local time, from the files)"
     return text + (f"; {file_only} run(s) with file times only" if file_only else "")
 

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.db.runs import RunRow, Runs
+from orchestrator.db.runs import DATE_ONLY, RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.report.columns import LISTING, SESSION, SHOW
@@ -60,6 +60,8 @@ def _listed_start(row: RunRow) -> str:
     before its file was last written."""
     if row.started_at is None:
         return DASH
+    if row.time_source == DATE_ONLY:
+        return row.started_at.strftime("%Y-%m-%d") + " (folder date)"
     text = row.started_at.strftime("%Y-%m-%d %H:%M")
     return f"{text} (file time)" if row.clock == "file" else text
 
@@ -156,6 +158,9 @@ def when_lines(row: RunRow) -> list[str]:
         return [f"started {start} UTC" if row.started_at else f"started {DASH}"]
     if row.started_at is None:
         lines = ["started: not recorded in the files"]
+    elif row.time_source == DATE_ONLY:
+        lines = [f"started {row.started_at:%Y-%m-%d} (the folder name's date: the files do not "
+                 f"record the time of day)"]
     elif row.clock == "local":
         words = _SOURCE_WORDS.get(row.time_source or "", f"the {row.time_source}")
         lines = [f"started {start} (from {words}, local time)"]
