@@ -297,3 +297,18 @@ def test_route_traces_of_three_models_are_three_models(db, tmp_path):
     assert {f: r.model for f, r in runs.items()} == {
         "bmoe-a.metrics": "Qwen3-30B-A3B-Q4_K_M", "bmoe-b.metrics": "gpt-oss-120b-Q4_K_M",
         "bmoe-c.metrics": "google_gemma-4-26B-A4B-it-Q4_K_M"}
+
+
+def test_export_and_runs_json_carry_the_settings_even_with_design_flags(db, tmp_path):
+    imported(db, PINNED, "--design", str(DESIGN))
+    code, out = orch("runs", "--db", db, "--format", "json")
+    assert code == 0, out
+    row = next(r for r in json.loads(out) if r["source_file"] == "bmoe-20260721-103724.csv")
+    assert row["config"] == "anon-long" and row["repeat_index"] == 0
+    assert row["settings"]["dense_weights"] == "anon" and row["settings"]["cache_mb"] == 3000
+    code, out = orch("export", "--db", db, "-o", str(tmp_path / "x"), "--format", "json")
+    assert code == 0, out
+    runs = json.loads((tmp_path / "x" / "runs.json").read_text())
+    one = next(r for r in runs if r["source_file"] == "bmoe-20260721-103724.csv")
+    assert json.loads(one["settings"])["dense_weights"] == "anon"
+    assert one["time_source"] == "file name" and one["model"] == "Qwen_Qwen3.6-35B-A3B-Q4_K_M"

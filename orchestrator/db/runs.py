@@ -140,10 +140,13 @@ class RunRow:
         return "file" if self.imported else "orch"
 
     @property
-    def settings(self) -> dict[str, str] | None:
-        """An imported run's settings parsed from `flags`; None for a live run, whose flags
-        are the engine's command-line flags, not `key=value` pairs."""
-        return parse_settings(self.flags) if self.imported else None
+    def settings(self) -> dict[str, Any] | None:
+        """An imported run's settings: the engine's resolved settings its files gave (the CSV
+        preamble's key=values, kept in the record), else those parsed from `flags`; None for a
+        live run, whose flags are the engine's command-line flags."""
+        if not self.imported:
+            return None
+        return dict(self.record.settings) or parse_settings(self.flags)
 
     def as_dict(self) -> dict[str, Any]:
         """The stored columns and names, without the parsed record (export)."""
