@@ -147,7 +147,7 @@ def test_two_sessions_on_one_device_big_difference_is_significant(workspace):
     one, two = run_means(store, session=1), run_means(store, session=2)
     assert one["same"] == two["same"] and len(set(one["same"])) == 3   # identical, with spread
     rows = by_config(compare_json("--session", "cmp-1", "--session", "2"))
-    assert (rows["same"]["reference"], rows["same"]["other"]) == ("session 1", "session 2")
+    assert (rows["same"]["reference"], rows["same"]["other"]) == ("cmp-1 (session 1)", "cmp-2 (session 2)")
     same, changed = rows["same"], rows["changed"]
     assert same["ratio"] == pytest.approx(1.0) and same["significant"] is False
     assert same["ci_low"] < 1.0 < same["ci_high"]
@@ -155,13 +155,13 @@ def test_two_sessions_on_one_device_big_difference_is_significant(workspace):
     assert changed["ratio"] == pytest.approx(geometric_ratio(one["changed"], two["changed"]))
     assert changed["ci_high"] < 1.0 and changed["ratio"] < 0.4
     table = md_table(orch_ok("compare", "-s", "1", "-s", "2", "--format", "md"))
-    assert table["changed"]["session 2/session 1 verdict"] == "slower"
-    assert table["same"]["session 2/session 1 verdict"] == "no significant difference"
+    assert table["changed"]["cmp-2 (session 2)/cmp-1 (session 1) verdict"] == "slower"
+    assert table["same"]["cmp-2 (session 2)/cmp-1 (session 1) verdict"] == "no significant difference"
     # the same comparison as a section of the report, which notes the pooled device tables
     text = orch_ok("report", "--compare", "-s", "1", "-s", "2", "--no-plots")
     section = text.split("## Comparison", 1)[1]
-    assert "session 1 and session 2 ran on local" in section
-    assert md_table(section)["changed"]["session 2/session 1 verdict"] == "slower"
+    assert "cmp-1 (session 1) and cmp-2 (session 2) ran on local" in section
+    assert md_table(section)["changed"]["cmp-2 (session 2)/cmp-1 (session 1) verdict"] == "slower"
     csv = orch_ok("compare", "-s", "1", "-s", "2", "--format", "csv").splitlines()
     assert KEYS <= set(csv[0].split(",")) and len(csv) == 1 + 2 + 1
 

@@ -258,9 +258,13 @@ def test_model_option_lines_up_with_jul17(db):
     assert warm.model == jul17.model == "gpt-oss-120b-Q4_K_M"
     assert next(r for r in runs if r.config == "k2_io4_pf0").model == warm.model
     assert next(r for r in runs if r.config == "warmup/qwen_k6").model == "qwen"
+    # no config name in common: compare says so (exit 2) until --match pairs two of them
     code, out = orch("compare", "--session", "1", "--session", "2", "--db", db)
+    assert code == 2 and "no config in common" in out
+    code, out = orch("compare", "--session", "1", "--session", "2", "--db", db,
+                     "--match", "warmup/gptoss_k2=gpt_k2")
     assert code == 0, out
-    assert "gpt-oss-120b-Q4_K_M warmup/gptoss_k2" in out.replace("\n", "")
+    assert "warmup/gptoss_k2" in out and "↔ gpt_k2" in out and "10.97×" in out
 
 
 def test_model_option_for_every_run(db, tmp_path):

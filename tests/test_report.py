@@ -87,12 +87,12 @@ def all_rows(tables: list[dict]) -> dict[str, dict[str, str]]:
 
 
 def table_ids(tables: list[dict]) -> set[int]:
-    """Run ids in every `runs` column outside Provenance."""
+    """Run ids in every `run ids` column outside Provenance."""
     ids: set[int] = set()
     for t in tables:
-        if "runs" in t["headers"] and t["headers"][0] not in ("Engine", "Model"):
+        if "run ids" in t["headers"] and t["headers"][0] not in ("Engine", "Model"):
             for row in t["rows"]:
-                ids.update(expand_ids(dict(zip(t["headers"], row))["runs"]))
+                ids.update(expand_ids(dict(zip(t["headers"], row))["run ids"]))
     return ids
 
 
@@ -118,7 +118,9 @@ def jul13(tmp_path_factory) -> tuple[str, Path, str]:
 def test_jul13_report_has_the_published_numbers_and_provenance(jul13):
     db, _, text = jul13
     tables = md_tables(text)
-    thr = all_rows(find(tables, "decode mean"))
+    # the throughput table and its detail table (prefill, stall) side by side
+    thr = {label: {**row, **all_rows(find(tables, "prefill tok/s"))[label]}
+           for label, row in all_rows(find(tables, "decode mean")).items()}
     prs = all_rows(find(tables, "free-RAM floor"))
     want = md_cells(published("2026-07-13"))        # memory in GiB, as orch writes it
     compared = 0
@@ -140,7 +142,7 @@ def test_jul13_report_has_the_published_numbers_and_provenance(jul13):
         compared += 1
     # 8 runs x (10 throughput + 5 pressure) published cells
     assert compared == 8 * 15
-    assert "spread of means" not in find(tables, "decode mean")[0]["headers"]   # single runs
+    assert "spread of means" not in find(tables, "prefill tok/s")[0]["headers"]   # single runs
     # provenance the files allow: file names, their digest, the imported session
     store = Store.open(db)
     runs = store.runs()
@@ -303,12 +305,12 @@ def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
     thr = by_label(find(tables, "decode mean", "m on local")[0])
     assert "stuck †" in thr and "stuck #2 †" in thr and "fast #2 †" in thr
     assert "stuck" not in thr                       # no aggregate row for a config with no ok run
-    assert expand_ids(thr["fast"]["runs"]) == [r.id for r in runs if r.config == "fast"
+    assert expand_ids(thr["fast"]["run ids"]) == [r.id for r in runs if r.config == "fast"
                                                and r.id != cut.id]
     for t in find(tables, "Δ mean [95% CI]") + find(tables, "spread of means"):
         for label, row in by_label(t).items():
             if "†" not in label:
-                assert not bad & set(expand_ids(row["runs"])), (label, row)
+                assert not bad & set(expand_ids(row["run ids"])), (label, row)
     ab = by_label(find(tables, "Δ mean [95% CI]")[0])
     assert ab["stuck"]["decode mean [95% CI]"] == "—"
     assert "no run ended ok" in ab["stuck"]["verdict"]

@@ -141,7 +141,7 @@ def test_two_models_by_two_configs_csv_json_md(workspace):
 
 def test_imported_session_facts_from_the_preamble(db_path):
     orch_ok("import", str(FIX / "2026-07-17"), "--db", db_path)
-    md = orch_ok("table", "--db", db_path, "-t", "throughput")
+    md = orch_ok("table", "--db", db_path, "-t", "throughput,detail")
     assert "### Qwen3-30B-A3B-Q4_K_M on " in md
     assert "Model: qwen3moe, 48 layers, 128 experts, top-6/8\n" in md
     assert "Model: gpt-oss, 36 layers, 128 experts, top-2/4\n" in md

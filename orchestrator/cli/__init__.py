@@ -17,6 +17,7 @@ from orchestrator.cli import (
     report,
     routes,
     run,
+    tokens,
 )
 from orchestrator.cli.options import DEBUG, OrchGroup
 
@@ -33,6 +34,7 @@ def main(debug: bool) -> None:
       orch run matrices/local.yaml          # run a matrix on the built-in `local` device
       orch runs                             # list past runs
       orch show 3                           # statistics of run 3
+      orch tokens 3 --steps 1-5,-1          # run 3's first five and last tokens
       orch table                            # the newest session as published tables
       orch report -o docs/bench.md          # a benchmark document with provenance
       orch devices --probe                  # list devices and their facts
@@ -54,7 +56,7 @@ def main(debug: bool) -> None:
 for command in (run.run, run.runs, run.show, devices.devices, calibrate.calibrate, data.import_cmd,
                 data.table, data.export, engines.engines, engines.models, report.report,
                 report.compare, history.history, routes.routes, ceilings.ceilings, quality.quality,
-                lab.lab):
+                lab.lab, tokens.tokens):
     main.add_command(command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,12 +6,39 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import console, db_option, friendly
+from orchestrator.cli.options import console, db_option, friendly, trim_option
 
 # "model" (facts), report/tables.py TABLES, "ab" (results/ab.py); a literal here, since
 # importing them would load pandas at every CLI start
-TABLE_KINDS = ("model", "throughput", "latency", "pressure", "adaptive", "variants", "ab")
-DEFAULT_TABLES = ("model", "throughput", "latency", "pressure", "adaptive")
+TABLE_KINDS = ("model", "throughput", "detail", "latency", "pressure", "adaptive", "variants",
+               "ab")
+DEFAULT_TABLES = ("model", "throughput", "detail", "latency", "pressure", "adaptive")
+
+
+def column_keys(columns: str | None, surface: str) -> list[str] | None:
+    """`--columns a,b,c` as keys (None without it); an unknown key is a usage error (exit 2)
+    that lists the valid ones. `surface`: "table" or "report" (their throughput tables)."""
+    if columns is None:
+        return None
+    from orchestrator.report.columns import column_keys as valid_keys
+
+    if surface == "table":
+        from orchestrator.report.tables import PICKABLE
+    else:
+        from orchestrator.report.sections import PICKABLE
+    keys = [k.strip() for k in columns.split(",") if k.strip()]
+    valid = valid_keys(PICKABLE)
+    bad = [k for k in keys if k not in valid]
+    if bad or not keys:
+        raise click.BadParameter(f"unknown column(s) {', '.join(bad) or '(none given)'}; "
+                                 f"valid: {', '.join(valid)}", param_hint="--columns")
+    return keys
+
+
+COLUMNS_HELP = ("The throughput table's columns, by key, comma-separated, in that order "
+                "(mean,p5,p95,compute_s_per_token; an unknown key lists the valid ones), "
+                "from it and its detail table, which is then not shown. A column the data "
+                "lacks is left out.")
 
 
 @click.command("import")
@@ -118,31 +145,60 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
               show_default=True,
               help="p5/p95 method: linear interpolation (docs/formats.md §6) or the lower "
                    "neighbour (what some older published tables used).")
+@click.option("--baseline", "-b", "baselines", multiple=True, metavar="[MODEL:]CONFIG",
+              help="The config the A/B rows compare against: CONFIG for every model that ran "
+                   "it, MODEL:CONFIG for one model; repeatable, one per model (default: the "
+                   "matrix's or the design file's `baseline:`).")
+@click.option("--columns", help=COLUMNS_HELP)
+@click.option("--pivot", type=click.Choice(["model"]),
+              help="Instead of the tables: the session's models side by side (mean tok/s per "
+                   "model), configs paired by name, else by settings apart from the model's "
+                   "own, else by design label.")
+@trim_option
 @db_option
 @friendly
 def table(session: str | None, matrix: str | None, fmt: str, tables: str | None, quantile: str,
-          db: str | None) -> None:
+          baselines: tuple[str, ...], columns: str | None, pivot: str | None,
+          trim: int | None, db: str | None) -> None:
     """Print the per-run tables of a session (default: the newest), with the columns of the
-    published summary tables: throughput, device pressure, adaptive cache / speculation, and
+    published summary tables: throughput (the study's columns, each row's run id), its detail
+    (prefill, TTFT, stall: "—" for a serial run, majflt), per-token latency, device pressure,
+    adaptive cache / speculation, and
     A/B rows (each model against its own baseline, with 95% intervals and Holm-corrected
     p-values).
 
     SESSION is a session id or name. Runs that did not end ok carry a dagger (†) and are
-    listed with their cause under the table."""
+    listed with their cause under the table. An unknown -b config or model, or two -b for
+    one model, exits 2 naming the choices."""
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
     from orchestrator.report.session_tables import session_tables
-    from orchestrator.results.ab import shown_by_default
+    from orchestrator.results.ab import parse_baselines, shown_by_default
 
     kinds = [k.strip() for k in (tables or "").split(",") if k.strip()]
     bad = [k for k in kinds if k not in TABLE_KINDS]
     if bad:
         raise click.BadParameter(f"unknown table(s) {', '.join(bad)}", param_hint="--tables")
+    picked = column_keys(columns, "table")
     store = Store.open(db, create=False)
     sid = Sessions(store).resolve(session, matrix)
+    chosen = parse_baselines(baselines, store.runs(sid), f"session {sid}")
+    if pivot is not None:
+        from orchestrator.report.pivot import pivot_text
+
+        sys.stdout.write(pivot_text(store, sid, fmt, quantile))
+        return
     if tables is None:
         kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(store.runs(sid)) else [])
-    sys.stdout.write(session_tables(store, sid, kinds, fmt, quantile))
+        if picked is not None:      # the picked columns may come from the detail table
+            kinds.remove("detail")
+    sys.stdout.write(session_tables(store, sid, kinds, fmt, quantile, chosen or None,
+                                    columns=picked, trim=trim))
+
+
+PROVENANCE_HELP = ("share: paths relative to the study folder (an import's) or the matrix's "
+                   "folder, other paths by file name, no user@host; full: absolute paths and "
+                   "the controller's user@host as stored (docs/report.md, Provenance).")
 
 
 @click.command()
@@ -152,9 +208,12 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
               show_default=True)
 @click.option("--out", "-o", "out_dir", type=click.Path(file_okay=False), default=".",
               show_default=True, help="Directory for runs.<ext>, tokens.<ext>, samples.<ext>.")
+@click.option("--provenance", type=click.Choice(["share", "full"]), default="share",
+              show_default=True, help=PROVENANCE_HELP)
 @db_option
 @friendly
-def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, db: str | None) -> None:
+def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, provenance: str,
+           db: str | None) -> None:
     """Export a session's run, token and sample tables as csv, json or parquet files."""
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
@@ -162,5 +221,5 @@ def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, db: 
 
     store = Store.open(db, create=False)
     sid = Sessions(store).resolve(session, matrix)
-    for path in export_session(store, sid, Path(out_dir), fmt):
+    for path in export_session(store, sid, Path(out_dir), fmt, full=provenance == "full"):
         console.print(f"wrote {path}")

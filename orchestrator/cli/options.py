@@ -86,3 +86,16 @@ class OrchGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         return handle_errors(lambda: super(OrchGroup, self).invoke(ctx))
+
+
+TRIM_HELP = ("Leave each run's first N tokens out of every per-token statistic (mean, median, "
+             "percentiles, latency, steady state, within-run intervals); the engine's "
+             "summary figures (prefill, TTFT, cache hit) are the whole run's. A run with N "
+             "tokens or fewer has none (—). [default: the matrix's or design file's `trim:`, "
+             "else 0]")
+
+
+def trim_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--trim N` (None when not given: the session's own `trim:` applies, results/trim.py)."""
+    return click.option("--trim", type=click.IntRange(min=0), default=None, metavar="N",
+                        help=TRIM_HELP)(func)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import console, db_option, friendly
+from orchestrator.cli.data import COLUMNS_HELP, PROVENANCE_HELP, column_keys
+from orchestrator.cli.options import console, db_option, friendly, trim_option
 
 
 @click.command()
@@ -23,10 +24,12 @@ from orchestrator.cli.options import console, db_option, friendly
               help="A template file (the main document) or a directory whose templates "
                    "replace the built-in ones of the same name (report.md.j2, header.md.j2, "
                    "group.md.j2, left_out.md.j2, provenance.md.j2, page.html.j2).")
-@click.option("--baseline", "-b", help="Config to compare the others against, in every "
-              "(model, device) group where it ran (default: the matrix's `baseline:`; for an "
-              "import, its design file's `baseline:`, else a config named with the word "
-              "`base` or `baseline`, else the first config run).")
+@click.option("--baseline", "-b", "baselines", multiple=True, metavar="[MODEL:]CONFIG",
+              help="The config the A/B tables compare against: CONFIG for every model that "
+              "ran it, MODEL:CONFIG for one model; repeatable, one per model (default: the "
+              "matrix's `baseline:`; for an import, its design file's `baseline:`, else a "
+              "config named with the word `base` or `baseline`, else the first config run). "
+              "An unknown config or model, or two for one model, exits 2.")
 @click.option("--no-plots", is_flag=True, help="Skip the figures.")
 @click.option("--quantile", type=click.Choice(["linear", "lower"]), default="linear",
               show_default=True, help="p5/p95 method (see `orch table --help`).")
@@ -36,12 +39,16 @@ from orchestrator.cli.options import console, db_option, friendly
                    "the first is the reference. The document covers all their runs.")
 @click.option("--session", "-s", "sessions", multiple=True,
               help="With --compare: a session (id or name) to compare; repeatable.")
+@click.option("--columns", help=COLUMNS_HELP)
+@click.option("--provenance", type=click.Choice(["share", "full"]), default="share",
+              show_default=True, help=PROVENANCE_HELP)
+@trim_option
 @db_option
 @friendly
 def report(session: str | None, matrix: str | None, devices: tuple[str, ...], out: str | None,
-           fmt: str, template: str | None, baseline: str | None, no_plots: bool,
+           fmt: str, template: str | None, baselines: tuple[str, ...], no_plots: bool,
            quantile: str, with_comparison: bool, sessions: tuple[str, ...],
-           db: str | None) -> None:
+           columns: str | None, provenance: str, trim: int | None, db: str | None) -> None:
     """Render a benchmark document of a session (id or name; default: the newest) or of the
     latest session of --matrix on each device: what was measured, per model and device the
     throughput, device pressure and A/B tables, figures, the runs left out (†) and the
@@ -49,19 +56,24 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
     from orchestrator.report import render_report, select_runs
+    from orchestrator.results.ab import parse_baselines, runs_where
 
     store = Store.open(db, create=False)
     options = {"out": Path(out) if out else None, "fmt": fmt, "template": template,
-               "baseline": baseline, "plots": not no_plots, "quantile": quantile}
+               "plots": not no_plots, "quantile": quantile,
+               "columns": column_keys(columns, "report"),
+               "provenance_full": provenance == "full", "trim": trim}
     if with_comparison:
         from orchestrator.report.compare import report as compared
 
         text = compared(store, ([session] if session else []) + list(sessions), devices,
-                        matrix, **options)
+                        matrix, baselines=baselines, **options)
     elif sessions:
         raise ConfigError("--session is for --compare (a report of one session: SESSION)")
     else:
-        text = render_report(store, select_runs(store, session, matrix, devices), **options)
+        rows = select_runs(store, session, matrix, devices)
+        chosen = parse_baselines(baselines, rows, runs_where(rows))
+        text = render_report(store, rows, baseline=chosen or None, **options)
     if out:
         console.print(f"wrote {out}", highlight=False)
     else:
@@ -86,23 +98,34 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
               help="Write the comparison here (markdown unless --format says otherwise).")
 @click.option("--template", "-t", type=click.Path(exists=True),
               help="A template file or directory replacing compare.md.j2 / compare_table.md.j2.")
+@click.option("--match", "matches", multiple=True, metavar="A=B",
+              help="Compare config A of the first side with config B of the others (their "
+                   "names differ); repeatable. Names may hold `=`: the split is the one that "
+                   "names a config on each side.")
+@trim_option
 @db_option
 @friendly
 def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | None,
             builds: tuple[str, ...] | None, fmt: str | None, out: str | None,
-            template: str | None, db: str | None) -> None:
+            template: str | None, matches: tuple[str, ...], trim: int | None,
+            db: str | None) -> None:
     """Compare two or more sides (devices or sessions, two sessions of one device included)
     config by config: each side's mean tok/s with its 95% interval, and each side's ratio to
     the first (the reference) with its 95% interval, Welch p-value, Holm-corrected p-value
     and verdict, plus a geometric-mean summary. Configs are matched by model and config;
     those on one side only are listed with why the other has none (its runs failed, or it
-    never ran). --builds A B: the sides are two engine builds."""
+    never ran). --builds A B: the sides are two engine builds. Sides with no config in
+    common exit 2, listing each side's configs: pair them with --match.
+
+    There is no --baseline here: each config is compared with the same config (or its
+    --match) on the first side, not with another config; for A/B rows against a baseline
+    config use `orch table -b` or `orch report -b`."""
     from orchestrator.db.store import Store
     from orchestrator.report.compare import compare as run_compare
 
     text = run_compare(Store.open(db, create=False), sessions, devices, matrix, fmt=fmt,
                        out=Path(out) if out else None, console=console, template=template,
-                       builds=builds or ())
+                       builds=builds or (), matches=matches, trim=trim)
     if out:
         console.print(f"wrote {out}", highlight=False)
     elif text is not None:

@@ -142,6 +142,7 @@ class Design(_Strict):
     baseline: str | dict[str, str] | None = None
     order: list[str] = Field(default_factory=list)   # globs in the order the runs were measured
     notes: Notes | None = None
+    trim: int = Field(default=0, ge=0, strict=True)  # first tokens left out (stats/trim.py)
 
     @field_validator("measured", mode="before")
     @classmethod

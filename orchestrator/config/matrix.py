@@ -89,6 +89,9 @@ class Matrix(BaseModel):
     path_check: Literal["warn", "refuse", "off"] = "warn"  # model paths vs streaming (pathcheck.py)
     route_trace: bool = False      # every config writes a route trace (a config's own value wins)
     quality: QualitySpec | None = None   # quality probes beside the cells (config/quality.py, run/quality.py)
+    # per-token statistics over each run's tokens after its first `trim` (`orch table --trim`
+    # wins; stats/trim.py)
+    trim: int = Field(default=0, ge=0, strict=True)
 
     @field_validator("name")
     @classmethod

@@ -312,34 +312,43 @@ class Runs:
         return [r.line for r in self.store.fetch(stmt.order_by(out.c.seq))]
 
     # -- per-run statistics ----------------------------------------------------------------
-    def stats(self, rows: Sequence[Any], quantile_method: str = "linear") -> "pd.DataFrame":
+    def stats(self, rows: Sequence[Any], quantile_method: str = "linear", trim: int = 0,
+              within_run: bool = False) -> "pd.DataFrame":
         """statistics.runs_table for these runs, indexed by run id (every row present).
 
         Each run's record is read back with `load_record` (any schema version); its device
         pressure comes from the agent's samples when orch measured the run, else from the
-        record (the `.metrics` sidecar an imported run brought along)."""
+        record (the `.metrics` sidecar an imported run brought along). trim: per-token
+        statistics over the tokens after each run's first `trim`. within_run: with the
+        within-run columns (stats/within_run.py: a block bootstrap per run, and the
+        not-settled rule): what a published table shows (orch table, the report, export);
+        off by default since the block length needs `arch`, whose import alone costs seconds
+        that `orch runs`, drift checks and adaptive repeats need not pay."""
         import pandas as pd
 
         from orchestrator.record import load_record
         from orchestrator.stats import statistics
+        from orchestrator.stats.within_run import WITHIN_RUN_COLUMNS
 
         ids = [r.id for r in rows]
         if not ids:
-            return pd.DataFrame(columns=list(statistics.STAT_COLUMNS))
+            return pd.DataFrame(columns=list(statistics.STAT_COLUMNS)
+                                + (list(WITHIN_RUN_COLUMNS) if within_run else []))
         tokens = self.store.frame("token", ids)
         records = {row.id: (row.record if isinstance(row, RunRow) else load_record(row.summary))
                    for row in rows}
         stats = statistics.runs_table(tokens, records,
                                       statistics.pressure_by_run(self.store.frame("sample", ids)),
-                                      quantile_method=quantile_method)
+                                      quantile_method=quantile_method, trim=trim,
+                                      within_run=within_run)
         return stats.reindex(ids)
 
-    def stats_dicts(self, rows: Sequence[Any]) -> dict[int, dict[str, Any]]:
+    def stats_dicts(self, rows: Sequence[Any], trim: int = 0) -> dict[int, dict[str, Any]]:
         """Per-run statistics as plain dicts (None for missing), keyed by run id."""
         from orchestrator.stats.values import plain
 
         return {rid: {k: plain(v) for k, v in rec.items()}
-                for rid, rec in self.stats(rows).to_dict("index").items()}
+                for rid, rec in self.stats(rows, trim=trim).to_dict("index").items()}
 
 
 class Sessions:

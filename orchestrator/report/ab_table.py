@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.report import markdown as md
-from orchestrator.report.formatting import MINUS, STATS, Formatter, bold, pct
+from orchestrator.report.formatting import STATS, Formatter, bold, pct, signed
 from orchestrator.results.ab import ABGroup, ABRow
 from orchestrator.stats.uncertainty import ALPHA, Comparison, Interval
 from orchestrator.stats.values import DAGGER, DASH, is_missing
@@ -29,11 +29,15 @@ def interval_text(low: float | None, high: float | None,
     return f"{fmt(low)}–{fmt(high)}"
 
 
-def mean_cell(interval: Interval, headline: bool = True) -> str:
+def mean_cell(interval: Interval, headline: bool = True,
+              within_run: tuple[float, float] | None = None) -> str:
     """The mean (bold when it is the row's headline) with its 95% interval:
-    "**12.31** [12.10–12.52]"."""
+    "**12.31** [12.10–12.52]"; a single run with its interval over its own tokens,
+    "**3.05** [2.98–3.12 within-run]" (not an interval over repeats)."""
     text = (bold(STATS["mean"].fmt) if headline else STATS["mean"].fmt)(interval.mean)
     ci = interval_text(interval.low, interval.high)
+    if ci == DASH and within_run is not None:
+        return f"{text} [{interval_text(*within_run)} within-run]"
     return text if ci == DASH else f"{text} [{ci}]"
 
 
@@ -53,7 +57,21 @@ def p_cell(p: float | None) -> str:
 
 def pp(value: float | None) -> str:
     """A difference of two percentages, in percentage points."""
-    return DASH if is_missing(value) else f"{value:+.1f} pp".replace("-", MINUS)
+    return signed(value, " pp")
+
+
+def noise_floor_text(row: ABRow) -> str | None:
+    """"noise floor ±4.2% (from repeats of anon-long)": what repeating one config already
+    moves, which an untested change must beat; None without repeats."""
+    if row.noise_floor_pct is None:
+        return None
+    return f"noise floor ±{row.noise_floor_pct:.1f}% (from repeats of {row.noise_floor_from})"
+
+
+def verdict_text(row: ABRow) -> str:
+    """The verdict, with the noise floor where the change could not be tested."""
+    floor = noise_floor_text(row)
+    return row.verdict if floor is None else f"{row.verdict}; {floor}"
 
 
 HEADERS = ["Config", "decode mean [95% CI]", "Δ mean [95% CI]", "p (Holm)", "verdict",
@@ -65,10 +83,10 @@ def row_cells(row: ABRow) -> list[str]:
     """The cells of HEADERS after Config (escaping is the caller's: Config is data)."""
     c = row.comparison
     return [
-        mean_cell(row.interval) if row.ids else DASH,
+        mean_cell(row.interval, within_run=row.within_run) if row.ids else DASH,
         "baseline" if row.is_baseline else (delta_cell(c) if c is not None else DASH),
         p_cell(c.p_adjusted) if c is not None else DASH,
-        row.verdict if row.ids else
+        verdict_text(row) if row.ids else
         f"{row.verdict} ({DAGGER}: {', '.join(map(str, row.failed))})",
         STATS["cache_hit_pct"].fmt(row.cache_hit_pct),
         DASH if row.is_baseline else pp(row.cache_hit_delta_pp),
@@ -94,6 +112,14 @@ def notes(group: ABGroup) -> list[str]:
     if any(r.comparison.p_value is None for r in rows):  # type: ignore[union-attr]
         out.append("Configs measured once (or compared with a baseline measured once) have no "
                    "interval and no test: their Δ is one measurement against another.")
+        if any(r.noise_floor_pct is not None for r in rows):
+            out.append("noise floor: the largest change between two runs of one config of the "
+                       "same model and device (this session's repeats, else the newest earlier "
+                       "session's); a single-run Δ must beat it to mean anything, and still is "
+                       "not a test.")
+        if any(r.within_run is not None for r in group.rows):
+            out.append("within-run: a single run's 95% interval over its own tokens; it says "
+                       "how steady that run was, not how far a repeat would land.")
     if any(not is_missing(r.cache_hit_delta_pp) or not is_missing(r.read_delta_pct)
            for r in group.rows if not r.is_baseline):
         out.append("Cache hit and flash read per token follow from the routing and the cache, "
@@ -145,6 +171,10 @@ def records(groups: Sequence[ABGroup]) -> list[dict[str, Any]]:
                 "n_config": c.n_cand if c else len(row.ids),
                 "method": c.method if c else None,
                 "verdict": row.verdict,
+                "noise_floor_pct": row.noise_floor_pct,
+                "noise_floor_from": row.noise_floor_from,
+                "within_run_ci_low": row.within_run[0] if row.within_run else None,
+                "within_run_ci_high": row.within_run[1] if row.within_run else None,
                 "cache_hit_pct": row.cache_hit_pct,
                 "cache_hit_delta_pp": None if row.is_baseline else row.cache_hit_delta_pp,
                 "read_mib_per_token": row.read_mib_per_token,

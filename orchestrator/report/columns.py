@@ -29,6 +29,12 @@ from orchestrator.report.formatting import (
     split,
     temp_range,
 )
+from orchestrator.report.within_cells import (
+    interval_cell,
+    ms_interval_cell,
+    pct_cell,
+    steady_cell,
+)
 from orchestrator.stats.values import DASH, is_missing
 
 _JUSTIFY = {"---": "left", ":---": "left", "---:": "right", ":--:": "center"}
@@ -114,14 +120,32 @@ DECODE_SPLIT = Column("compute_s_per_token", "decode: compute + I/O (s/tok)", sp
                       also=("io_s_per_token",))
 _MEAN = stat("mean", headline=True)
 _DISTRIBUTION = stats("min", "max", "median", "p5", "p95")
-# from the engine's summary: the phone study's compute + I/O split after the stall, and
-# majflt/token for the engines that count it
-_ENGINE = (*stats("prefill_tps", "ttft_s", "cache_hit_pct", "read_mib_per_token",
-                  "stall_ms_per_token"),
-           DECODE_SPLIT, stat("majflt_per_token", optional=True))
-# warm-up (MSER-5) and per-token latency
-_WARM_UP = stats("steady_mean", "steady_from_token", "latency_p50_ms", "latency_p90_ms",
-                 "latency_p99_ms")
+# from the engine's summary (majflt/token for the engines that count it).
+# The throughput table keeps the study's columns (what a reader compares configs by) and stays
+# readable at a page's width; the engine's timing detail goes to a second table under it
+_FLASH = stats("cache_hit_pct", "read_mib_per_token")
+_PREFILL = stats("prefill_tps", "ttft_s")
+_STALL = (stat("stall_ms_per_token"), stat("majflt_per_token", optional=True))
+# warm-up (MSER-5) and per-token latency; the steady-state cell says "not settled (...)" or
+# "too short to tell" where the trend test (stats/settle.py) claims no steady state
+STEADY = Column("steady_mean", STATS["steady_mean"].header, steady_cell, also=("settle_note",),
+                label=STATS["steady_mean"].label,
+                data=("steady_mean", "settled", "trend_pct", "settle_note"))
+_WARM_UP = (STEADY, *stats("steady_from_token", "latency_p50_ms", "latency_p90_ms",
+                           "latency_p99_ms"))
+# within-run: one run's own tokens (stats/within_run.py), never a config-level figure
+_MS = number("%.1f")
+_WITHIN_RUN = (
+    Column("tps_ci_low", "within-run 95% CI (tok/s)", interval_cell, also=("tps_ci_high",),
+           data=("tps_ci_low", "tps_ci_high", "ci_method")),
+    Column("mean_ms", "mean ms", _MS),
+    Column("mean_ms_ci_low", "within-run 95% CI (ms)", ms_interval_cell,
+           also=("mean_ms_ci_high",)),
+    Column("median_ms", "median ms", _MS),
+    Column("cv_pct", "within-run CV", pct_cell),
+    Column("first_token_ms", "first token ms", _MS),
+    Column("first5_mean_ms", "first 5 mean ms", _MS),
+)
 _RSS = stat("peak_rss_gib", note="peak process RSS")
 _FLOOR = stat("mem_floor_gib", note="free-RAM floor (lowest MemAvailable)")
 _BATTERY = stat("batt_temp_max_c", note="battery temperature maximum")
@@ -131,16 +155,26 @@ _BATTERY = stat("batt_temp_max_c", note="battery temperature maximum")
 # cells unchanged (the 2026-07-13 oracle), p5 where the phone study prints it ---------------
 
 THROUGHPUT = TableSpec(
-    (_MEAN, *_DISTRIBUTION, *_ENGINE),
-    "**Throughput** (tok/s; mean = aggregate decode, prefill = prompt-processing; decode: "
-    "compute + I/O = the engine's split of a token's decode time; with overlap the I/O figure "
-    "is the read lanes' busy time, and the stall is the wall time lost to flash):")
+    (_MEAN, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT),
+    "**Throughput** (tok/s; mean = aggregate decode; decode: compute + I/O = the engine's split "
+    "of a token's decode time; with overlap the I/O figure is the read lanes' busy time):")
+# the rest of the engine's summary (the columns the published throughput table had after the
+# flash figures); per-token latency and warm-up are LATENCY's
+DETAIL = TableSpec(
+    (*_PREFILL, *_STALL),
+    "**Prefill & stall** (prefill = prompt processing, tok/s; TTFT = time to the first token; "
+    "stall = the decode wall time lost waiting for flash with overlap, — for a serial run, "
+    "whose I/O is all stall; majflt = major page faults):")
 LATENCY = TableSpec(
-    (stat("mean", header="mean, all tokens"), *_WARM_UP),
+    (stat("mean", header="decode mean"), *_WARM_UP, *_WITHIN_RUN),
     "**Per-token latency & warm-up** (latency = wall time of one decode step, ms; steady "
     "state from the token where MSER-5 ends the warm-up, and the mean tok/s from there on, "
-    "next to the mean over all tokens; — under 20 tokens, or not settled within the first "
-    "half of the run):")
+    "next to the decode mean; — under 20 tokens, or not settled within the first half of the "
+    "run; *not settled* where the rate still trends from there on (Spearman p < 0.05 and over "
+    "10% first → last quarter), *too short to tell* under 40 tokens; within-run = over one "
+    "run's own tokens: its 95% interval of tok/s and of mean ms/token by stationary block "
+    "bootstrap, the coefficient of variation of ms/token; first token and first-5 mean over "
+    "the first decode tokens whatever the trim):")
 PRESSURE = TableSpec(
     (_RSS, _FLOOR, *stats("cpu_temp_start_c", "cpu_temp_max_c"), _BATTERY),
     "**Device pressure** (peak process RSS, free-RAM floor, SoC/battery temperature):")
@@ -171,8 +205,8 @@ VARIANTS = TableSpec((
     DECODE_SPLIT,
 ))
 TABLES: dict[str, TableSpec] = {
-    "throughput": THROUGHPUT, "latency": LATENCY, "pressure": PRESSURE, "adaptive": ADAPTIVE,
-    "variants": VARIANTS}
+    "throughput": THROUGHPUT, "detail": DETAIL, "latency": LATENCY, "pressure": PRESSURE,
+    "adaptive": ADAPTIVE, "variants": VARIANTS}
 
 
 # ---- the report (report/sections.py): one row per config, so the mean of repeated runs
@@ -184,14 +218,42 @@ CPU_RANGE = Column("cpu_temp_start_c", "CPU start → max", temp_range, also=("c
                    note="CPU temperature at the start → its maximum")
 
 REPORT_THROUGHPUT = TableSpec(
-    (_MEAN, MEAN_CI, SPREAD, *_DISTRIBUTION, *_ENGINE, *_WARM_UP),
+    (_MEAN, MEAN_CI, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT),
     "**Throughput** (tok/s; mean = aggregate decode n / Σ decode time, in bold; min/max = "
-    "slowest/fastest token; prefill = prompt processing):")
+    "slowest/fastest token; decode: compute + I/O = the engine's split of a token's decode "
+    "time):")
+REPORT_DETAIL = TableSpec(
+    (SPREAD, *_PREFILL, *_STALL, *_WARM_UP),
+    "**Prefill, stall & warm-up** (prefill = prompt processing, tok/s; TTFT = time to the "
+    "first token; stall = decode wall time lost waiting for flash with overlap, — for a serial "
+    "run, whose I/O is all stall; steady state from the token where MSER-5 ends the warm-up; "
+    "p50/p90/p99 = per-token latency, ms):")
 REPORT_PRESSURE = TableSpec(
     (_RSS, _FLOOR, CPU_RANGE, _BATTERY),
     "**Device pressure** (peak process RSS, free-RAM floor, CPU temperature at the start → "
     "its maximum, battery maximum):",
     title="Device pressure")
+
+
+def pick(specs: Iterable[TableSpec], keys: Iterable[str]) -> TableSpec:
+    """A table of the columns named by `keys` (Column.key), in that order, drawn from `specs`
+    (`--columns`); KeyError names the first unknown key."""
+    by_key: dict[str, Column] = {}
+    for spec in specs:          # a key in two specs: the first spec's column (its header)
+        for c in spec.columns:
+            by_key.setdefault(c.key, c)
+    cols = []
+    for key in keys:
+        if key not in by_key:
+            raise KeyError(key)
+        cols.append(by_key[key])
+    return TableSpec(tuple(cols), "**Throughput** (the columns asked for; tok/s unless the "
+                                  "header says otherwise):")
+
+
+def column_keys(specs: Iterable[TableSpec]) -> list[str]:
+    """The keys `--columns` accepts, in the tables' order."""
+    return list(dict.fromkeys(c.key for spec in specs for c in spec.columns))
 
 
 # ---- the terminal (report/terminal.py) -----------------------------------------------------

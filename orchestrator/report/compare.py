@@ -23,6 +23,7 @@ from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict
 from orchestrator.report.formatting import ratio, when
 from orchestrator.report.markdown import Table, md_escape
 from orchestrator.report.session_tables import failure_line
+from orchestrator.results.ab import parse_baselines, runs_where
 from orchestrator.results.comparison import (
     ConfigRow,
     SideComparison,
@@ -45,7 +46,7 @@ def columns(comp: SideComparison) -> list[tuple[str, str]]:
     """(group, name) of every column: the group is a side or a pair of sides."""
     cols = [("", "Model"), ("", "Config")]
     for side in comp.sides:
-        cols += [(side.label, "tok/s [95% CI]"), (side.label, "runs")]
+        cols += [(side.label, "tok/s [95% CI]"), (side.label, "run ids")]
     ref = comp.reference.label
     for other in comp.others:
         pair = f"{other.label}/{ref}"
@@ -54,8 +55,15 @@ def columns(comp: SideComparison) -> list[tuple[str, str]]:
     return cols
 
 
+def _config_text(row: ConfigRow) -> str:
+    """The config's name, and the other sides' own names where --match paired them:
+    "anon-long ↔ dense_weights=anon"."""
+    others = [m for m in dict.fromkeys(row.matched) if m and m != row.config]
+    return " ↔ ".join([row.config] + others)
+
+
 def _row_cells(row: ConfigRow) -> list[str]:
-    cells = [row.model, row.config]
+    cells = [row.model, _config_text(row)]
     for interval, ids in zip(row.means, row.run_ids):
         cells += [mean_cell(interval), id_list(ids) if ids else DASH]
     for c in row.vs_reference:
@@ -105,7 +113,7 @@ def only_lines(comp: SideComparison) -> list[str]:
 
 
 def _name(row: ConfigRow) -> str:
-    return row.config if row.model == "-" else f"{row.model} {row.config}"
+    return _config_text(row) if row.model == "-" else f"{row.model} {_config_text(row)}"
 
 
 def left_out_lines(comp: SideComparison) -> list[str]:
@@ -144,7 +152,7 @@ def sides_lines(sides: Sequence[Side]) -> list[str]:
         # an imported session's start is the import, not the measurement
         start = (f"imported {when(s.started_at)} UTC" if s.kind == "import"
                  else f"started {when(s.started_at)} UTC")
-        session = "" if side.label == f"session {s.id}" else f"session {s.id}, "
+        session = "" if f"session {s.id}" in side.label else f"session {s.id}, "
         out.append(f"{side.label}: {session}{what} on {side.device}, {start}, "
                    f"{len(side.rows)} run(s)")
     return out
@@ -175,16 +183,34 @@ def shared_lines(comp: SideComparison) -> list[str]:
 # ---- entry points ------------------------------------------------------------------------
 
 def from_store(store: Store, sessions: Sequence[str], devices: Sequence[str],
-               matrix: str | None, builds: Sequence[str] = ()) -> SideComparison:
+               matrix: str | None, builds: Sequence[str] = (),
+               matches: Sequence[str] = (), trim: int | None = None) -> SideComparison:
     """The sides (results/query.py: select_sides; with builds, one side per engine build:
-    comparison.build_side) and their comparison."""
+    comparison.build_side) and their comparison; `matches`: `--match A=B` pairs. Sides with
+    no config in common are refused, each side's configs listed: a table of nothing but
+    one-sided rows would read as a comparison."""
     if builds:
         if sessions or len(devices) > 1:
             raise ConfigError("--builds compares builds (on one --device): no --session, "
                               "one --device at most")
         device = devices[0] if devices else None
-        return build(store, [build_side(store, b, device, matrix) for b in builds])
-    return build(store, select_sides(store, sessions, devices, matrix))
+        sides = [build_side(store, b, device, matrix) for b in builds]
+    else:
+        sides = select_sides(store, sessions, devices, matrix)
+    comp = build(store, sides, matches, trim=trim)
+    if not any(len(row.on) >= 2 for row in comp.rows):
+        raise ConfigError(no_common_text(comp))
+    return comp
+
+
+def no_common_text(comp: SideComparison) -> str:
+    """The refusal of sides with no config in common: one line, then each side's configs."""
+    lines = [("no config in common between the sides: pair them with --match A=B "
+              "(A of the first side, B of another)")]
+    for i, side in enumerate(comp.sides):
+        names = [_name(r) for r in comp.rows if i in r.on]
+        lines.append(f"  {side.label}: {', '.join(names) or '(no runs)'}")
+    return "\n".join(lines)
 
 
 def text(comp: SideComparison, fmt: str, template: str | Path | None = None) -> str:
@@ -210,10 +236,11 @@ def title(comp: SideComparison) -> str:
 def compare(store: Store, sessions: Sequence[str] = (), devices: Sequence[str] = (),
             matrix: str | None = None, fmt: str | None = None, out: Path | None = None,
             console: Console | None = None, template: str | Path | None = None,
-            builds: Sequence[str] = ()) -> str | None:
+            builds: Sequence[str] = (), matches: Sequence[str] = (),
+            trim: int | None = None) -> str | None:
     """`orch compare`: with no format, the rich table on `console` (and markdown to `out`);
     with one, that text, written to `out` or returned for stdout."""
-    comp = from_store(store, sessions, devices, matrix, builds)
+    comp = from_store(store, sessions, devices, matrix, builds, matches, trim=trim)
     if fmt is None and console is not None:
         print_rich(console, comp, f"mean tok/s: {title(comp)}")
     result = text(comp, fmt or "md", template) if fmt is not None or out is not None else None
@@ -225,10 +252,11 @@ def compare(store: Store, sessions: Sequence[str] = (), devices: Sequence[str] =
 
 
 def report(store: Store, sessions: Sequence[str], devices: Sequence[str], matrix: str | None,
-           **options: Any) -> str:
+           baselines: Sequence[str] = (), **options: Any) -> str:
     """`orch report --compare`: the report of every side's runs with the comparison as a
-    section (options: render_report's)."""
-    comp = from_store(store, sessions, devices, matrix)
+    section (options: render_report's; `baselines`: the `-b` choices for its A/B tables)."""
+    comp = from_store(store, sessions, devices, matrix, trim=options.get("trim"))
     rows = [r for side in comp.sides for r in side.rows]
+    chosen = parse_baselines(baselines, rows, runs_where(rows))
     return render.render_report(store, rows, comparison=section(comp, in_report=True),
-                                **options)
+                                baseline=chosen or None, **options)

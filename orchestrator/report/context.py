@@ -21,8 +21,9 @@ from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
 from orchestrator.report.tables import group_title
-from orchestrator.results.ab import ABGroup, ab_groups
+from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
 from orchestrator.results.query import by_model_and_device, labelled
+from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.statistics import STAT_COLUMNS, spread
 from orchestrator.stats.uncertainty import mean_interval
 from orchestrator.stats.values import is_missing, plain
@@ -95,6 +96,7 @@ class ReportData:
     samples: pd.DataFrame | None = None
     # session id -> the design file its import applied (config/design.py), None without one
     designs: dict[int, Design | None] = field(default_factory=dict)
+    trim: int = 0                          # first tokens left out of the per-token figures
 
     @property
     def failed(self) -> list[RunView]:
@@ -186,6 +188,9 @@ def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
             else:
                 values[key] = xs[0]
         values["n"] = sum(int(r.stats.get("n") or 0) for r in runs)
+        # a config with a run that had not settled says so where the steady state would be
+        values["settle_note"] = next((r.stats.get("settle_note") for r in runs
+                                      if r.stats.get("settle_note")), None)
         # the mean's 95% interval over the runs' means (none for a single run)
         ci = mean_interval([r.stats.get("mean") for r in runs])
         values["mean_ci_low"], values["mean_ci_high"] = ci.low, ci.high
@@ -262,16 +267,20 @@ def device_views(store: Store, rows: Sequence[RunRow], sessions: Sequence[Sessio
     return out
 
 
-def build(store: Store, rows: Sequence[RunRow], baseline: str | None = None,
-          quantile: str = "linear", keep_frames: bool = True) -> ReportData:
-    """Everything a report shows, from the selected runs."""
+def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
+          quantile: str = "linear", keep_frames: bool = True,
+          trim: int | None = None) -> ReportData:
+    """Everything a report shows, from the selected runs. `trim`: `--trim N` (None: the
+    sessions' own `trim:`, results/trim.py)."""
     if not rows:
         raise ConfigError("no runs to report")
     # devices in the order asked for (select_runs keeps --device order), then as the runs ran
     rank = {d: i for i, d in enumerate(dict.fromkeys(r.device for r in rows))}
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
     cache = _FrameCache(store)
-    stats = Runs(cache).stats(rows, quantile_method=quantile)      # type: ignore[arg-type]
+    trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
+    stats = Runs(cache).stats(rows, quantile_method=quantile,      # type: ignore[arg-type]
+                              trim=trim, within_run=True)
     records = {rid: {k: plain(v) for k, v in rec.items()}
                for rid, rec in stats.to_dict("index").items()}
     sids = list(dict.fromkeys(r.session_id for r in rows))
@@ -287,11 +296,12 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | None = None,
     matrices = {s.id: s.matrix_data for s in sessions}
     designs = {s.id: session_design(s) for s in sessions}
     # each (model, device) group against its own model's baseline; Holm across all of them
-    ab = ab_groups(rows, records, parsed, baseline, designs=designs)
+    ab = ab_groups(rows, records, parsed, baseline, designs=designs,
+                   earlier=store_repeats(store))     # noise floor of single runs
     return ReportData(sessions=sessions, devices=devices, runs=runs,
                       groups=_groups(runs, ab, parsed),
                       matrices=matrices, imported_files=files, designs=designs,
-                      tokens=cache.frames.get("token") if keep_frames else None,
+                      trim=trim, tokens=cache.frames.get("token") if keep_frames else None,
                       samples=cache.frames.get("sample") if keep_frames else None)
 
 

@@ -1,7 +1,11 @@
 """`orch export`: a stored session as files, runs.<ext> (with the per-run statistics),
 tokens.<ext> and samples.<ext>, in csv, json or parquet. Structured run columns (argv,
 summary, warnings, temp_start, settings) are JSON text in every format, so each file holds
-one flat table."""
+one flat table.
+
+Paths follow report/paths.py's rule: by default relative to the study folder (an import's
+`source_file`, a live run's paths against its matrix's folder) or by file name; `full` keeps
+the absolute paths as stored."""
 from __future__ import annotations
 
 import json
@@ -11,17 +15,22 @@ import pandas as pd
 
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
+from orchestrator.report.paths import Paths, base_of
 
 
-def export_session(store: Store, session_id: int, out_dir: Path, fmt: str) -> list[Path]:
-    """Write the session's three tables to `out_dir`; returns the paths written."""
+def export_session(store: Store, session_id: int, out_dir: Path, fmt: str,
+                   full: bool = False) -> list[Path]:
+    """Write the session's three tables to `out_dir`; returns the paths written. `full`:
+    absolute paths as stored (`--provenance full`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = store.runs(session_id, include_superseded=True)
+    paths, base = Paths(full), base_of(store.session_row(session_id))
     # settings: an import's flags parsed (null for a live run); time_source and source_file
     # come with the stored columns
-    run_frame = pd.DataFrame([{**r.as_dict(), "settings": r.settings} for r in rows])
+    run_frame = pd.DataFrame([{**_shown(r.as_dict(), paths, base), "settings": r.settings}
+                              for r in rows])
     current = [r for r in rows if not r.superseded]
-    stats = Runs(store).stats(current).add_prefix("stat_")
+    stats = Runs(store).stats(current, within_run=True).add_prefix("stat_")
     if len(run_frame):
         run_frame = run_frame.merge(stats, left_on="id", right_index=True, how="left")
         for column in ("argv", "summary", "warnings", "temp_start", "settings"):
@@ -44,3 +53,13 @@ def export_session(store: Store, session_id: int, out_dir: Path, fmt: str) -> li
             frame.to_parquet(path, index=False)
         written.append(path)
     return written
+
+
+def _shown(run: dict, paths: Paths, base: str | None) -> dict:
+    """A run's stored columns with its paths as `paths` shows them."""
+    out = dict(run)
+    for key in ("remote_dir", "binary_path"):
+        out[key] = paths.path(out.get(key), base) or out.get(key)
+    out["flags"] = paths.text(out.get("flags"), base)
+    out["argv"] = paths.argv(out.get("argv"), base)
+    return out

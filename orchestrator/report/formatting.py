@@ -154,9 +154,20 @@ def cell(key: str, value: Any) -> str:
 
 # ---- derived figures ---------------------------------------------------------------------
 
+def signed(value: float | None, unit: str = "%") -> str:
+    """A signed change to one decimal with a real minus (+24.3%, −26.8%, +1.2 pp); a change
+    that rounds to zero is "0.0" with no sign: "−0.0%" would claim a direction."""
+    if is_missing(value):
+        return DASH
+    text = f"{value:+.1f}"
+    if float(text) == 0:
+        text = "0.0"
+    return text.replace("-", MINUS) + unit
+
+
 def pct(value: float | None) -> str:
-    """A signed percentage with a real minus: +24.3%, −26.8%."""
-    return DASH if is_missing(value) else ("%+.1f%%" % value).replace("-", MINUS)
+    """A signed percentage with a real minus: +24.3%, −26.8%, 0.0%."""
+    return signed(value, "%")
 
 
 def ratio(value: float | None) -> str:

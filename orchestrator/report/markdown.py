@@ -66,6 +66,21 @@ def md_escape(value: Any) -> str:
     return text.replace("<", "&lt;").replace("*", "\\*").replace("`", "\\`")
 
 
+_CODE_SPAN = re.compile(r"`([^`\r\n]+)`")
+
+
+def md_prose(value: Any) -> str:
+    """orch's own sentences with data in them (a warning, its advice): md_escape, except
+    that a `code span` the sentence writes stays one (md_code), so a flag or a YAML snippet
+    reads as code instead of as escaped backticks. A lone backtick is escaped as before."""
+    text = "" if value is None else str(value)
+    out, last = [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out += [md_escape(text[last:m.start()]), md_code(m.group(1))]
+        last = m.end()
+    return "".join(out) + md_escape(text[last:])
+
+
 def md_code(value: Any) -> str:
     """An inline code span for a flag string or a hash. Backslash escapes do not work inside a
     code span, so the fence grows past the longest backtick run instead; `|` keeps its table

@@ -3,6 +3,9 @@
 Per device its facts, per engine build its binary hash and version, model files, the matrix
 file and its hash, orch's version and git revision, and every run with its id, exact flags,
 timestamps and the cooldown it got.
+
+Paths and the controller's user@host are shown as report/paths.py's rule says: by default
+relative to the study (or by file name) and no user@host; `full` shows them as stored.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from orchestrator.report.cells import id_list
 from orchestrator.report.context import ReportData, RunView
 from orchestrator.report.formatting import file_size, gib_from_kb, when
 from orchestrator.report.markdown import Table, md_code, md_escape
+from orchestrator.report.paths import SHARE, Paths, base_of
 from orchestrator.stats.values import DAGGER, DASH
 
 
@@ -79,11 +83,19 @@ def _version(r: RunView) -> str:
     return "; ".join(dict.fromkeys(str(v) for v in values if v))
 
 
-def engines_table(data: ReportData) -> Table:
-    t = Table(["Engine", "binary", "sha256", "version", "runs"], ["---"] * 5)
+def _bases(data: ReportData) -> dict[int, str | None]:
+    """Session id -> the folder its paths are shown relative to (paths.base_of)."""
+    return {s.id: base_of(s) for s in data.sessions}
+
+
+def engines_table(data: ReportData, paths: Paths = SHARE) -> Table:
+    t = Table(["Engine", "binary", "sha256", "version", "run ids"], ["---"] * 5)
     seen: dict[tuple[str, str, str, str], list[int]] = {}
     for r in data.runs:
-        key = (r.row.engine or "", os.path.basename(r.row.binary_path or ""),
+        # the binary's path is the device's layout; its name and hash identify it
+        binary = (r.row.binary_path or "") if paths.full else \
+            os.path.basename(r.row.binary_path or "")
+        key = (r.row.engine or "", binary,
                r.row.binary_sha256 or "", _version(r))
         seen.setdefault(key, []).append(r.id)
     for (engine, binary, sha, version), ids in seen.items():
@@ -92,14 +104,15 @@ def engines_table(data: ReportData) -> Table:
     return t.drop_empty(keep=(0, 2, 4))
 
 
-def models_table(data: ReportData) -> Table:
-    t = Table(["Model", "file", "size", "sha256", "runs"], ["---", "---", "---:", "---", "---"])
+def models_table(data: ReportData, paths: Paths = SHARE) -> Table:
+    t = Table(["Model", "file", "size", "sha256", "run ids"], ["---", "---", "---:", "---", "---"])
     seen: dict[tuple[str, str, Any, str], list[int]] = {}
     for r in data.runs:
         settings = load_record(r.row.summary).settings
         declared = (data.matrices.get(r.row.session_id, {}).get("models") or {})
         path = declared.get(r.row.model) if isinstance(declared, dict) else None
-        file = str(path or settings.get("model") or "")
+        file = paths.path(str(path or settings.get("model") or ""),
+                          _bases(data).get(r.row.session_id))
         key = (r.row.model or "-", file, r.row.model_size, r.row.model_sha256 or "")
         seen.setdefault(key, []).append(r.id)
     unhashed: dict[str, list[int]] = {}
@@ -118,55 +131,69 @@ def models_table(data: ReportData) -> Table:
     return t if any(c != DASH for row in t.rows for c in row[1:-1]) else Table([], [])
 
 
-def sessions_table(data: ReportData) -> Table:
+def sessions_table(data: ReportData, paths: Paths = SHARE) -> Table:
     t = Table(["Session", "kind", "name", "matrix file", "matrix sha256", "orch", "git revision",
                "Python", "controller", "command", "started", "ended", "adaptive repeats"],
               ["---"] * 13)
     for s in data.sessions:
+        # the matrix file (an import: its folder) by name, in full by its absolute path
+        source = s.matrix_path or s.source_dir or ""
+        shown = source if paths.full else os.path.basename(source)
         t.rows.append([str(s.id), md_escape(s.kind), md_escape(s.name or DASH),
-                       md_code(os.path.basename(s.matrix_path or s.source_dir or "")),
+                       md_code(shown),
                        md_code(s.matrix_sha256), md_escape(s.orch_version or DASH),
                        md_code(s.git_rev), md_escape(s.python_version or DASH),
-                       md_escape(s.controller_host or DASH),
-                       md_code(s.command), when(s.started_at), when(s.ended_at),
+                       md_escape(paths.host(s.controller_host) or DASH),
+                       md_code(paths.text(s.command, base_of(s))), when(s.started_at),
+                       when(s.ended_at),
                        md_escape(s.repeat_stop or DASH)])
     return t.drop_empty(keep=(0, 1, 2))
 
 
-def files_table(data: ReportData) -> Table:
-    """Imported runs: the files each was read from and the digest `orch import` recorded."""
+def files_table(data: ReportData, paths: Paths = SHARE) -> Table:
+    """Imported runs: the files each was read from (by their path in the study folder) and
+    the digest `orch import` recorded."""
     t = Table(["Run", "per-token CSV", "sidecars", "files sha256"], ["---:", "---", "---", "---"])
+    bases = _bases(data)
     for r in data.runs:
         source = r.row.remote_dir or ""
-        imported = data.imported_files.get(r.row.session_id, {}).get(r.row.config)
+        # recorded under the file's stem in the folder, which a design file may have renamed
+        by_stem = data.imported_files.get(r.row.session_id, {})
+        stem_in_folder = (r.row.source_file or "").removesuffix(".csv")
+        imported = by_stem.get(stem_in_folder) or by_stem.get(r.row.config)
         if imported is None or not source.endswith(".csv"):
             continue
         stem = source[:-4]
-        sidecars = [os.path.basename(stem + s) for s in (".metrics", ".log", ".out")
+        shown = paths.run_file(r.row, bases.get(r.row.session_id))
+        shown_stem = shown[:-4] if shown.endswith(".csv") else stem
+        # a sidecar beside the CSV, shown the way the CSV is
+        sidecars = [shown_stem + s for s in (".metrics", ".log", ".out")
                     if os.path.exists(stem + s)]
-        t.rows.append([str(r.id), md_code(os.path.basename(source)),
+        t.rows.append([str(r.id), md_code(shown),
                        ", ".join(md_code(s) for s in sidecars) or DASH, md_code(imported.sha256)])
     return t.drop_empty(keep=(0, 1, 3))
 
 
-def runs_table(data: ReportData) -> Table:
+def runs_table(data: ReportData, paths: Paths = SHARE) -> Table:
     t = Table(["Run", "session", "device", "model", "config", "rep", "status", "tokens",
                "started", "ended", "cooldown (s)", "flags"],
               ["---:", "---:", "---", "---", "---", "---:", "---", "---:", "---", "---",
                "---:", "---"])
+    bases = _bases(data)
     for r in data.runs:
         row = r.row
         status = row.status if r.ok else f"{DAGGER} {row.status}"
         if row.cause and not r.ok:
             status += f": {row.cause}"
-        cooldown = DASH if row.cooldown_s is None else "%g" % row.cooldown_s
+        cooldown = DASH if row.cooldown_s is None else f"{row.cooldown_s:g}"
         if row.cooldown_met is False:
             cooldown += " (not met)"
         t.rows.append([str(row.id), str(row.session_id), md_escape(row.device),
                        md_escape(row.model or "-"), md_escape(row.config),
                        str(row.repeat_index + 1), md_escape(status),
                        str(int(r.stats.get("n") or 0)),
-                       _started(row), when(row.ended_at), cooldown, md_code(row.flags)])
+                       _started(row), when(row.ended_at), cooldown,
+                       md_code(paths.text(row.flags, bases.get(row.session_id)))])
     return t
 
 
@@ -189,7 +216,9 @@ def _prompt_from_argv(argv: Any) -> str | None:
     return None
 
 
-def build(data: ReportData) -> Provenance:
+def build(data: ReportData, full: bool = False) -> Provenance:
+    """`full`: absolute paths and the controller's user@host (`--provenance full`)."""
+    paths = Paths(full)
     prompts: list[tuple[str, str]] = []
     seen: set[str] = set()
     for r in data.runs:             # the prompt exactly as the engine received it (argv)
@@ -197,10 +226,12 @@ def build(data: ReportData) -> Provenance:
         if text is not None and text not in seen:
             seen.add(text)
             prompts.append((f"session {r.row.session_id}", text))
-    matrices = [(f"session {s.id}: {os.path.basename(s.matrix_path or '')} "
-                 f"(sha256 {s.matrix_sha256})", s.matrix_text)
+    # the matrix text is shown as written: its sha256 is over those bytes
+    matrices = [((f"session {s.id}: {paths.path(s.matrix_path or '', base_of(s))} "
+                  f"(sha256 {s.matrix_sha256})"), s.matrix_text)
                 for s in data.sessions if s.matrix_text]
-    return Provenance(sessions=sessions_table(data), devices=devices_table(data),
-                      engines=engines_table(data), models=models_table(data),
-                      files=files_table(data), runs=runs_table(data), prompts=prompts,
+    return Provenance(sessions=sessions_table(data, paths), devices=devices_table(data),
+                      engines=engines_table(data, paths), models=models_table(data, paths),
+                      files=files_table(data, paths), runs=runs_table(data, paths),
+                      prompts=prompts,
                       matrices=matrices)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from orchestrator.report.cells import id_list
 from orchestrator.report.columns import REPORT_PRESSURE
 from orchestrator.report.formatting import cell, gib_from_kb, pct, ratio, when
 from orchestrator.report.regressions import sections as regression_sections
+from orchestrator.report.within_cells import with_trim
 from orchestrator.results import drift
 from orchestrator.results.model_facts import facts_for_group
 from orchestrator.stats.values import DAGGER, DASH
@@ -65,6 +66,7 @@ def environment(template: str | Path | None = None) -> tuple[Environment, str | 
                                                    default_for_string=False, default=False),
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.filters.update(md=md.md_escape, code=md.md_code, fence=md.md_fence, table=md.render,
+                       prose=md.md_prose,      # orch's sentences that write `code` spans
                        pct=pct, ratio=ratio, when=when, ids=id_list,
                        stat=lambda value, key: cell(key, value))
     return env, main
@@ -115,6 +117,17 @@ def _measured_from_files(rows: Sequence[Any]) -> str:
     return text + (f"; {file_only} run(s) with file times only" if file_only else "")
 
 
+def _configs_per_model(rows: Sequence[Any], models: list[str], n_configs: int) -> str:
+    """"8 configs of Qwen…, 6 of Gemma…": a config name repeats across models, so one total
+    times the number of models would overstate what ran."""
+    if not models:
+        return f"{n_configs} config{'s' if n_configs != 1 else ''}"
+    counts = [len({r.config for r in rows if r.model == m}) for m in models]
+    parts = [f"{n} {'config' if n == 1 else 'configs'} of {md.md_escape(m)}" if i == 0
+             else f"{n} of {md.md_escape(m)}" for i, (n, m) in enumerate(zip(counts, models))]
+    return ", ".join(parts)
+
+
 def header(data: context.ReportData) -> dict[str, Any]:
     rows = [r.row for r in data.runs]
     matrices = list(data.matrices.values())
@@ -125,8 +138,8 @@ def header(data: context.ReportData) -> dict[str, Any]:
     engines = list(dict.fromkeys(r.engine or "?" for r in rows))
     repeats = max(r.repeat_index for r in rows) + 1
     tokens = sorted({m.get("tokens") for m in matrices if isinstance(m.get("tokens"), int)})
-    what = (f"engine {', '.join(md.md_code(e) for e in engines)}: {len(configs)} config(s)"
-            + (f" × {len(models)} model(s)" if models else "")
+    what = (f"engine {', '.join(md.md_code(e) for e in engines)}: "
+            + _configs_per_model(rows, models, len(configs))
             + (f", up to {repeats} repeats each" if repeats > 1 else "")
             + (f", {', '.join(map(str, tokens))} tokens per run" if tokens else "")
             + f" — {len(rows)} run(s)")
@@ -180,7 +193,10 @@ def group_facts_and_pivot(store: Store, data: context.ReportData,
 
 
 def document_context(data: context.ReportData, plots: dict[str, list[Any]] | None,
-                     plot_note: str | None = None) -> dict[str, Any]:
+                     plot_note: str | None = None, columns: list[str] | None = None,
+                     full_provenance: bool = False) -> dict[str, Any]:
+    """`columns`: the throughput table's columns by key (`--columns`); `full_provenance`:
+    user@host and absolute paths in the provenance (`--provenance full`)."""
     groups = []
     caveats = drift.caveats([r.row for r in data.runs],
                             {r.id: r.stats.get("mean") for r in data.runs}, data.matrices)
@@ -188,7 +204,9 @@ def document_context(data: context.ReportData, plots: dict[str, list[Any]] | Non
         ab, ab_note = sections.ab(g)
         pressure = sections.pressure(g)
         groups.append({"title": md.md_escape(g.title), "slug": g.slug, "group": g,
-                       "throughput": sections.throughput(g), "pressure": pressure,
+                       "throughput": sections.throughput(g, columns),
+                       "detail": sections.detail(g, columns),
+                       "pressure": pressure,
                        "pressure_caption": pressure_caption(pressure),
                        "ab": ab, "ab_note": ab_note,
                        "plots": (plots or {}).get(g.slug, []),
@@ -196,8 +214,11 @@ def document_context(data: context.ReportData, plots: dict[str, list[Any]] | Non
                        **sections.design_group(data, g)})
     return {"data": data, "header": header(data), "groups": groups,
             "design": sections.design_document(data),     # an import's design file
-            "captions": sections.CAPTIONS, "left_out": sections.left_out(data.runs),
-            "provenance": provenance.build(data), "plot_note": plot_note,
+            "captions": {k: with_trim(v, data.trim) if k in ("throughput", "detail") else v
+                         for k, v in sections.CAPTIONS.items()},
+            "left_out": sections.left_out(data.runs),
+            "provenance": provenance.build(data, full=full_provenance),
+            "plot_note": plot_note,
             "generated": when(dt.datetime.now(dt.UTC)),
             "orch_version": __version__}
 
@@ -220,19 +241,26 @@ def markdown_to_html(text: str) -> Markup:
     for i, tok in enumerate(tokens):
         if tok.type == "heading_open" and i + 1 < len(tokens):
             tok.attrSet("id", _anchor(tokens[i + 1].content))
-    return Markup(md.renderer.render(tokens, md.options, {}))
+    html = md.renderer.render(tokens, md.options, {})
+    # a wide table scrolls sideways in its own box instead of being cut at the page's width
+    # (raw HTML is disabled, so every <table> here is the renderer's)
+    html = html.replace("<table>", '<div class="table-scroll"><table>').replace(
+        "</table>", "</table></div>")
+    return Markup(html)
 
 
 # ---- entry point -------------------------------------------------------------------------
 
 def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fmt: str = "md",
-           template: str | Path | None = None, baseline: str | None = None,
+           template: str | Path | None = None, baseline: str | Mapping[str, str] | None = None,
            plots: bool = True, quantile: str = "linear",
-           comparison: dict[str, Any] | None = None) -> str:
+           comparison: dict[str, Any] | None = None, columns: list[str] | None = None,
+           provenance_full: bool = False, trim: int | None = None) -> str:
     """The report of these runs as markdown or HTML; written to `out` when given. Markdown
     links its figures from `<out stem>_files/` (drawn only with `out`); HTML embeds them as
     data: URIs, so the page is one file. Returns the text."""
-    data = context.build(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots)
+    data = context.build(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots,
+                         trim=trim)
     traced, untraceable = routing.build(store, data)   # none traced: the report as before
     drawn, note = None, None
     if plots and out is None and fmt != "html":
@@ -250,7 +278,7 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
             drawn = plotting.draw(data, None if fmt == "html" else out)
             route_plots.draw(traced, None if fmt == "html" else out)
     env, user_main = environment(template)
-    ctx = document_context(data, drawn, note)
+    ctx = document_context(data, drawn, note, columns, provenance_full)
     for group in ctx["groups"]:
         group.update(group_facts_and_pivot(store, data, group["group"]))
         group.update(against_ceilings.group_context(store, group["group"]))  # orch ceilings

@@ -1,9 +1,11 @@
 """The result tables of a report, per (model, device) group: throughput, device pressure, A/B.
 
-The throughput and pressure columns are report/columns.py's REPORT_THROUGHPUT and
-REPORT_PRESSURE. Every row carries a `runs` cell with the ids it was computed from (see
-Provenance), and runs that did not end ok get their own daggered row, never a share of an
-aggregate.
+The throughput, detail and pressure columns are report/columns.py's REPORT_THROUGHPUT,
+REPORT_DETAIL and REPORT_PRESSURE (`--columns` picks the throughput table's from the first
+two). Every row carries a `run ids` cell with the ids it was computed from (see Provenance),
+and runs that did not end ok get their own daggered row, never a share of an aggregate.
+Overlap configs carry a mark (‡) on their compute + I/O cell, whose meaning the note under
+the table gives; a serial config's stall is "—" (results/overlap.py).
 """
 from __future__ import annotations
 
@@ -13,7 +15,14 @@ from typing import Any
 from orchestrator.report import ab_table as ab_rows
 from orchestrator.report import design_notes
 from orchestrator.report.cells import id_list
-from orchestrator.report.columns import REPORT_PRESSURE, REPORT_THROUGHPUT, TableSpec
+from orchestrator.report.columns import (
+    DECODE_SPLIT,
+    REPORT_DETAIL,
+    REPORT_PRESSURE,
+    REPORT_THROUGHPUT,
+    TableSpec,
+    pick,
+)
 from orchestrator.report.context import (
     ConfigAgg,
     Group,
@@ -22,48 +31,92 @@ from orchestrator.report.context import (
     left_out_line,
 )
 from orchestrator.report.markdown import Table, md_escape
+from orchestrator.results import overlap
 from orchestrator.stats.divergence import divergence
 from orchestrator.stats.values import DASH
 
+RUN_IDS = "run ids"        # the header of the column naming the runs a row comes from
+OVERLAP_MARK = "‡"         # not †: that marks the runs left out
+OVERLAP_NOTE = (f"{OVERLAP_MARK} ran with `--overlap`: flash I/O runs beside compute, so "
+                "compute + I/O does not add up to the wall time (the I/O figure is the read "
+                "lanes' busy time) and the stall is the I/O's cost.")
 CAPTIONS = {
     "throughput": REPORT_THROUGHPUT.caption,
+    "detail": REPORT_DETAIL.caption,
     "pressure": REPORT_PRESSURE.caption,
     "ab": ab_rows.CAPTION,
 }
 
 
-def _rows(group: Group) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any] | None, list[int]]]:
-    """(label, values, spread, run ids): one row per config with ok runs, then one daggered
-    row per run that did not end ok, right under its config."""
+Row = tuple[str, Mapping[str, Any], Mapping[str, Any] | None, list[int], bool | None]
+
+
+def _rows(group: Group) -> list[Row]:
+    """(label, values, spread, run ids, overlap): one row per config with ok runs, then one
+    daggered row per run that did not end ok, right under its config. A serial config's stall
+    is left out (results/overlap.py)."""
     out = []
     for agg in group.configs:
         if agg.runs:
-            out.append((md_escape(agg.label or agg.config), agg.values, agg.spread, agg.ids))
+            rows = [r.row for r in agg.runs]
+            out.append((md_escape(agg.label or agg.config),
+                        overlap.without_serial_stall(agg.values, rows), agg.spread, agg.ids,
+                        _overlapped(rows)))
         for bad in agg.bad:
-            out.append((md_escape(bad.label), bad.stats, None, [bad.id]))
+            out.append((md_escape(bad.label), overlap.without_serial_stall(bad.stats, [bad.row]),
+                        None, [bad.id], overlap.overlapped(bad.row)))
     return out
 
 
-def _table(group: Group, spec: TableSpec) -> Table:
+def _overlapped(rows: list[Any]) -> bool | None:
+    flags = {overlap.overlapped(r) for r in rows}
+    return flags.pop() if len(flags) == 1 else None
+
+
+def _table(group: Group, spec: TableSpec, mark_overlap: bool = False) -> Table:
     cols = spec.columns
-    table = Table(["Config"] + spec.headers + ["runs"],
+    table = Table(["Config"] + spec.headers + [RUN_IDS],
                   ["---"] + [c.align for c in cols] + ["---"])
-    for label, values, spread, ids in _rows(group):
+    marked = False
+    for label, values, spread, ids, overlapped in _rows(group):
         rec = {**values, "spread": spread}      # columns.SPREAD reads the row's spread
         # a † run (no spread): its figures are shown, but not as a headline (bold)
         row = [c.cell(rec, headline=spread is not None) for c in cols]
+        if mark_overlap and overlapped:         # the caveat beside the figure it concerns
+            for i, c in enumerate(cols):
+                if c.key == DECODE_SPLIT.key and row[i] != DASH:
+                    row[i] += f" {OVERLAP_MARK}"
+                    marked = True
         table.rows.append([label] + row + [id_list(ids)])
-    return table.drop_empty(keep=(0, len(cols) + 1))
+    table = table.drop_empty(keep=(0, len(cols) + 1))
+    if marked:
+        table.notes.append(OVERLAP_NOTE)
+    return table
 
 
-def throughput(group: Group) -> Table:
-    table = _table(group, REPORT_THROUGHPUT)
+def throughput(group: Group, columns: list[str] | None = None) -> Table:
+    """The throughput table: REPORT_THROUGHPUT, or the `columns` picked by key from it and
+    REPORT_DETAIL."""
+    spec = REPORT_THROUGHPUT if columns is None else pick(PICKABLE, columns)
+    table = _table(group, spec, mark_overlap=True)
     if any(a.spread["n"] > 1 for a in group.configs):
         table.notes.append("Configs that ran more than once: the mean is the mean of the runs' "
-                           "means, *95% CI* its Student-t interval, *spread of means* their "
-                           "sample stdev and range; the other columns average the runs "
-                           "(min/max: the extreme token of any run).")
+                           "means, *95% CI* its Student-t interval (*spread of means*, their "
+                           "sample stdev and range, is in the table below); the other columns "
+                           "average the runs (min/max: the extreme token of any run).")
     return table
+
+
+# what `--columns` picks from: the throughput table and its detail table
+PICKABLE = (REPORT_THROUGHPUT, REPORT_DETAIL)
+
+
+def detail(group: Group, columns: list[str] | None = None) -> Table:
+    """The throughput table's second part (prefill, stall, warm-up, latency); empty when
+    `columns` picked the throughput table's columns (they may come from either part)."""
+    if columns is not None:
+        return Table([], [])
+    return _table(group, REPORT_DETAIL)
 
 
 def pressure(group: Group) -> Table:
@@ -82,7 +135,7 @@ def ab(group: Group) -> tuple[Table | None, str | None]:
         return None, None
     if rows.note:
         return None, md_escape(rows.note)
-    table = Table(ab_rows.HEADERS + ["runs", "text departs at"],
+    table = Table(ab_rows.HEADERS + [RUN_IDS, "text departs at"],
                   ab_rows.ALIGNS + ["---", "---:"])
     base = group.config(rows.baseline)
     base_text = _text(base) if base is not None else None

@@ -21,14 +21,15 @@ from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.report import ab_table, design_notes, tables
-from orchestrator.report.columns import TABLES
 from orchestrator.report.formatting import records
-from orchestrator.report.markdown import md_escape
+from orchestrator.report.markdown import md_escape, md_prose
 from orchestrator.report.markdown import render as md_render
-from orchestrator.results import ab
+from orchestrator.report.within_cells import with_trim
+from orchestrator.results import ab, overlap
 from orchestrator.results.drift import Caveat
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.query import by_model_and_device, labelled
+from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.values import DAGGER, is_missing
 
 
@@ -62,13 +63,15 @@ def _config_means(members: Sequence[RunRow], stats: pd.DataFrame) -> dict[str, f
 
 
 def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataFrame,
-              kinds: list[str]) -> str:
+              kinds: list[str], baseline: ab.Baselines | None = None,
+              columns: Sequence[str] | None = None, trim: int = 0) -> str:
     session = store.session_row(session_id)
     matrix = session.matrix
     labels = row_labels(rows, matrix)
     groups = by_model_and_device(rows)
     parts = []
-    ab_groups = ab.session_groups(store, session_id, rows, stats) if "ab" in kinds else []
+    ab_groups = ab.session_groups(store, session_id, rows, stats, baseline) \
+        if "ab" in kinds else []
     from orchestrator.results.drift import session_warnings
 
     caveats = session_warnings(store, session_id)
@@ -90,9 +93,14 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
             if kind == "ab":     # each model against its own baseline (results/ab.py)
                 parts.append(ab_table.group_markdown(ab_groups, model, device))
                 continue
-            if TABLES[kind].caption:
-                parts.append(TABLES[kind].caption + "\n")
-            parts.append(tables.markdown(stats.loc[ids], kind, labels))
+            caption = tables.spec_of(kind, columns).caption
+            if kind in PER_TOKEN_TABLES:
+                caption = with_trim(caption, trim)
+            if caption:
+                parts.append(caption + "\n")
+            # the throughput table names each row's run (the json/csv `run_id`)
+            parts.append(tables.markdown(stats.loc[ids], kind, labels, columns=columns,
+                                         run_ids=kind == "throughput"))
             grid = tables.pivot(matrix, _config_means(members, stats)) \
                 if kind == "throughput" else None
             if grid is not None:
@@ -115,13 +123,19 @@ def _group_notes(designs: list[Design | None], model: str, members: Sequence[Run
 
 
 def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "md",
-                   quantile: str = "linear") -> str:
+                   quantile: str = "linear", baseline: ab.Baselines | None = None,
+                   columns: Sequence[str] | None = None, trim: int | None = None) -> str:
+    """`baseline`: the `-b` choices, model -> config (ab.parse_baselines); `columns`: the
+    throughput table's columns by key (`--columns`, tables.spec_of); `trim`: `--trim N`
+    (None: the session's matrix or design file's `trim:`, else 0; results/trim.py)."""
     rows = store.runs(session_id)
     if not rows:
         return f"session {session_id} has no runs\n"
-    stats = Runs(store).stats(rows, quantile_method=quantile)
+    trim = resolve_trim(trim, [store.session_row(session_id)])
+    stats = _serial_stall(Runs(store).stats(rows, quantile_method=quantile, trim=trim,
+                                             within_run=True), rows)
     if fmt == "md":
-        return _markdown(store, session_id, rows, stats, kinds)
+        return _markdown(store, session_id, rows, stats, kinds, baseline, columns, trim)
     session = store.session_row(session_id)
     labels = row_labels(rows, session.matrix)
     by_id = {r.id: r for r in rows}
@@ -129,7 +143,8 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     frames = []
     for kind in kinds:
         if kind == "ab":
-            frames.append(ab_table.frame(ab.session_groups(store, session_id, rows, stats)))
+            frames.append(ab_table.frame(ab.session_groups(store, session_id, rows, stats,
+                                                           baseline)))
             continue
         if kind == "model":
             frames.append(pd.DataFrame([
@@ -138,7 +153,8 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
                 for (model, device), members in by_model_and_device(rows)]))
             continue
         # one row per run: the config's name, its label, and the statistics
-        frame = tables.values(stats, kind, labels).rename(columns={"config": "label"})
+        frame = tables.values(stats, kind, labels, columns=columns).rename(
+            columns={"config": "label"})
         frame.insert(0, "table", kind)
         frame.insert(1, "run_id", list(stats.index))
         frame.insert(2, "device", [r.device for r in ordered])
@@ -146,6 +162,7 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
         frame.insert(4, "config", [r.config for r in ordered])
         frame.insert(5, "repeat", [r.repeat_index + 1 for r in ordered])
         frame.insert(6, "status", [r.status for r in ordered])
+        frame.insert(7, "trim", trim)       # the tokens left out of the per-token figures
         frames.append(frame)
     frames = [f.astype({c: "Int64" for c in _COUNTS if c in f}) for f in frames]
     if fmt == "csv":      # one header over every table: a table's rows leave the others' empty
@@ -157,11 +174,22 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
 
 # whole numbers, kept whole in csv/json where a table has rows without them (NaN would make
 # them floats)
-_COUNTS = ("run_id", "repeat", "n", "size_bytes", "layers", "experts", "ram_kb",
+# the tables whose figures are over the tokens after the trim (their captions say so)
+PER_TOKEN_TABLES = ("throughput", "latency", "variants")
+_COUNTS = ("run_id", "repeat", "trim", "n", "size_bytes", "layers", "experts", "ram_kb",
            "steady_from_token", "cache_resizes", "spec_experts", "spec_useful")
+
+
+def _serial_stall(stats: pd.DataFrame, rows: Sequence[RunRow]) -> pd.DataFrame:
+    """A serial run's stall as not measured (results/overlap.py: all its I/O is stall)."""
+    serial = [r.id for r in rows if r.id in stats.index and overlap.serial([r])]
+    if serial and overlap.STALL in stats:
+        stats = stats.copy()
+        stats.loc[serial, overlap.STALL] = float("nan")
+    return stats
 
 
 def markdown_block(found: Iterable[Caveat]) -> str:
     """The caveats of one group as markdown lines (`orch table`), or "" when there are none."""
-    return "".join(f"⚠ {md_escape(c.message)}; {md_escape(c.advice)} "
+    return "".join(f"⚠ {md_prose(c.message)}; {md_prose(c.advice)} "
                    f"(runs {', '.join(map(str, c.run_ids))})\n\n" for c in found)

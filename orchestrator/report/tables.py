@@ -1,6 +1,8 @@
 """`orch table`'s tables from `statistics.runs_table` output, laid out like the BigMoeOnEdge
-summary.md: one table kind per spec of report/columns.py (TABLES: throughput, latency,
-pressure, adaptive, variants), printed as markdown, csv or json from the same rows.
+summary.md: one table kind per spec of report/columns.py (TABLES: throughput, detail,
+latency, pressure, adaptive, variants), printed as markdown, csv or json from the same rows.
+`columns` (`orch table --columns`) lays the throughput table out from the named columns of
+the throughput and detail specs instead.
 
 Cells are formatted by the columns' formatters (orchestrator.report.formatting); a missing
 value prints "—". Rows are addressed by display label: `labels` maps run_id -> label (the
@@ -20,9 +22,21 @@ import pandas as pd
 from orchestrator.config.configs import expand_configs
 from orchestrator.config.matrix import Matrix
 from orchestrator.report import markdown as md
-from orchestrator.report.columns import TABLES
+from orchestrator.report.columns import (
+    DETAIL,
+    LATENCY,
+    TABLES,
+    THROUGHPUT,
+    TableSpec,
+    pick,
+)
 from orchestrator.report.formatting import STATS, records
 from orchestrator.stats.values import DASH, is_missing
+
+RUN_IDS = "run ids"       # the header of the column naming the runs a row comes from
+# what `orch table --columns` picks from: the throughput table, its detail table and the
+# per-token latency table
+PICKABLE = (THROUGHPUT, DETAIL, LATENCY)
 
 
 def group_title(model: str, device: str, engine: str | None) -> str:
@@ -31,21 +45,24 @@ def group_title(model: str, device: str, engine: str | None) -> str:
 
 
 def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,
-          order: Sequence[str] | None) -> list[tuple[str, Mapping[str, Any] | None]]:
+          order: Sequence[str] | None) -> list[tuple[str, Mapping[str, Any] | None, Any]]:
+    """(label, statistics, run id) per row; a label of `order` without a run: (label, None,
+    None)."""
     recs = stats.to_dict("index")
     if order is None:     # every run, in the frame's order (labels may repeat across groups)
-        return [((labels or {}).get(rid, str(rid)), rec) for rid, rec in recs.items()]
-    by_label = {(labels or {}).get(rid, str(rid)): rec for rid, rec in recs.items()}
-    return [(label, by_label.get(label)) for label in order]
+        return [((labels or {}).get(rid, str(rid)), rec, rid) for rid, rec in recs.items()]
+    by_label = {(labels or {}).get(rid, str(rid)): (rec, rid) for rid, rec in recs.items()}
+    return [(label, *by_label.get(label, (None, None))) for label in order]
 
 
-def _variant_rows(rows: list[tuple[str, Mapping[str, Any] | None]]) -> list[tuple[str, Any]]:
+def _variant_rows(rows: list[tuple[str, Mapping[str, Any] | None, Any]]
+                  ) -> list[tuple[str, Any, Any]]:
     """Derive the combined cells of columns.VARIANTS (delta vs first measured row, a/b
     (p%))."""
-    base = next((r["mean"] for _, r in rows if r is not None and not is_missing(r.get("mean"))),
-                None)
+    base = next((r["mean"] for _, r, _ in rows
+                 if r is not None and not is_missing(r.get("mean"))), None)
     out = []
-    for i, (label, rec) in enumerate(rows):
+    for i, (label, rec, rid) in enumerate(rows):
         if rec is not None:
             rec = dict(rec)
             stall = rec.get("stall_ms_per_token")
@@ -56,46 +73,64 @@ def _variant_rows(rows: list[tuple[str, Mapping[str, Any] | None]]) -> list[tupl
             u, e = rec.get("spec_useful"), rec.get("spec_experts")
             rec["spec_useful"] = (f"{u:.0f}/{e:.0f} ({100 * u / e:.0f}%)"
                                   if not is_missing(u) and not is_missing(e) and e else None)
-        out.append((label, rec))
+        out.append((label, rec, rid))
     return out
 
 
+def spec_of(kind: str, columns: Sequence[str] | None = None) -> TableSpec:
+    """The table's spec; with `columns` (`--columns`, throughput only), those columns of
+    PICKABLE instead."""
+    if columns is not None and kind == "throughput":
+        return pick(PICKABLE, columns)
+    return TABLES[kind]
+
+
 def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
-          order: Sequence[str] | None = None) -> pd.DataFrame:
-    """The table as display strings: a Config column then one column per header."""
-    spec = TABLES[kind].columns
+          order: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+          run_ids: bool = False) -> pd.DataFrame:
+    """The table as display strings: a Config column then one column per header (then the
+    row's run id, with `run_ids`: `orch table` names the run each row is)."""
+    spec = spec_of(kind, columns).columns
     rows = _rows(stats, labels, order)
     if kind == "variants":
         rows = _variant_rows(rows)
     data = []
-    for label, rec in rows:
+    for label, rec, rid in rows:
         row = [label] + [c.cell(rec) for c in spec]
         if kind == "variants" and rec is not None and "_delta" in rec:
-            row[1] += " (%+.2f)" % rec["_delta"]
+            row[1] += f" ({rec['_delta']:+.2f})"
+        if run_ids:
+            row.append(DASH if rid is None else str(rid))
         data.append(row)
-    table = pd.DataFrame(data, columns=["Config"] + [c.header for c in spec])
-    empty = [c.header for c in spec if c.optional and (table[c.header] == DASH).all()]
+    table = pd.DataFrame(data, columns=["Config"] + [c.header for c in spec]
+                         + ([RUN_IDS] if run_ids else []))
+    # a picked column the data lacks is left out, as an optional one is
+    empty = [c.header for c in spec if (c.optional or columns is not None)
+             and (table[c.header] == DASH).all()]
     return table.drop(columns=empty)
 
 
-def to_markdown(table: pd.DataFrame, kind: str) -> str:
-    align = {c.header: c.align for c in TABLES[kind].columns}
-    aligns = ["---"] + [align[h] for h in table.columns[1:]]
+def to_markdown(table: pd.DataFrame, kind: str, columns: Sequence[str] | None = None) -> str:
+    align = {c.header: c.align for c in spec_of(kind, columns).columns}
+    aligns = ["---"] + [align.get(h, "---") for h in table.columns[1:]]
     rows = [[md.escape_cell(c) for c in r] for r in table.itertuples(index=False)]
     return md.render(md.Table(list(table.columns), aligns, rows)) + "\n"
 
 
 def markdown(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
-             order: Sequence[str] | None = None) -> str:
-    return to_markdown(cells(stats, kind, labels, order), kind)
+             order: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+             run_ids: bool = False) -> str:
+    return to_markdown(cells(stats, kind, labels, order, columns, run_ids), kind, columns)
 
 
 def values(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
-           order: Sequence[str] | None = None) -> pd.DataFrame:
+           order: Sequence[str] | None = None,
+           columns: Sequence[str] | None = None) -> pd.DataFrame:
     """The same rows and columns as numbers (for csv/json): unformatted, NaN when missing."""
-    keys = [k for c in TABLES[kind].columns for k in c.exported]   # derived cells: their inputs
+    # derived cells: their inputs
+    keys = list(dict.fromkeys(k for c in spec_of(kind, columns).columns for k in c.exported))
     rows = _rows(stats, labels, order)
-    data = [{"config": label, **{k: (rec or {}).get(k) for k in keys}} for label, rec in rows]
+    data = [{"config": label, **{k: (rec or {}).get(k) for k in keys}} for label, rec, _ in rows]
     return pd.DataFrame(data, columns=["config"] + keys)
 
 

@@ -15,12 +15,18 @@ uncertainty a reader can check (docs/architecture.md, "Statistics").
 - Cache hit and flash read per token are deterministic for a given routing: their differences
   are shown as they are, with no noise caveat.
 - Runs that did not end ok take part in nothing.
+- Baselines by name (`-b CONFIG`, `-b MODEL:CONFIG`): `parse_baselines` checks them against
+  the runs once, for every command that takes them, and gives model -> config.
+- A row that cannot be tested (a single run on a side) carries the noise floor: the largest
+  spread between repeats of one config of its model and device (in the session, else in
+  the newest earlier session that has repeats), which its change must beat to mean
+  anything; and a single run's within-run interval when the statistics have one.
 """
 from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,6 +35,7 @@ import pandas as pd
 from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow
+from orchestrator.errors import ConfigError
 from orchestrator.results.query import by_model_and_device
 from orchestrator.stats.statistics import delta_pct
 from orchestrator.stats.uncertainty import (
@@ -57,6 +64,11 @@ class ABRow:
     read_mib_per_token: float | None
     cache_hit_delta_pp: float | None   # percentage points; deterministic, no interval
     read_delta_pct: float | None
+    # untested rows: the largest spread (%) between repeats of one config, and which config
+    noise_floor_pct: float | None = None
+    noise_floor_from: str | None = None
+    # one ok run: its own interval over its tokens (Runs.stats' tps_ci_low/high), if any
+    within_run: tuple[float, float] | None = None
 
     @property
     def verdict(self) -> str:
@@ -125,6 +137,131 @@ def choose_baseline(model: str, configs: Sequence[str], matrix: Matrix | None = 
     return chosen or named_baseline(configs) or next(iter(configs), "")
 
 
+Baselines = Mapping[str, str]           # model -> the config its others are compared with
+
+
+def _names(values: Sequence[str]) -> str:
+    return ", ".join(values[:12]) + (", ..." if len(values) > 12 else "")
+
+
+def parse_baselines(specs: Sequence[str], runs: Sequence[RunRow], where: str) -> dict[str, str]:
+    """`-b CONFIG` / `-b MODEL:CONFIG` (repeatable) as model -> config, checked against the
+    runs they apply to (`where` names them in messages: "session 3"). A bare CONFIG applies
+    to every model that ran it; MODEL:CONFIG to that model (split at the last colon: config
+    names never hold one, model names may). An unknown config or model, a config the model
+    did not run, or two choices for one model: a one-line ConfigError naming the choices."""
+    ran: dict[str, list[str]] = {}                # model -> its configs, in run order
+    for r in runs:
+        configs = ran.setdefault(r.model or "-", [])
+        if r.config not in configs:
+            configs.append(r.config)
+    every = list(dict.fromkeys(c for cs in ran.values() for c in cs))
+    chosen: dict[str, tuple[str, str]] = {}      # model -> (config, the -b that chose it)
+    for spec in specs:
+        model, colon, config = spec.rpartition(":")
+        if not config:
+            raise ConfigError(f"-b {spec}: no config named (give CONFIG or MODEL:CONFIG)")
+        if colon and model not in ran:
+            raise ConfigError(f"-b {spec}: no model {model!r} in {where} "
+                              f"(models: {_names(list(ran))})")
+        if colon and config not in ran[model]:
+            raise ConfigError(f"-b {spec}: model {model!r} did not run {config!r} in {where} "
+                              f"(its configs: {_names(ran[model])})")
+        if not colon and config not in every:
+            raise ConfigError(f"-b {spec}: no config {config!r} in {where} "
+                              f"(configs: {_names(every)})")
+        for m in [model] if colon else [m for m, cs in ran.items() if config in cs]:
+            if m in chosen and chosen[m][0] != config:
+                raise ConfigError(f"-b {chosen[m][1]} and -b {spec}: two baselines for model "
+                                  f"{m!r} (give one per model)")
+            chosen[m] = (config, spec)
+    return {m: config for m, (config, _) in chosen.items()}
+
+
+def runs_where(runs: Sequence[RunRow]) -> str:
+    """Where a set of runs comes from, for `parse_baselines`' messages: "session 3",
+    "sessions 3, 4"."""
+    sids = sorted({r.session_id for r in runs})
+    return f"session{'s' if len(sids) != 1 else ''} {', '.join(map(str, sids))}"
+
+
+def noise_floor(repeats: Mapping[str, Sequence[float | None]]) -> tuple[float, str] | None:
+    """(largest spread in %, its config) over configs measured two or more times: the largest
+    |change| between two repeats of one config (max/min − 1). A single-run change smaller
+    than this is within what repeating one config already moves."""
+    best: tuple[float, str] | None = None
+    for config, values in repeats.items():
+        xs = [float(v) for v in values if not is_missing(v) and float(v) > 0]
+        if len(xs) < 2:
+            continue
+        spread = (max(xs) / min(xs) - 1) * 100
+        if best is None or spread > best[0]:
+            best = (spread, config)
+    return best
+
+
+# (model, device, session id) -> earlier repeats: {config as named for the reader: means}
+EarlierRepeats = Callable[[str, str, int], Mapping[str, Sequence[float | None]]]
+
+
+def store_repeats(store: Any) -> EarlierRepeats:
+    """Earlier repeats from the store: the newest session before this one, on the device,
+    whose runs of the model repeat a config (the device's most recent measure of noise)."""
+    from orchestrator.db.runs import Runs
+
+    def earlier(model: str, device: str, session_id: int) -> dict[str, list[float | None]]:
+        runs = Runs(store)
+        for sid in runs.session_ids(device=device, before=session_id):
+            ok = [r for r in store.runs(sid)
+                  if r.model == model and r.device == device and r.status == "ok"]
+            counts: dict[str, int] = {}
+            for r in ok:
+                counts[r.config] = counts.get(r.config, 0) + 1
+            ok = [r for r in ok if counts[r.config] >= 2]
+            if not ok:
+                continue
+            means = runs.stats(ok)["mean"].to_dict()
+            out: dict[str, list[float | None]] = {}
+            for r in ok:
+                out.setdefault(f"{r.config}, session {sid}", []).append(means.get(r.id))
+            return out
+        return {}
+    return earlier
+
+
+def _within_run(stats: Mapping[int, Mapping[str, Any]], ids: Sequence[int]
+                ) -> tuple[float, float] | None:
+    if len(ids) != 1:
+        return None
+    rec = stats.get(ids[0], {})
+    low, high = rec.get("tps_ci_low"), rec.get("tps_ci_high")
+    return None if is_missing(low) or is_missing(high) else (float(low), float(high))
+
+
+def _with_noise_floor(group: ABGroup, members: Sequence[RunRow],
+                      stats: Mapping[int, Mapping[str, Any]],
+                      earlier: EarlierRepeats | None) -> ABGroup:
+    """The group's untested rows with the noise floor of the session's repeats of the group,
+    else of the earlier ones."""
+    def untested(r: ABRow) -> bool:
+        return r.comparison is not None and r.comparison.p_value is None
+
+    if not any(untested(r) for r in group.rows):
+        return group
+    repeats: dict[str, list[float | None]] = {}
+    for r in members:
+        if r.status == "ok":
+            repeats.setdefault(r.config, []).append(stats.get(r.id, {}).get("mean"))
+    floor = noise_floor(repeats)
+    if floor is None and earlier is not None and members:
+        floor = noise_floor(earlier(group.model, group.device, members[0].session_id))
+    if floor is None:
+        return group
+    return replace(group, rows=[
+        replace(r, noise_floor_pct=floor[0], noise_floor_from=floor[1]) if untested(r) else r
+        for r in group.rows])
+
+
 def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, Mapping[str, Any]],
            matrix: Matrix | None, override: str | None,
            design: Design | None = None) -> ABGroup | None:
@@ -170,28 +307,33 @@ def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, M
             failed=tuple(r.id for r in configs[name] if r.status != "ok"),
             cache_hit_pct=hit, read_mib_per_token=read,
             cache_hit_delta_pp=None if is_missing(hit) or is_missing(base_hit) else hit - base_hit,
-            read_delta_pct=delta_pct(base_read, read)))
+            read_delta_pct=delta_pct(base_read, read),
+            within_run=_within_run(stats, [r.id for r in good])))
     return ABGroup(model, device, baseline, rows)
 
 
 def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
-              matrices: Mapping[int, Matrix | None], baseline: str | None = None,
-              alpha: float = ALPHA,
-              designs: Mapping[int, Design | None] | None = None) -> list[ABGroup]:
+              matrices: Mapping[int, Matrix | None],
+              baseline: str | Baselines | None = None, alpha: float = ALPHA,
+              designs: Mapping[int, Design | None] | None = None,
+              earlier: EarlierRepeats | None = None) -> list[ABGroup]:
     """The A/B groups of these runs (run rows: id, session_id, model, device, config, status,
     repeat_index, order_index), each against its own baseline, with every comparison
     Holm-corrected together. `stats`: run id -> that run's statistics (`mean`, ...);
     `matrices`: session id -> its Matrix (None for an import); `designs`: session id -> its
     import's design file (None without one); `baseline` overrides the matrix's or the
-    design's in every group where that config ran."""
+    design's in every group where that config ran; a mapping (`parse_baselines`: model ->
+    config) does so per model. `earlier` finds repeats of earlier sessions for the noise
+    floor of untested rows (`store_repeats`); without it only the session's own count."""
     ordered = sorted(runs, key=lambda r: (r.session_id, r.order_index or 0, r.id))
     groups = []
     for (model, device), members in by_model_and_device(ordered):
         sid = members[0].session_id
-        group = _group(model, device, members, stats, matrices.get(sid), baseline,
+        override = baseline.get(model) if isinstance(baseline, Mapping) else baseline
+        group = _group(model, device, members, stats, matrices.get(sid), override,
                        (designs or {}).get(sid))
         if group is not None:
-            groups.append(group)
+            groups.append(_with_noise_floor(group, members, stats, earlier))
     # Holm across the whole report: the correction's point is the number of comparisons a
     # reader is shown, not the number per table.
     flat = [r.comparison for g in groups for r in g.rows if r.comparison is not None]
@@ -203,13 +345,15 @@ def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
 
 
 def session_groups(store: Any, session_id: int, runs: Sequence[RunRow],
-                   stats: pd.DataFrame) -> list[ABGroup]:
-    """The A/B groups of one stored session (`orch table`); `stats` is Runs.stats' frame."""
+                   stats: pd.DataFrame, baseline: Baselines | None = None) -> list[ABGroup]:
+    """The A/B groups of one stored session (`orch table`); `stats` is Runs.stats' frame,
+    `baseline` the `-b` choices (`parse_baselines`)."""
     session = store.session_row(session_id)
     matrix = session.matrix if session is not None else None
     by_run = {int(rid): rec for rid, rec in stats.to_dict("index").items()}
-    return ab_groups(runs, by_run, {session_id: matrix},
-                     designs={session_id: session_design(session)})
+    return ab_groups(runs, by_run, {session_id: matrix}, baseline,
+                     designs={session_id: session_design(session)},
+                     earlier=store_repeats(store))
 
 
 def shown_by_default(runs: Sequence[RunRow]) -> bool:

@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.results.measured import config_labels
 from orchestrator.results.query import Side
+from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.uncertainty import (
     Comparison,
     Interval,
@@ -45,6 +46,7 @@ class ConfigRow:
     run_ids: list[list[int]]                # per side: the ok runs behind the mean
     vs_reference: list[Comparison | None]   # per other side (sides[1:]), Holm-corrected
     failed: list[list[int]] = field(default_factory=list)   # per side: its runs not ok
+    matched: list[str | None] = field(default_factory=list)  # per side: its name, if --match
 
     def absence(self, side: int) -> str | None:
         """Why side `side` has no figure for it: "failed" (runs that did not end ok) or
@@ -57,6 +59,12 @@ class ConfigRow:
     def present(self) -> list[int]:
         """Indices of the sides that have ok runs of it."""
         return [i for i, m in enumerate(self.means) if m is not None]
+
+    @property
+    def on(self) -> list[int]:
+        """Indices of the sides that ran it, ok or not."""
+        return [i for i, m in enumerate(self.means)
+                if m is not None or (self.failed and self.failed[i])]
 
 
 @dataclass(frozen=True)
@@ -107,21 +115,69 @@ def _unknown_models_matched(per_side: list[dict[Key, Any]]) -> list[dict[Key, An
     return out
 
 
-def build(store: Store, sides: Sequence[Side]) -> SideComparison:
-    """The comparison of these sides (reference first), from one read of their runs."""
+def parse_matches(specs: Sequence[str], sides: Sequence[Side]) -> dict[str, str]:
+    """`--match A=B` (repeatable) as {B: A}: config B of the other sides is compared with
+    config A of the reference. Names may hold `=`: the split is the one `=` where A is a
+    config of the reference and B one of another side; none or several: a ConfigError."""
+    ref = {r.config for r in sides[0].rows}
+    others = {r.config for side in sides[1:] for r in side.rows}
+    out: dict[str, str] = {}
+    for spec in specs:
+        splits = [(spec[:i], spec[i + 1:]) for i, ch in enumerate(spec) if ch == "="]
+        found = [(a, b) for a, b in splits if a in ref and b in others]
+        if not found:
+            raise ConfigError(
+                f"--match {spec}: want A=B, A a config of {sides[0].label} "
+                f"({', '.join(sorted(ref))}), B one of "
+                f"{', '.join(s.label for s in sides[1:])} ({', '.join(sorted(others))})")
+        if len(found) > 1:
+            raise ConfigError(f"--match {spec}: ambiguous ("
+                              + " or ".join(f"{a!r}={b!r}" for a, b in found) + ")")
+        a, b = found[0]
+        if b in out and out[b] != a:
+            raise ConfigError(f"--match {b} is given twice ({out[b]}, {a})")
+        out[b] = a
+    return out
+
+
+def build(store: Store, sides: Sequence[Side], matches: Sequence[str] = (),
+          trim: int | None = None) -> SideComparison:
+    """The comparison of these sides (reference first), from one read of their runs;
+    `matches`: `--match A=B` pairs (parse_matches); `trim`: `--trim N` (None: the sessions'
+    own `trim:`, results/trim.py)."""
     rows = [r for side in sides for r in side.rows]
-    stats = Runs(store).stats(rows)
+    trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
+    # run means only: within-run intervals never feed the config-level test
+    stats = Runs(store).stats(rows, trim=trim, within_run=False)
     # configs pair by name *and* settings: the same name measured another way on one side is
     # its own row (results/measured.py), present on that side only
     labels = config_labels(rows)
+    alias = parse_matches(matches, sides) if matches else {}
+    # --match: the other sides' B runs take the key of the reference's A (its model too when
+    # one model ran A there: the point may be two models' configs)
+    ref_key: dict[str, Key] = {}
+    for r in sides[0].rows:
+        ref_key.setdefault(r.config, (r.model or "-", labels[r.id]))
+    ref_models = {c: {r.model or "-" for r in sides[0].rows if r.config == c}
+                  for c in alias.values()}
+    renamed: dict[tuple[int, Key], str] = {}         # (side, key) -> its own config name
+
+    def key_of(i: int, r: Any) -> Key:
+        if i == 0 or r.config not in alias:
+            return (r.model or "-", labels[r.id])
+        a = alias[r.config]
+        model = ref_key[a][0] if len(ref_models[a]) == 1 else (r.model or "-")
+        renamed[i, (model, ref_key[a][1])] = r.config
+        return (model, ref_key[a][1])
+
     means = stats["mean"].to_dict() if len(stats) else {}
     per_side: list[dict[Key, list[tuple[int, float | None]]]] = []
     left_out: list[tuple[Side, Any]] = []
-    for side in sides:
+    for i, side in enumerate(sides):
         configs: dict[Key, list[tuple[int, float | None]]] = {}
         for r in side.rows:
             if r.status == "ok":
-                configs.setdefault((r.model or "-", labels[r.id]), []).append(
+                configs.setdefault(key_of(i, r), []).append(
                     (r.id, plain(means.get(r.id))))
             else:
                 left_out.append((side, r))
@@ -132,7 +188,7 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
     for i, side in enumerate(sides):
         for r in side.rows:
             if r.status != "ok":
-                failed[i].setdefault((r.model or "-", labels[r.id]), []).append(r.id)
+                failed[i].setdefault(key_of(i, r), []).append(r.id)
     keys = list(dict.fromkeys(k for configs in per_side for k in configs))
     raw = [[compare([m for _, m in per_side[0][key]], [m for _, m in c[key]], paired=False)
             if key in per_side[0] and key in c else None for c in per_side[1:]]
@@ -143,7 +199,8 @@ def build(store: Store, sides: Sequence[Side]) -> SideComparison:
                               for c in per_side],
                        run_ids=[[rid for rid, _ in c.get(key, [])] for c in per_side],
                        vs_reference=[next(corrected) if c is not None else None for c in row],
-                       failed=[f.get(key, []) for f in failed])
+                       failed=[f.get(key, []) for f in failed],
+                       matched=[renamed.get((i, key)) for i in range(len(sides))])
              for key, row in zip(keys, raw)]
     summary, counts = [], []
     for j in range(len(sides) - 1):
@@ -194,9 +251,12 @@ def records(comp: SideComparison) -> list[dict[str, Any]]:
         for j, other in enumerate(comp.others, 1):
             if row.means[0] is None and row.means[j] is None:
                 continue
-            out.append(_record("config", row.model, row.config, comp.reference.label,
-                               other.label, row.means[0], row.means[j], row.vs_reference[j - 1],
-                               len(row.run_ids[0]), len(row.run_ids[j])))
+            rec = _record("config", row.model, row.config, comp.reference.label,
+                          other.label, row.means[0], row.means[j], row.vs_reference[j - 1],
+                          len(row.run_ids[0]), len(row.run_ids[j]))
+            # --match: the other side's own name for the config
+            rec["other_config"] = (row.matched[j] if row.matched else None) or row.config
+            out.append(rec)
     for other, ratio, n in zip(comp.others, comp.summary, comp.summary_configs):
         rec = _record("summary", None, None, comp.reference.label, other.label, None, None,
                       None, None, None)

@@ -42,7 +42,7 @@ def by_model_and_device(items: Iterable[T], row: Callable[[T], Any] = lambda x: 
 class Side:
     """One side of `orch compare`: the current runs of one session on one device."""
 
-    label: str                    # the device name (-d) or "session N" (--session)
+    label: str                    # the device name (-d) or "NAME (session N)" (--session)
     device: str
     session: SessionRow
     rows: list[RunRow]            # its current runs on `device`, in run order
@@ -81,7 +81,14 @@ def session_side(store: Store, session: str) -> Side:
     if len(devices) > 1:
         raise ConfigError(f"session {sid} ran on {', '.join(devices)}: compare them with "
                           f"--device instead")
-    return Side(f"session {sid}", devices[0], store.session_row(sid), list(rows))
+    session = store.session_row(sid)
+    return Side(session_label(session), devices[0], session, list(rows))
+
+
+def session_label(session: SessionRow) -> str:
+    """A session as a side's header names it: its name with its id ("pinned (session 3)"),
+    since ids alone say nothing and names may repeat; "session 3" without a name."""
+    return f"{session.name} (session {session.id})" if session.name else f"session {session.id}"
 
 
 def device_side(store: Store, device: str, matrix: str | None) -> Side:

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.record import KIB_PER_GIB, PRESSURE_FIELDS, RunRecord, load_record
+from orchestrator.stats.trim import drop_first, trimmed
 from orchestrator.stats.values import is_missing, plain
 
 QUANTILE_METHODS = ("linear", "lower")
@@ -243,7 +244,7 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
     def num(name: str) -> np.ndarray:
         return field[name].astype(float)        # None -> NaN
 
-    n = tok["n"].to_numpy(dtype=float)
+    n = tok["_n_all"].to_numpy(dtype=float)    # the record's totals are over every token
     n = np.where(n == 0, np.nan, n)
     hit = num("cache_hit_pct")
     hit = np.where(np.isnan(hit), tok["_last_hit"].to_numpy(dtype=float), hit)
@@ -298,7 +299,8 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
 def runs_table(tokens: pd.DataFrame,
                records: Mapping[Any, RunRecord | Mapping[str, Any] | None] | None = None,
                pressure: Mapping[Any, Mapping[str, Any] | None] | None = None,
-               quantile_method: str = "linear") -> pd.DataFrame:
+               quantile_method: str = "linear", trim: int = 0,
+               within_run: bool = False) -> pd.DataFrame:
     """Per-run stats (columns STAT_COLUMNS) for every run_id in tokens or records.
 
     tokens: one row per token with run_id, wall_ms and optionally stall_ms, read_bytes,
@@ -306,22 +308,37 @@ def runs_table(tokens: pd.DataFrame,
     pressure: run_id -> the agent samples' pressure (query.pressure_by_run: PRESSURE_FIELDS);
     a run without it takes its record's (an imported run's `.metrics` sidecar).
     quantile_method: "linear" (docs/formats.md §6, numpy's default) or "lower" (no interpolation).
+    trim: the per-token statistics (n, mean, distribution, latency, steady state) over each
+    run's tokens after its first `trim` (stats/trim.py); steady_from_token still counts every
+    token. within_run: add stats/within_run.py's WITHIN_RUN_COLUMNS (a bootstrap per run, so
+    only the read model asks for them) and claim no steady state for a run that had not
+    settled.
     """
     records = records or {}
     pressure = pressure or {}
     tok = _token_stats(tokens, quantile_method)
+    tok["_n_all"] = tok["n"]
+    if trim:
+        tok = trimmed(tok, _token_stats(drop_first(tokens, trim), quantile_method), trim)
     ids = list(tok.index) + [r for r in records if r not in tok.index]
     tok = tok.reindex(ids)
     tok["n"] = tok["n"].fillna(0).astype(int)
+    tok["_n_all"] = tok["_n_all"].fillna(0)
     recs = [_as_record(records.get(rid)) for rid in ids]
     pressures = [pressure.get(rid) or (rec.pressure.__dict__ if rec.pressure else None)
                  for rid, rec in zip(ids, recs)]
     scal = pd.DataFrame(_scalars(recs, pressures, tok), index=tok.index)
     out = pd.concat([tok.drop(columns=["_read_bytes", "_last_hit", "_majflt",
                                        "stall_ms_per_token"]), scal], axis=1)
-    # engines without per-token rows (llama-bench, llama-cli): the engine's own tok/s
-    out["mean"] = out["mean"].where(out["n"] > 0, scal["_decode_tps"])
+    # engines without per-token rows (llama-bench, llama-cli): the engine's own tok/s; a run
+    # whose every token was trimmed away is not measured, not the engine's figure
+    out["mean"] = out["mean"].where(out["_n_all"] > 0, scal["_decode_tps"])
+    if within_run:
+        from orchestrator.stats.within_run import with_within_run
+
+        return with_within_run(out[list(STAT_COLUMNS)], tokens, trim)
     return out[list(STAT_COLUMNS)]
+
 
 
 def _as_record(value: RunRecord | Mapping[str, Any] | None) -> RunRecord:

@@ -1,0 +1,64 @@
+"""`orch table --pivot model`: results/pivot.py's rows as markdown (one table per device),
+csv or json (one record per row and model)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from orchestrator.config.design import session_design
+from orchestrator.db.runs import Runs
+from orchestrator.db.store import Store
+from orchestrator.report import markdown as md
+from orchestrator.report.cells import id_list
+from orchestrator.report.formatting import STATS, records
+from orchestrator.results.pivot import Pivot, PivotRow, pivots
+from orchestrator.stats.values import DASH
+
+CAPTION = ("**Models side by side** (mean decode tok/s of each config's ok runs; a row pairs "
+           "configs of the same name, else the same settings apart from the model's own, "
+           "else the same design label):")
+
+
+def _row_name(row: PivotRow) -> str:
+    return " / ".join(row.names)
+
+
+def markdown(pivot: Pivot) -> str:
+    headers = ["Config", "matched by"] + [f"{m} tok/s" for m in pivot.models] + ["run ids"]
+    table = md.Table([md.md_escape(h) for h in headers],
+                     ["---", "---"] + ["---:"] * len(pivot.models) + ["---"])
+    for row in pivot.rows:
+        cells = [md.md_escape(_row_name(row)), row.matched_by or DASH]
+        for model in pivot.models:
+            cell = row.cells.get(model)
+            cells.append(DASH if cell is None else STATS["mean"].fmt(cell.mean))
+        ids = [i for c in row.cells.values() for i in c.run_ids]
+        cells.append(id_list(ids))
+        table.rows.append(cells)
+    return f"### {md.md_escape(pivot.device)}\n\n{CAPTION}\n\n{md.render(table)}\n"
+
+
+def _records(found: list[Pivot]) -> list[dict[str, Any]]:
+    return [{"table": "pivot", "device": p.device, "row": _row_name(row),
+             "matched_by": row.matched_by or None, "model": cell.model, "config": cell.config,
+             "mean": cell.mean, "runs": len(cell.run_ids), "run_ids": list(cell.run_ids)}
+            for p in found for row in p.rows for cell in row.cells.values()]
+
+
+def pivot_text(store: Store, session_id: int, fmt: str = "md",
+               quantile: str = "linear") -> str:
+    """The pivot of a stored session as markdown, csv or json."""
+    rows = store.runs(session_id)
+    if not rows:
+        return f"session {session_id} has no runs\n"
+    stats = Runs(store).stats(rows, quantile_method=quantile)
+    by_run = {int(rid): rec for rid, rec in stats.to_dict("index").items()}
+    found = pivots(rows, by_run, session_design(store.session_row(session_id)))
+    if fmt == "md":
+        return "\n".join(markdown(p) for p in found)
+    out = records(_records(found))
+    if fmt == "csv":
+        return pd.DataFrame(out).to_csv(index=False)
+    return json.dumps(out, ensure_ascii=False, indent=1) + "\n"
