@@ -398,3 +398,25 @@ def test_orch_table_prints_the_notes_under_each_group_markdown_only(tmp_path):
     assert "| ahwb-short-c2000 | ahwb, short pair, cache 2000 MiB (ran first) |" in text
     for fmt in ("csv", "json"):
         assert "Not usable" not in orch("table", "--db", db, "--format", fmt)
+
+
+def test_a_matrix_notes_are_printed_like_a_designs(tmp_path):
+    """A live session's matrix `notes:` (the same model as the design's) beside its tables."""
+    db = str(tmp_path / "orch.db")
+    store = Store.open(db)
+    device = store.upsert_device("box", "local")
+    text = ("name: m\nengine: bmoe\nmodels: {q: /m/q.gguf}\nconfigs: {a: '', b: ''}\n"
+            "notes:\n  session: Measured on a quiet box.\n  configs: {b: 'b ran second.'}\n")
+    sid = store.create_session(kind="run", name="m", matrix_name="m", matrix_text=text)
+    for i, config in enumerate(("a", "b")):
+        rid = store.create_run(uid=f"m{i}", session_id=sid, device_id=device,
+                               cell_key=f"q|{config}|0", model="q", config=config, flags="",
+                               repeat_index=0, order_index=i, status="ok", engine="bmoe",
+                               superseded=False)
+        with store.engine.begin() as conn:
+            conn.execute(schema.token.insert(), [
+                {"run_id": rid, "seq": k, "step": k + 1, "wall_ms": 100.0 + i} for k in range(8)])
+    report = orch("report", "--db", db, "--no-plots")
+    assert report.index("Measured on a quiet box.") < report.index("## Results")
+    assert report.index("### q") < report.index("**b**: b ran second.")
+    assert "Measured on a quiet box." in orch("table", "--db", db)

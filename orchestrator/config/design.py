@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from orchestrator.config.matrix import flag_problems
+from orchestrator.config.notes import Notes
 from orchestrator.config.yamlfile import Problems, errors_at, load_yaml, validate
 from orchestrator.errors import ConfigError
 
@@ -119,15 +120,6 @@ class ConfigInfo(_Strict):
         """True when every entry is a file name, not a glob: then the list's order is the
         repeat order (else the runs' time order is)."""
         return not any(_GLOB_CHARS.search(p) for p in self.files)
-
-
-class Notes(_Strict):
-    """Markdown notes the report prints: the session's under its description, a model's
-    above its tables, a config's under the tables that show it."""
-
-    session: str | None = None
-    models: dict[str, str] = Field(default_factory=dict)
-    configs: dict[str, str] = Field(default_factory=dict)
 
 
 class Design(_Strict):
@@ -347,4 +339,13 @@ def design_from_stored(data: Mapping[str, Any] | None) -> Design | None:
 def session_design(session: Any) -> Design | None:
     """The design of a stored session (a SessionRow or anything with `import_options`)."""
     options = getattr(session, "import_options", None) if session is not None else None
-    return design_from_stored(options.get("design")) if isinstance(options, Mapping) else None
+    design = design_from_stored(options.get("design")) if isinstance(options, Mapping) else None
+    if design is None:       # a live session: its matrix's notes, shown the same way
+        notes = (getattr(session, "matrix_data", None) or {}).get("notes") \
+            if session is not None else None
+        if isinstance(notes, Mapping):
+            try:
+                design = Design(notes=Notes.model_validate(notes))
+            except ValueError:
+                return None
+    return design

@@ -31,6 +31,7 @@ from orchestrator.config.matrix_values import (
     RepeatPolicy,
     parse_duration,
 )
+from orchestrator.config.notes import Notes
 from orchestrator.config.probes import load_probes
 from orchestrator.config.quality import QualitySpec
 from orchestrator.config.yamlfile import (
@@ -92,6 +93,8 @@ class Matrix(BaseModel):
     # per-token statistics over each run's tokens after its first `trim` (`orch table --trim`
     # wins; stats/trim.py)
     trim: int = Field(default=0, ge=0, strict=True)
+    # markdown printed beside the tables they concern (session, per model, per config)
+    notes: Notes | None = None
 
     @field_validator("name")
     @classmethod
