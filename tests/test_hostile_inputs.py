@@ -167,7 +167,7 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], int, str]] = [
     ("prompt-and-file", {"m.yaml": GOOD + "prompt_file: p.txt\n", "p.txt": "x"}, ["run", "m.yaml"],
      2, "not both"),
     ("prompt-file-directory", {"m.yaml": GOOD.replace("prompt: hello", "prompt_file: ."), },
-     ["run", "m.yaml"], 2, "prompt_file: cannot read"),
+     ["run", "m.yaml"], 2, "prompt_file: . is not a regular file (a directory)"),
     # -- inventories ----------------------------------------------------------------------
     ("port-70000", {"m.yaml": GOOD, "devices.yaml": _inv("  s: {kind: ssh, host: h, port: 70000}\n")},
      ["run", "m.yaml"], 2, "devices.s.port: 70000 is not a port (1..65535)"),

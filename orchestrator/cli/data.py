@@ -1,7 +1,10 @@
 """Commands over stored data: import artifacts, print tables, export rows."""
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -41,13 +44,31 @@ COLUMNS_HELP = ("The throughput table's columns, by key, comma-separated, in tha
                 "lacks is left out.")
 
 
+def _checked_name(param: click.Parameter, value: str | None, device: bool) -> str | None:
+    """--device and --name follow the inventory's and the matrix's name rules (a full match:
+    no newline, no escape sequence reaches the store and every view of it): else exit 2."""
+    from orchestrator.config.inventory import DEVICE_NAME
+    from orchestrator.config.matrix import _NAME, NAME_RULE
+
+    if value is None:
+        return None
+    rule, why = (DEVICE_NAME, "use letters, digits and . _ - only, not starting with a dot") \
+        if device else (_NAME, NAME_RULE)
+    if not rule.fullmatch(value):
+        raise click.BadParameter(f"{value!r}: {why}", param=param)
+    return value
+
+
 @click.command("import")
 @click.argument("directory", type=click.Path(file_okay=False))
 @click.option("--engine", "-e", default="bmoe", show_default=True,
               help="Which engine wrote the artifacts.")
-@click.option("--device", "-d", help="Device name to file the runs under [default: the design "
-                                     "file's device, else imported].")
-@click.option("--name", "-n", help="Session name (default: the directory's name).")
+@click.option("--device", "-d", callback=lambda c, p, v: _checked_name(p, v, device=True),
+              help="Device name to file the runs under [default: the design "
+                   "file's device, else imported]; as in an inventory: letters, digits, . _ -")
+@click.option("--name", "-n", callback=lambda c, p, v: _checked_name(p, v, device=False),
+              help="Session name (default: the directory's name); as a matrix's name: "
+                   "letters, digits and . _ - = , +")
 @click.option("--model", "-m", "models", multiple=True, metavar="[GLOB=]NAME",
               help="The model of the runs whose path in the folder matches GLOB "
                    "(`*gemma*=gemma-4-26b`; a bare word W means files named W_*), or of every "
@@ -110,18 +131,35 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
     \b
     Exit status: 0 when the session has runs from the folder, 1 when nothing could be
     imported (no session is left behind; with --replace the earlier runs are kept),
-    2 on a usage error or a bad design file (nothing written).
+    2 on a usage error, a bad design file or another import of the folder running (nothing
+    written); 130 / 143 on Ctrl-C / SIGTERM (the run being written is removed).
     """
+    from orchestrator.db.session_lock import ImportBusy
     from orchestrator.db.store import Store
     from orchestrator.ingest.importer import import_dir, model_rules
+    from orchestrator.run.lifecycle import Stopped, stop_on_signals
 
-    report = import_dir(Store.open(db), directory, engine=engine, device=device, name=name,
-                        model=model_rules(models) or None, label=label, replace=replace,
-                        measured=measured, design=design)
+    try:
+        main = threading.current_thread() is threading.main_thread()
+        with stop_on_signals() if main else contextlib.nullcontext():
+            # SIGTERM too: the run being written is deleted, then orch exits
+            report = import_dir(Store.open(db), directory, engine=engine, device=device,
+                                name=name, model=model_rules(models) or None, label=label,
+                                replace=replace, measured=measured, design=design)
+    except ImportBusy as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except Stopped as exc:
+        click.echo(f"orch import: stopped by {signal.Signals(exc.signum).name}: the run being "
+                   f"written was removed; import {directory} again to finish", err=True)
+        sys.exit(128 + exc.signum)
+    # file names are the folder's: shown escaped
+    from orchestrator.escape import visible
+
     for path, reason in report.skipped:
-        click.echo(f"  {path}: not imported: {reason}", err=True)
+        click.echo(visible(f"  {path}: not imported: {reason}"), err=True)
     for problem in report.problems:
-        click.echo(f"  {problem}", err=True)
+        click.echo(visible(f"  {problem}"), err=True)
     if report.ignored:
         click.echo(f"options ignored: {', '.join(report.ignored)} (use --replace)", err=True)
     if not report.ok:
@@ -192,8 +230,13 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
         kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(store.runs(sid)) else [])
         if picked is not None:      # the picked columns may come from the detail table
             kinds.remove("detail")
-    sys.stdout.write(session_tables(store, sid, kinds, fmt, quantile, chosen or None,
-                                    columns=picked, trim=trim))
+    text = session_tables(store, sid, kinds, fmt, quantile, chosen or None, columns=picked,
+                          trim=trim)
+    if fmt == "md":   # notes name runs and configs as stored: their escapes shown, not sent
+        from orchestrator.escape import visible
+
+        text = visible(text)
+    sys.stdout.write(text)
 
 
 PROVENANCE_HELP = ("share: paths relative to the study folder (an import's) or the matrix's "

@@ -2,9 +2,13 @@
 handler that turns user-facing errors into one line and an exit code."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
 import sys
-from typing import Any, Callable
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import click
 from rich.console import Console
@@ -39,7 +43,10 @@ DEBUG = {"on": False}
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(message, err=True)
+    # a device's or a file's text in the message
+    from orchestrator.escape import visible
+
+    click.echo(visible(message), err=True)
     sys.exit(code)
 
 
@@ -85,7 +92,27 @@ class OrchGroup(click.Group):
     """The `orch` group: every command runs under handle_errors, with or without @friendly."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        return handle_errors(lambda: super(OrchGroup, self).invoke(ctx))
+        with _python_sigint():
+            return handle_errors(lambda: super(OrchGroup, self).invoke(ctx))
+
+
+@contextlib.contextmanager
+def _python_sigint() -> Iterator[None]:
+    """While a command runs, Ctrl-C is Python's KeyboardInterrupt (handle_errors' one line,
+    `orch run`'s clean stop); before and after it, orchestrator/entry.py's handler (one line,
+    130, no traceback) is back. Only in the main thread, and an ignored SIGINT stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous in (signal.SIG_IGN, None):
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 TRIM_HELP = ("Leave each run's first N tokens out of every per-token statistic (mean, median, "

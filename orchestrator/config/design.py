@@ -34,7 +34,7 @@ from orchestrator.config.notes import Notes
 from orchestrator.config.yamlfile import Problems, errors_at, load_yaml, validate
 from orchestrator.errors import ConfigError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")   # as a matrix's config names
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=,+-]*")   # as a matrix's config names
 _MEASURED = re.compile(r"^(\d{4})-(\d{2})-(\d{2})(?:T(\d{2}):(\d{2})(?::(\d{2}))?)?$")
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _GLOB_CHARS = re.compile(r"[*?\[]")
@@ -160,7 +160,7 @@ class Design(_Strict):
     @classmethod
     def _config_names(cls, value: dict[str, ConfigInfo]) -> dict[str, ConfigInfo]:
         for name in value:
-            if not _NAME.match(str(name)):
+            if not _NAME.fullmatch(str(name)):
                 raise ValueError(f"config name {name!r}: use letters, digits and . _ - = , + only")
         return value
 

@@ -53,14 +53,14 @@ def _entry(value: Any) -> Any:
 
 # A device name becomes a path component (the local workdir, job directories): no `/`, no
 # `..`, nothing a shell or a file system treats specially.
-DEVICE_NAME = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$")
+DEVICE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")   # a full match: fullmatch
 
 
 def entry_problems(name: str, entry: DeviceEntry) -> Problems:
     """What the transports' own models leave open: the device name, every `*port` field
     within 1..65535, and a workdir that is absolute (or under ~) with no `..` component."""
     problems: Problems = []
-    if not DEVICE_NAME.match(name):
+    if not DEVICE_NAME.fullmatch(name):
         problems.append((("devices", name), (f"device name {name!r}: use letters, digits and "
                                              ". _ - only, not starting with a dot")))
     for key, value in entry.model_dump().items():

@@ -23,6 +23,13 @@ from pydantic import (
 from pydantic_core import InitErrorDetails
 
 from orchestrator.config.configs import expand_configs, flag_value
+from orchestrator.config.local_files import (
+    MAX_PROMPT_BYTES,
+    NotRegular,
+    not_regular,
+    prompt_too_long,
+    read_regular,
+)
 from orchestrator.config.matrix_values import (
     BinarySpec,
     ConfigSpec,
@@ -43,7 +50,10 @@ from orchestrator.config.yamlfile import (
 )
 from orchestrator.errors import ConfigError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=,+-]*$")
+# The config name rule, a FULL match (`_NAME.fullmatch`: `$` with re.match would let "x\n" by):
+# written names, and the names orch builds from `grid` values, which are printed and stored.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=,+-]*")
+NAME_RULE = "use letters, digits and . _ - = , + only"
 MAX_TOKENS = 10_000_000         # tokens per cell: more is a typo
 MAX_SEED = 2**63 - 1            # the store keeps the seed in a 64-bit integer column
 MAX_CELLS = 1_000_000           # cells a matrix may plan at all (beyond: refused at load)
@@ -99,8 +109,8 @@ class Matrix(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_ok(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError("use letters, digits and . _ - = , + only")
+        if not _NAME.fullmatch(value):
+            raise ValueError(NAME_RULE)
         return value
 
     @field_validator("binary", mode="before")
@@ -151,6 +161,10 @@ class Matrix(BaseModel):
     def _prompt_bytes(cls, value: str | None) -> str | None:
         if value is not None and "\0" in value:
             raise ValueError(NUL_PROMPT)
+        too_long = prompt_too_long(len(value.encode("utf-8", "surrogateescape"))) \
+            if value is not None else None
+        if too_long:
+            raise ValueError(too_long)
         return value
 
     @field_validator("configs", mode="before")
@@ -183,8 +197,8 @@ class Matrix(BaseModel):
     @classmethod
     def _config_names(cls, value: dict[str, str | ConfigSpec]) -> dict[str, str | ConfigSpec]:
         for name in value:
-            if not _NAME.match(str(name)):
-                raise ValueError(f"config name {name!r}: use letters, digits and . _ - = , + only")
+            if not _NAME.fullmatch(str(name)):
+                raise ValueError(f"config name {name!r}: {NAME_RULE}")
         return value
 
     @field_validator("env")
@@ -216,7 +230,7 @@ class Matrix(BaseModel):
                              (f"plans {self.planned_cells():,} cells (configs x grid x models "
                               f"x repeat); at most {MAX_CELLS:,}")))
         else:
-            problems += _duplicate_config_names(self)
+            problems += _grid_names(self) or _duplicate_config_names(self)
             problems += _flag_strings(self)
         if not problems:
             names = [name for name, _ in expand_configs(self)]
@@ -337,6 +351,20 @@ def _baseline_and_pairs(matrix: Matrix, names: list[str]) -> Problems:
     return problems
 
 
+def _grid_names(matrix: Matrix) -> Problems:
+    """The config names built from `grid` (`FLAG=VALUE`, joined by , and +) follow the name
+    rule as written ones do: a value with a space, a slash or a control character (an escape
+    sequence would reach every terminal that prints the name) is refused at its key."""
+    problems: Problems = []
+    for flag, values in matrix.grid.items():
+        for j, value in enumerate(values):
+            part = flag_value(flag, value)[0]
+            if not _NAME.fullmatch(part):
+                problems.append((("grid", flag, j),
+                                 f"gives the config name {part!r}: {NAME_RULE}"))
+    return problems
+
+
 def _duplicate_config_names(matrix: Matrix) -> Problems:
     """Two cells with one config name would share a cell key (resume, reports, A/B would mix
     them): two grid values that name alike (`1` and "1", `true` and "on", a repeat), or, in
@@ -376,6 +404,7 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1: expected a mapping with name, engine, configs, ...")
     matrix = validate(Matrix, data, node, path)
+    _local_files_regular(path, node, matrix)
     if matrix.prompt_file is not None:
         prompt_text = read_prompt_file(path, node, matrix.prompt_file)
     else:
@@ -391,14 +420,38 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
                         sha256=hashlib.sha256(text.encode()).hexdigest(), prompt_text=prompt_text)
 
 
+def _local_files_regular(path: Path, node: Any, matrix: Matrix) -> None:
+    """Every local file the matrix pushes is a regular file once links are followed (a FIFO
+    or /dev/zero would hang the push and the hash): one `file:line: key: PATH is not a
+    regular file (KIND)` line per offender. A missing file is the push's to report."""
+    named: list[tuple[tuple[str, ...], str]] = [
+        (("models", name, "local"), spec.local) for name, spec in matrix.models.items()
+        if isinstance(spec, ModelFile)]
+    if matrix.binary is not None and matrix.binary.local is not None:
+        named.append((("binary", "local"), matrix.binary.local))
+    messages = []
+    for loc, local in named:
+        kind = not_regular(path.parent / local)
+        if kind is not None:
+            messages.append(f"{path}:{line_of(node, loc) or 1}: {'.'.join(loc)}: "
+                            f"{path.parent / local} is not a regular file ({kind})")
+    if messages:
+        raise ConfigError("\n".join(messages))
+
+
 def read_prompt_file(path: Path, node: Any, name: str) -> str:
     """The prompt file's bytes as they are: no newline translation (CR and CRLF reach the
     engine), any encoding (bytes that are not UTF-8 are carried as surrogate escapes and
-    written back as the same bytes); only NUL is refused."""
+    written back as the same bytes); only NUL is refused, and what is no regular file or is
+    too long for one argv element (refused from its size, unread)."""
     prompt_path = path.parent / name
     where = f"{path}:{line_of(node, ('prompt_file',)) or 1}: prompt_file"
     try:
-        raw = prompt_path.read_bytes()
+        raw = read_regular(prompt_path, MAX_PROMPT_BYTES)
+    except NotRegular as exc:
+        if exc.size is not None:
+            raise ConfigError(f"{where}: {prompt_path}: {prompt_too_long(exc.size)}") from None
+        raise ConfigError(f"{where}: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read {prompt_path}: {exc.strerror}") from None
     if b"\0" in raw:

@@ -2,11 +2,15 @@
 (they would create the same runs twice). The lock dies with its holder, so a killed orch never
 leaves a session locked: an fcntl byte-range lock (one byte per session id) on a file next to a
 SQLite database, a session-scoped advisory lock on PostgreSQL; other databases get the lock
-within this process only."""
+within this process only. The same technique keeps one `orch import` per source folder
+(`import_lock`) and one lab consumer per device (`device_lock`)."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
+import struct
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +24,7 @@ _HELD: set[tuple[str, str, int]] = set()  # (database, namespace, id) held by th
 _GUARD = threading.Lock()
 PG_CLASS = 0x6F72               # advisory lock namespace ("or"): sessions
 PG_DEVICE_CLASS = 0x6F64        # ("od"): lab devices, one consumer each (orchestrator/lab)
+PG_IMPORT_CLASS = 0x6F69        # ("oi"): `orch import` source folders, one import each
 
 
 class SessionBusy(RuntimeError):
@@ -36,7 +41,7 @@ class DeviceTaken(RuntimeError):
 
 
 @contextmanager
-def session_lock(store: "Store", session_id: int) -> Iterator[None]:
+def session_lock(store: Store, session_id: int) -> Iterator[None]:
     """Hold session `session_id` of the store for the duration; SessionBusy when someone else
     holds it."""
     with _hold(store.engine, "sessions", PG_CLASS, session_id, lambda: _busy(session_id)):
@@ -44,7 +49,7 @@ def session_lock(store: "Store", session_id: int) -> Iterator[None]:
 
 
 @contextmanager
-def device_lock(store: "Store", device_id: int, name: str) -> Iterator[None]:
+def device_lock(store: Store, device_id: int, name: str) -> Iterator[None]:
     """Hold lab device `device_id` for a consumer's life: two consumers of one device (two
     workers given the same device by mistake) would run two engines on it at once."""
     def taken() -> DeviceTaken:
@@ -52,6 +57,63 @@ def device_lock(store: "Store", device_id: int, name: str) -> Iterator[None]:
                            f"(`orch lab status` shows which)")
     with _hold(store.engine, "devices", PG_DEVICE_CLASS, device_id, taken):
         yield
+
+
+class ImportBusy(RuntimeError):
+    """Another `orch import` of the same folder into the same store is running."""
+
+
+def _folder_ident(source_dir: str) -> int:
+    """A folder's lock id: 31 bits of its path's sha256 (a PostgreSQL int4, a lock-file
+    byte offset)."""
+    return int.from_bytes(hashlib.sha256(source_dir.encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+@contextmanager
+def import_lock(store: Store, source_dir: str) -> Iterator[None]:
+    """Hold the import of folder `source_dir` (its resolved path) into this store: taken before
+    the folder's session is looked up or created, so two concurrent imports of one folder can
+    never both create a session or write its runs. ImportBusy, naming the holder's pid when
+    the lock file tells it, when another import holds it."""
+    ident = _folder_ident(source_dir)
+
+    def busy() -> ImportBusy:
+        pid = _holder_pid(store.engine, "imports", ident)
+        return ImportBusy(f"another orch import of {source_dir} is running"
+                          + (f" (pid {pid})" if pid else "")
+                          + "; wait for it to end, then import again")
+    with _hold(store.engine, "imports", PG_IMPORT_CLASS, ident, busy):
+        yield
+
+
+def _holder_pid(engine: Any, namespace: str, ident: int) -> int | None:
+    """The pid holding byte `ident` of a SQLite database's lock file, else this process's own
+    when one of its threads holds the lock, else None (PostgreSQL's advisory locks name a
+    backend, not an orch process; F_GETLK's struct is Linux's here). Called by _hold with
+    _GUARD held (not reentrant): reads _HELD and _FDS without it."""
+    other = _file_holder(engine, namespace, ident)
+    if other is not None:
+        return other
+    key = (engine.url.render_as_string(hide_password=True), namespace, ident)
+    return os.getpid() if key in _HELD else None
+
+
+def _file_holder(engine: Any, namespace: str, ident: int) -> int | None:
+    """Another process's pid holding byte `ident` of the lock file (F_GETLK), else None."""
+    if engine.dialect.name != "sqlite" or not sys.platform.startswith("linux"):
+        return None
+    path = Path(engine.url.database or "").expanduser()
+    fd = _FDS.get(path.with_name(f"{path.name}.{namespace}.lock"))
+    if fd is None:
+        return None
+    # struct flock {short l_type, l_whence; off_t l_start, l_len; pid_t l_pid;}
+    query = struct.pack("@hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, ident, 1, 0)
+    try:
+        answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
+    except OSError:
+        return None
+    kind, _, _, _, pid = struct.unpack("@hhqqi4x", answer)
+    return pid if kind != fcntl.F_UNLCK and pid > 0 else None
 
 
 @contextmanager

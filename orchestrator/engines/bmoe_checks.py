@@ -25,7 +25,25 @@ _EXTRA_NON_NEGATIVE = ("majflt_mib", "cache_budget_mib", "rss_mib", "rss_anon_mi
                        "rss_file_mib", "swap_mib", "mem_available_mib", "mem_free_mib",
                        "swap_free_mib", "turn")
 NO_CACHE = -1.0          # cache_hit_pct sentinel: no cache / no lookups
+# What the store's columns hold (db/schema.py): token.step is an Integer (32-bit on
+# PostgreSQL), read_bytes a BigInteger, an integer in the JSON `extra` a 64-bit one (SQLite's
+# JSON functions and most readers); every float column and JSON value must be finite (JSON
+# has no Inf or NaN). A value outside is unstorable: the row is impossible too.
+INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+STEP_MAX = 2 ** 31 - 1
 NOT_MEASURED = -1.0      # dense_resident_frac sentinel
+
+
+def _unstorable_extra(extra: dict[str, Any]) -> str | None:
+    """An `extra` value JSON or the store cannot hold: a float that is not finite, an integer
+    beyond 64 bits."""
+    for name, value in extra.items():
+        if isinstance(value, float):
+            if not math.isfinite(value):
+                return f"{name}={value} is not a finite number"
+        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+            return f"{name}={value} is beyond what a 64-bit integer holds"
+    return None
 
 
 def _bad_number(value: Any) -> bool:
@@ -40,18 +58,22 @@ _INF = math.inf
 def row_problem(row: TokenRow, last_step: int | None, signed: bool = True) -> str | None:
     """Why this row is impossible, or None. `last_step`: the previous row's step in the same
     generation turn (None at the start of a turn). `signed=False`: the row's text holds no
-    '-' and no letter of nan/inf (the parser's fast path looks), so no value can be negative
-    or non-finite and only the upper bounds and the step order are left to check: this runs
-    for every streamed row."""
+    '-', no letter of nan/inf, no exponent and no field over 18 characters (the parser's
+    fast path looks), so no value can be negative, non-finite or beyond 64 bits and only the upper
+    bounds and the step order are left to check: this runs for every streamed row."""
     if signed:
         for name, value in zip(_NON_NEGATIVE, _VALUES(row)):
             if value is not None and not 0 <= value < _INF:
                 return f"{name}={value} is negative or not a number"
+        if row.read_bytes is not None and row.read_bytes > INT64_MAX:
+            return f"read_bytes={row.read_bytes} is beyond what a 64-bit integer holds"
     hit = row.cache_hit_pct
     if hit is not None and hit != NO_CACHE and not 0.0 <= hit <= 100.0:
         return f"cache_hit_pct={hit} is outside 0..100 (and not the -1 'no cache' sentinel)"
-    if row.step < 1:
-        return f"step={row.step} is not a positive token number"
+    if not 1 <= row.step <= STEP_MAX:
+        if row.step < 1:
+            return f"step={row.step} is not a positive token number"
+        return f"step={row.step} is beyond what the step column holds (2^31-1)"
     if last_step is not None and row.step <= last_step:
         return f"step={row.step} does not increase (previous row: step {last_step})"
     extra = row.extra
@@ -60,6 +82,10 @@ def row_problem(row: TokenRow, last_step: int | None, signed: bool = True) -> st
             value = extra.get(name)
             if value is not None and _bad_number(value):
                 return f"{name}={value} is negative or not a number"
+        if signed:
+            problem = _unstorable_extra(extra)
+            if problem is not None:
+                return problem
         frac = extra.get("dense_resident_frac")
         if frac is not None and frac != NOT_MEASURED and not 0.0 <= frac <= 1.0:
             return f"dense_resident_frac={frac} is outside 0..1 (and not the -1 sentinel)"

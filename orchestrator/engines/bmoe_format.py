@@ -18,9 +18,13 @@ from orchestrator.engines.bmoe_lines import (
     parse_summary_lines,
 )
 
-# what a negative or non-finite number needs in a CSV field: a minus sign or the letters of
-# nan / inf / infinity (float() takes any case)
-_SIGNED = re.compile(r"[-nNiI]")
+# what a negative, non-finite or unstorable number needs in a CSV field: a minus sign, the
+# letters of nan / inf / infinity (float() takes any case) or an exponent (1e309 is Inf);
+# or more than _SHORT characters (an integer beyond 2^63-1 has 19 digits; a long fraction
+# merely takes the full check). One C-level search and one max(map(len)) per row: an
+# alternation with \d{19} in the regex would cost several times the search.
+_SIGNED = re.compile(r"[-nNiIeE]")
+_SHORT = 18
 MAX_ERRORS = 200              # a garbage stream must not grow the error list without bound
 
 _INT_COLUMNS = {"step", "read_bytes"}
@@ -118,7 +122,8 @@ class BmoeCsvParser:
                 if row is not None and row.step is not None:
                     if self.steps_target is None and self._steps_index is not None:
                         self.steps_target = _extra_number(fields[self._steps_index])
-                    return self._checked(row, _SIGNED.search(line) is not None)
+                    return self._checked(row, _SIGNED.search(line) is not None
+                                         or max(map(len, fields)) > _SHORT)
         return self._feed_careful(line)
 
     def _feed_careful(self, line: str) -> TokenRow | None:
@@ -212,8 +217,9 @@ class BmoeCsvParser:
     def _checked(self, row: TokenRow, signed: bool = True) -> TokenRow | None:
         """The row, or None (dropped, with a line-numbered error) when a value is impossible
         (engines/bmoe_checks.py): a live run keeps its other rows and shows the error.
-        signed=False: the line has no '-' and no letter of nan/inf, so the sign checks are
-        skipped (one regex search in C instead of a Python loop per row)."""
+        signed=False: the line has no '-', no letter of nan/inf, no exponent and no field over
+        18 characters, so the sign, finiteness and 64-bit checks are skipped (one regex
+        search in C instead of a Python loop per row)."""
         turn = row.extra.get("turn") if row.extra else None
         if turn != self._turn:
             self._turn, self._last_step = turn, None

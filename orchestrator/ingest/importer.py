@@ -11,8 +11,11 @@ The steps: which file is what (ingest/scan.py) and whether it is what it claims
 them by content (ingest/planning.py, ingest/sections.py); then, over all runs at once, each
 run's model (`model_of`), start (ingest/when.py), config and repeat (ingest/grouping.py) and
 place in the order (`_order`); a design file (config/design.py) says what files cannot. Then
-one run at a time into the store (ingest/write.py). Every file not imported is reported with
-its reason. docs/import.md says how each fact is found and how to override it.
+one run at a time into the store (ingest/write.py), each all or nothing: a run whose write
+fails is deleted and its file reported as skipped. One import of a folder at a time
+(db/session_lock.py `import_lock`, taken before the session is looked up). Every file not
+imported is reported with its reason. docs/import.md says how each fact is found and how to
+override it.
 
 Importing a folder again imports only files that changed (their runs are replaced, never
 duplicated), with the options stored at the first import, and renames, regroups and reorders
@@ -40,6 +43,7 @@ from orchestrator.config.design import (
 )
 from orchestrator.config.plan import Cell
 from orchestrator.db.runs import RunRow, SessionRow, Sessions
+from orchestrator.db.session_lock import import_lock
 from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError
 from orchestrator.ingest import planning
@@ -151,6 +155,16 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
         except ValueError as exc:
             raise ConfigError(f"--measured {measured!r}: {exc}") from None
     source = str(folder)
+    with import_lock(store, source):   # before the session is looked up: one import a folder
+        return _import_locked(store, folder, adapter, given_design, device, name, model, label,
+                              replace, max_bytes, measured)
+
+
+def _import_locked(store: Store, folder: Path, adapter: Any, given_design: Design | None,
+                   device: str | None, name: str | None, model: Mapping[str, str] | None,
+                   label: str | None, replace: bool, max_bytes: int,
+                   measured: str | None) -> ImportReport:
+    source = str(folder)
     row = _find_session(store, source)
     given = {k: v for k, v in (("device", device), ("name", name), ("label", label),
                                ("model", dict(model) if model else None),
@@ -187,9 +201,14 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
             _rename(store, before, planned)
             report.unchanged.append(planned.key)
             continue
-        if before is not None:        # a changed file: its run is replaced
+        try:
+            problems = write_run(store, adapter, sid, device_id, planned, start_state)
+        except Exception as exc:   # noqa: BLE001 (write_run deleted the half-written run)
+            why = f"not written: {type(exc).__name__}: {str(exc).strip()[:200]}"
+            report.skipped.append((planned.shown, why))
+            continue
+        if before is not None:        # a changed file: its run is replaced once the new is in
             store.delete_run(before.id)
-        problems = write_run(store, adapter, sid, device_id, planned, start_state)
         report.problems.extend(f"{planned.shown}: {p}" for p in problems)
         digests[planned.key] = digest
         report.imported.append(planned.key)

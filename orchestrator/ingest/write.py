@@ -10,6 +10,7 @@ be 0 (RSS, free RAM) that is 0 on every row is not stored: it was not measured.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import re
 import uuid
@@ -115,16 +116,34 @@ def write_run(store: Store, adapter: Any, session_id: int, device_id: int, plan:
               start: Callable[..., Any]) -> list[str]:
     """Store the run as the importer named and placed it (plan.model, config, repeat, order,
     started, flags); return its parse problems (a missing trailer is its status instead).
-    `start`: ingest/state.start_state, called with (sidecar, entry, state)."""
+    `start`: ingest/state.start_state, called with (sidecar, entry, state).
+    All or nothing: when anything fails while the run is written (a file that vanished, the
+    store, Ctrl-C or SIGTERM), the run is deleted before the exception goes on, so a failed
+    import never leaves a `running` run behind."""
     sidecar, out_lines = _sidecar_values(plan.sidecars)
     out_lines += plan.stdout
+    run_id = _create(store, adapter, session_id, device_id, plan)
+    try:
+        return _fill(store, adapter, run_id, plan, start, sidecar, out_lines)
+    except BaseException:
+        with contextlib.suppress(Exception):   # the store itself failed: the first error counts
+            store.delete_run(run_id)
+        raise
+
+
+def _create(store: Store, adapter: Any, session_id: int, device_id: int, plan: Planned) -> int:
     cell = _cell(plan.config, plan.model, plan.repeat)
-    run_id = store.create_run(uid=uuid.uuid4().hex[:16], session_id=session_id,
-                              device_id=device_id, cell_key=cell.key, model=plan.model,
-                              config=plan.config, flags=None, repeat_index=plan.repeat,
-                              order_index=plan.order, status="running", engine=adapter.name,
-                              superseded=False, remote_dir=str(plan.source),
-                              source_file=plan.shown)
+    return store.create_run(uid=uuid.uuid4().hex[:16], session_id=session_id,
+                            device_id=device_id, cell_key=cell.key, model=plan.model,
+                            config=plan.config, flags=None, repeat_index=plan.repeat,
+                            order_index=plan.order, status="running", engine=adapter.name,
+                            superseded=False, remote_dir=str(plan.source),
+                            source_file=plan.shown)
+
+
+def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callable[..., Any],
+          sidecar: dict[str, Any] | None, out_lines: list[str]) -> list[str]:
+    """The created run's tokens, route rows and final row (write_run)."""
     memory = _TokenMemory()
     parser = adapter.new_parser()
     recorder = RunRecorder(store, run_id, parser, on_token=memory)

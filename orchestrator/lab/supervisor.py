@@ -95,8 +95,9 @@ class Supervisor:
 
     # -- the loop ------------------------------------------------------------------------------
     def serve(self, max_loops: int | None = None) -> int:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._on_signal)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):   # a hang-up: like SIGTERM
+            if signal.getsignal(sig) is not signal.SIG_IGN:
+                signal.signal(sig, self._on_signal)
         loops = 0
         while self.signals == 0 and (max_loops is None or loops < max_loops):
             self._reconcile()

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.escape import visible
 from orchestrator.stats.values import DASH
 
 _NEWLINES = re.compile(r"\s*[\r\n\x0b\x0c\x85\u2028\u2029]+\s*")
@@ -56,7 +57,7 @@ def escape_cell(value: Any) -> str:
     """A table cell that cannot end the cell or the row: `\\` -> `\\\\`, `|` -> `\\|`, line
     breaks -> one space. Markup in the value (a bold figure) is kept."""
     text = str(value).replace("\\", "\\\\").replace("|", "\\|")
-    return _NEWLINES.sub(" ", text)
+    return visible(_NEWLINES.sub(" ", text), keep="")
 
 
 def md_escape(value: Any) -> str:
@@ -87,7 +88,7 @@ def md_code(value: Any) -> str:
     escape (GFM removes it before the span is parsed)."""
     if value is None or value == "":
         return DASH
-    text = _NEWLINES.sub(" ", str(value)).replace("|", "\\|")
+    text = visible(_NEWLINES.sub(" ", str(value)).replace("|", "\\|"), keep="")
     ticks = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (ticks + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -97,6 +98,7 @@ def md_code(value: Any) -> str:
 def md_fence(text: str, info: str = "") -> str:
     """A fenced block whose fence is longer than any backtick run inside (a prompt may hold
     ``` itself)."""
+    text = visible(text)   # tab and newline kept, an escape shown
     ticks = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
     fence = "`" * (ticks + 1)
     return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}"

@@ -13,6 +13,7 @@ from rich.table import Table
 from orchestrator.db.runs import DATE_ONLY, RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
+from orchestrator.escape import visible
 from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.report.formatting import when
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
@@ -39,19 +40,20 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
         table.add_column(col.header, justify=col.justify)
     for row in rows:
         s = stats.get(row.id, {})
-        table.add_row(str(row.id), row.device, row.config, str(row.repeat_index + 1), _status(row),
+        table.add_row(str(row.id), visible(row.device), visible(row.config),
+                      str(row.repeat_index + 1), _status(row),
                       *(col.text(s) for col in SESSION.columns))
     console.print(table)
     for row in rows:
         if row.status != "ok":
-            console.print(failure_line(row), markup=False, highlight=False)
+            console.print(visible(failure_line(row)), markup=False, highlight=False)
     for row in rows:
         for warning in row.warnings or []:
-            console.print(f"[yellow]warning[/] run {row.id} {row.config}: {warning}")
+            console.print(visible(f"[yellow]warning[/] run {row.id} {row.config}: {warning}"))
     from orchestrator.results.drift import session_warnings
 
     for warning in session_warnings(store, session_id):
-        console.print(f"[yellow]comparability[/]: {warning}")
+        console.print(visible(f"[yellow]comparability[/]: {warning}"))
 
 
 def _listed_start(row: RunRow) -> str:
@@ -69,7 +71,7 @@ def _listed_start(row: RunRow) -> str:
 def print_runs(console: Console, store: Store, session_id: int | None, limit: int) -> None:
     rows = store.runs(session_id, limit=limit)
     if not rows:
-        console.print(f"no runs in {store.url}")
+        console.print(visible(f"no runs in {store.url}"))
         return
     stats = stats_for_runs(store, rows)
     table = Table()
@@ -79,8 +81,9 @@ def print_runs(console: Console, store: Store, session_id: int | None, limit: in
         table.add_column(col.header, justify=col.justify)
     for row in rows:
         s = stats.get(row.id, {})
-        table.add_row(str(row.id), str(row.session_id), _listed_start(row), row.device,
-                      row.matrix_name or row.session_name or "", row.config, _status(row),
+        table.add_row(str(row.id), str(row.session_id), _listed_start(row), visible(row.device),
+                      visible(row.matrix_name or row.session_name or ""), visible(row.config),
+                      _status(row),
                       *(col.text(s) for col in LISTING.columns))
     console.print(table)
 
@@ -118,17 +121,17 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     if row is None:
         raise ConfigError(f"no run {run_id} in {store.url}")
     stats = stats_for_runs(store, [row])[row.id]
-    console.print(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
-                  f"config {row.config} (repeat {row.repeat_index + 1})")
-    console.print(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
-                  + f", {stats.get('n', 0)} tokens, engine {row.engine}")
-    console.print(f"flags: {row.flags or '(none)'}", highlight=False)
+    console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
+                  f"config {row.config} (repeat {row.repeat_index + 1})"))
+    console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
+                  + f", {stats.get('n', 0)} tokens, engine {row.engine}"))
+    console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
-        console.print(line, highlight=False, markup=False)
+        console.print(visible(line), highlight=False, markup=False)
     from orchestrator.ingest.state import start_facts
 
     for line in start_facts(row, row.record.entry_state):
-        console.print(line, highlight=False, markup=False)
+        console.print(visible(line), highlight=False, markup=False)
     table = Table(show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -137,10 +140,10 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
             table.add_row(col.name, col.text(stats))
     console.print(table)
     for warning in row.warnings or []:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(visible(f"[yellow]warning:[/] {warning}"))
     if row.status != "ok":
         for line in failure_details(store, row):
-            console.print(line, highlight=False, markup=False)
+            console.print(visible(line), highlight=False, markup=False)
 
 
 # what recorded an imported run's start, in `orch show`'s words (run.time_source)

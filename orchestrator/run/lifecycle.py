@@ -2,9 +2,9 @@
 
 Before a session starts a cell, the device is asked for live orch jobs of any session
 (run/device_jobs.py). A plain `orch run` refuses to start beside one (DeviceBusy); `--resume`
-collects the jobs of its own session first; `--force` starts anyway. SIGINT and SIGTERM stop
-orch cleanly: the engine is killed, its run marked interrupted with USER_STOP (so --resume
-re-runs it), the session ended, exit 128 + the signal.
+collects the jobs of its own session first; `--force` starts anyway. SIGINT, SIGTERM and
+SIGHUP stop orch cleanly: the engine is killed, its run marked interrupted with USER_STOP (so
+--resume re-runs it), the session ended, exit 128 + the signal (130, 143, 129).
 """
 from __future__ import annotations
 
@@ -48,10 +48,17 @@ class _Stopping:
 STOPPING = _Stopping()
 
 
+def stop_signals() -> list[int]:
+    """SIGINT, SIGTERM and SIGHUP (the terminal or the ssh session closed: like SIGTERM, exit
+    129), each unless the caller ignores it (`nohup orch run ...` goes on after a hang-up)."""
+    sigs = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+    return [sig for sig in sigs if signal.getsignal(sig) is not signal.SIG_IGN]
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """In the main thread: SIGINT and SIGTERM raise Stopped, once. A second signal during the
-    cleanup (the engine being killed, the run marked) is remembered but not raised: a
+    """In the main thread: SIGINT, SIGTERM and SIGHUP raise Stopped, once. A second signal
+    during the cleanup (the engine being killed, the run marked) is remembered but not raised: a
     half-done cleanup would leave a `running` row and an engine behind."""
     def handler(signum: int, _frame: Any) -> None:
         if STOPPING.signum is not None:
@@ -60,7 +67,7 @@ def stop_on_signals() -> Iterator[None]:
         raise Stopped(signum)
 
     STOPPING.signum = None
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in stop_signals()}
     try:
         yield
     finally:

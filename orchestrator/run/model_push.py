@@ -9,7 +9,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.config.local_files import not_regular
 from orchestrator.config.matrix import LoadedMatrix, ModelFile
+from orchestrator.errors import ConfigError
 from orchestrator.run.agent_client import file_sha256
 from orchestrator.run.link_retry import LinkRetry, retry_link
 from orchestrator.run.progress import Progress
@@ -33,6 +35,9 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
     for name, spec in matrix.models.items():
         if isinstance(spec, ModelFile):
             local = Path(loaded.path).parent / spec.local
+            kind = not_regular(local)   # checked at load too, again now (it may have changed)
+            if kind is not None:
+                raise ConfigError(f"models.{name}.local: {local} is not a regular file ({kind})")
             if not local.is_file():
                 raise TransportError(f"models.{name}: {local} does not exist")
             remote = f"{transport.workdir}/models/{local.name}"

@@ -11,6 +11,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as RichProgress
 
+from orchestrator.escape import visible
+
 
 class Progress:
     """Silent base: every hook is a no-op (tests, library use)."""
@@ -51,7 +53,7 @@ class Board:
 
     def print(self, text: str) -> None:
         with self.lock:
-            self.console.print(text, highlight=False)
+            self.console.print(visible(text), highlight=False)   # names, engine messages
 
     def close(self) -> None:
         if self.bar is not None:

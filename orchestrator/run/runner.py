@@ -127,7 +127,13 @@ class DeviceRunner:
         if spec.local is not None:
             from pathlib import Path
 
+            from orchestrator.config.local_files import not_regular
+            from orchestrator.errors import ConfigError
+
             local = Path(self.loaded.path).parent / spec.local
+            kind = not_regular(local)   # checked at load too, again now (it may have changed)
+            if kind is not None:
+                raise ConfigError(f"binary.local: {local} is not a regular file ({kind})")
             if not local.exists():
                 raise TransportError(f"binary.local: {local} does not exist")
             return (self.client.install_file(local), file_sha256(local))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,15 +59,20 @@ _SHA_CACHE: dict[tuple[str, int, int], str] = {}
 
 def sha256_file(path: Path, bufsize: int = 1 << 20) -> str:
     """Streaming sha256 of a local file, remembered per (path, size, mtime): a 20 GB model is
-    hashed once per orch process however many devices and checks ask, never read whole."""
-    st = os.stat(path)
-    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-    if key not in _SHA_CACHE:
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
+    hashed once per orch process however many devices and checks ask, never read whole.
+    Opened with O_NONBLOCK and fstat'ed: a FIFO or device (swapped in after any earlier check)
+    is refused at once (OSError), never read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file, not hashed")
+        key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+        if key not in _SHA_CACHE:
+            digest = hashlib.sha256()
             while chunk := handle.read(bufsize):
                 digest.update(chunk)
-        _SHA_CACHE[key] = digest.hexdigest()
+            _SHA_CACHE[key] = digest.hexdigest()
     return _SHA_CACHE[key]
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import shlex
 
+from orchestrator.errors import ConfigError
 from orchestrator.transports.base import CommandResult, Transport, TransportError
 
 # sha256 of $1, cached in `$1.orch-sha256` ("size mtime sha256") while `stat` still matches,
 # so an unchanged 20 GB model is not re-hashed every run. A file modified less than 2 s ago is
 # hashed but not cached (same-second rewrites keep %Y). POSIX sh + toybox only.
 SHA256_CACHED = r'''f=$1 c=$1.orch-sha256
+[ -f "$f" ] || exit 5
 st=$(stat -c '%s %Y' -- "$f" 2>/dev/null) || exit 3
 if [ -f "$c" ] && read -r s m h rest < "$c" && [ "$s $m" = "$st" ] && [ -n "$h" ]; then
   echo "$h cached"; exit 0; fi
@@ -26,6 +28,19 @@ echo "$h computed"'''
 # After a push we know the sha256 ($2) of $1: cache it against the new size and mtime.
 REMEMBER_SHA256 = 'st=$(stat -c "%s %Y" -- "$1") && printf "%s %s\\n" "$st" "$2" > "$1.orch-sha256"'
 SIZE = 'stat -L -c %s -- "$1"'
+# Before a hash: `[ -f ]` (links followed; mksh/toybox, dash, bash) and the size, or what the
+# path is instead ("not-regular KIND"; nothing and rc 3 when it names nothing).
+REGULAR_SIZE = r'''if [ -f "$1" ]; then stat -L -c %s -- "$1"
+elif [ -e "$1" ]; then echo "not-regular $(stat -L -c %F -- "$1" 2>/dev/null)"
+else exit 3; fi'''
+HASH_RATE = 50 * 1048576      # bytes/s a device's sha256sum is at least given
+HASH_TIMEOUT_MAX = 3600.0
+
+
+def hash_timeout(size: int) -> float:
+    """How long a sha256 of `size` bytes may take on the device: 60 s plus 50 MiB/s, at most
+    an hour (a FIFO swapped in after the check then costs a minute, not an hour)."""
+    return min(HASH_TIMEOUT_MAX, 60.0 + size / HASH_RATE)
 
 
 def quote_argv(argv: list[str]) -> str:
@@ -74,8 +89,18 @@ class PosixTransport(Transport):
 
     def remote_sha256(self, remote: str) -> str | None:
         """sha256 of a device file (None when it does not exist); `<file>.orch-sha256`
-        spares re-hashing an unchanged one."""
-        result = self.sh(SHA256_CACHED, self._path(remote), timeout=3600)
+        spares re-hashing an unchanged one. A path that is no regular file (a FIFO,
+        /dev/zero, a directory) is a ConfigError, and no hash starts."""
+        path = self._path(remote)
+        checked = self.sh(REGULAR_SIZE, path, timeout=30)
+        answer = checked.stdout.decode(errors="replace").strip()
+        if checked.rc == 0 and answer.startswith("not-regular"):
+            kind = answer.removeprefix("not-regular").strip() or "not a regular file"
+            raise ConfigError(f"{self.name}: {remote} is not a regular file ({kind}): "
+                              f"not hashed")
+        if checked.rc != 0 or not answer.isdigit():
+            return None
+        result = self.sh(SHA256_CACHED, path, timeout=hash_timeout(int(answer)))
         fields = result.stdout.decode(errors="replace").split()
         if result.rc != 0 or len(fields) < 2:
             return None
