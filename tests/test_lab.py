@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import waiting
 from cli_helpers import adb_device, orch, ssh_device
 from lab_helpers import Worker, consumer_pids, inventory, matrix, registered, wait_for
 from pg_fixture import fresh_pg_database
@@ -41,7 +42,10 @@ def lab(tmp_path, monkeypatch, redis_db, pg_url):
     for worker in workers:
         worker.stop()
     for worker in workers:
-        assert not consumer_pids(worker.name), f"consumers of {worker.name} outlived it"
+        # a SIGKILLed consumer takes a moment to leave /proc on a loaded machine: wait for
+        # that (bounded); one still there after it outlived its worker
+        assert waiting.wait_until(lambda w=worker: not consumer_pids(w.name), 30.0), \
+            f"consumers of {worker.name} outlived it: {consumer_pids(worker.name)}"
     store.engine.dispose()
 
 
