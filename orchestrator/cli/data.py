@@ -143,7 +143,7 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
         main = threading.current_thread() is threading.main_thread()
         with stop_on_signals() if main else contextlib.nullcontext():
             # SIGTERM too: the run being written is deleted, then orch exits
-            report = import_dir(Store.open(db), directory, engine=engine, device=device,
+            report = import_dir(Store.open(db, write=True), directory, engine=engine, device=device,
                                 name=name, model=model_rules(models) or None, label=label,
                                 replace=replace, measured=measured, design=design)
     except ImportBusy as exc:
@@ -261,7 +261,9 @@ def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, prov
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
     from orchestrator.report.export import export_session
+    from orchestrator.report.outputs import check_out_dir
 
+    check_out_dir(Path(out_dir))
     store = Store.open(db, create=False)
     sid = Sessions(store).resolve(session, matrix)
     for path in export_session(store, sid, Path(out_dir), fmt, full=provenance == "full"):

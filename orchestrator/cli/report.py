@@ -56,8 +56,11 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
     from orchestrator.report import render_report, select_runs
+    from orchestrator.report.outputs import check_out_file
     from orchestrator.results.ab import parse_baselines, runs_where
 
+    if out:
+        check_out_file(Path(out))   # before rendering: no <name>_files/ left by a refusal
     store = Store.open(db, create=False)
     options = {"out": Path(out) if out else None, "fmt": fmt, "template": template,
                "plots": not no_plots, "quantile": quantile,
@@ -122,7 +125,10 @@ def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | N
     config use `orch table -b` or `orch report -b`."""
     from orchestrator.db.store import Store
     from orchestrator.report.compare import compare as run_compare
+    from orchestrator.report.outputs import check_out_file
 
+    if out:
+        check_out_file(Path(out))
     text = run_compare(Store.open(db, create=False), sessions, devices, matrix, fmt=fmt,
                        out=Path(out) if out else None, console=console, template=template,
                        builds=builds or (), matches=matches, trim=trim)

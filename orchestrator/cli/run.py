@@ -73,7 +73,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     names = device_names(inv, devices)
     check_engine(loaded)
     confirm_size(loaded, len(names), yes)
-    store = Store.open(db)
+    store = Store.open(db, write=True)
     board = Board(errors)
     try:
         results = run_devices(store, inv, loaded, names, board, resume=resume, force=force,

@@ -58,7 +58,8 @@ DEVICE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")   # a full match: full
 
 def entry_problems(name: str, entry: DeviceEntry) -> Problems:
     """What the transports' own models leave open: the device name, every `*port` field
-    within 1..65535, and a workdir that is absolute (or under ~) with no `..` component."""
+    within 1..65535, `env` names and values an exec can carry, and a workdir that is
+    absolute (or under ~) with no `..` component."""
     problems: Problems = []
     if not DEVICE_NAME.fullmatch(name):
         problems.append((("devices", name), (f"device name {name!r}: use letters, digits and "
@@ -66,6 +67,14 @@ def entry_problems(name: str, entry: DeviceEntry) -> Problems:
     for key, value in entry.model_dump().items():
         if key.endswith("port") and isinstance(value, int) and not 1 <= value <= 65535:
             problems.append((("devices", name, key), f"{value} is not a port (1..65535)"))
+    for key, value in (getattr(entry, "env", None) or {}).items():
+        # what execve and `env KEY=VALUE` cannot carry: found here, not after the store
+        # and the device row are written
+        if not key or "=" in key or "\0" in key:
+            problems.append((("devices", name, "env", key),
+                             "a variable name must be non-empty, without `=` or NUL"))
+        elif "\0" in str(value):
+            problems.append((("devices", name, "env", key), "the value contains a NUL byte"))
     workdir = entry.workdir
     if workdir is not None:
         if not workdir.startswith(("/", "~")):

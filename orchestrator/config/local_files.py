@@ -32,6 +32,18 @@ def not_regular(path: Path) -> str | None:
     return None if stat.S_ISREG(mode) else kind_of(mode)
 
 
+def push_problem(path: Path, must_exist: bool) -> str | None:
+    """Why the local file `path` cannot be pushed: `PATH is not a regular file (KIND)`, or,
+    when `must_exist`, `PATH does not exist` (a `{local: FILE}` model is checked at load;
+    a `binary: {local: FILE}` that is missing is still the push's to report). None when fine."""
+    kind = not_regular(path)
+    if kind is not None:
+        return f"{path} is not a regular file ({kind})"
+    if must_exist and not os.path.exists(path):
+        return f"{path} does not exist"
+    return None
+
+
 class NotRegular(OSError):
     """What was opened is not a regular file (`kind`) or is larger than allowed (`size`)."""
 

@@ -26,8 +26,8 @@ from orchestrator.config.configs import expand_configs, flag_value
 from orchestrator.config.local_files import (
     MAX_PROMPT_BYTES,
     NotRegular,
-    not_regular,
     prompt_too_long,
+    push_problem,
     read_regular,
 )
 from orchestrator.config.matrix_values import (
@@ -423,18 +423,19 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
 def _local_files_regular(path: Path, node: Any, matrix: Matrix) -> None:
     """Every local file the matrix pushes is a regular file once links are followed (a FIFO
     or /dev/zero would hang the push and the hash): one `file:line: key: PATH is not a
-    regular file (KIND)` line per offender. A missing file is the push's to report."""
-    named: list[tuple[tuple[str, ...], str]] = [
-        (("models", name, "local"), spec.local) for name, spec in matrix.models.items()
+    regular file (KIND)` line per offender. A `{local: FILE}` model that does not exist is
+    refused here too (`PATH does not exist`), before the store is opened; a missing local
+    binary is still the push's to report."""
+    named: list[tuple[tuple[str, ...], str, bool]] = [
+        (("models", name, "local"), spec.local, True) for name, spec in matrix.models.items()
         if isinstance(spec, ModelFile)]
     if matrix.binary is not None and matrix.binary.local is not None:
-        named.append((("binary", "local"), matrix.binary.local))
+        named.append((("binary", "local"), matrix.binary.local, False))
     messages = []
-    for loc, local in named:
-        kind = not_regular(path.parent / local)
-        if kind is not None:
-            messages.append(f"{path}:{line_of(node, loc) or 1}: {'.'.join(loc)}: "
-                            f"{path.parent / local} is not a regular file ({kind})")
+    for loc, local, must_exist in named:
+        problem = push_problem(path.parent / local, must_exist)
+        if problem is not None:
+            messages.append(f"{path}:{line_of(node, loc) or 1}: {'.'.join(loc)}: {problem}")
     if messages:
         raise ConfigError("\n".join(messages))
 

@@ -150,13 +150,13 @@ def node_tree(text: str) -> yaml.Node | None:
     """The composed node tree of YAML text that loaded before (for `line_of`)."""
     try:
         return _parse(text)[1]
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return None
 
 
 def load_yaml(path: Path) -> tuple[Any, yaml.Node | None, str]:
-    """Read a YAML file; return (data, node tree, text). Syntax errors and duplicate keys
-    become ConfigError."""
+    """Read a YAML file; return (data, node tree, text). Syntax errors, duplicate keys and
+    nesting too deep for the parser become ConfigError."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -173,6 +173,8 @@ def load_yaml(path: Path) -> tuple[Any, yaml.Node | None, str]:
         raise ConfigError(f"{where}: YAML syntax: {exc.problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: YAML syntax: {exc}") from None
+    except RecursionError:   # PyYAML composes and constructs recursively: [[[[...]]]] 5,000 deep
+        raise ConfigError(f"{path}: nesting too deep") from None
     return data, node, text
 
 

@@ -194,10 +194,12 @@ class Store:
         self.lock = threading.RLock()
 
     @classmethod
-    def open(cls, db: str | None = None, create: bool = True) -> "Store":
+    def open(cls, db: str | None = None, create: bool = True, write: bool = False) -> "Store":
         """The store at `db` (--db / ORCH_DB / ./orch.db), migrated. `create=False` (commands
         that only read) refuses a SQLite file that does not exist instead of creating an
-        empty one. Every way the URL can be unusable is a StoreError, one line."""
+        empty one; `write=True` (`orch run`, `orch import`) refuses a SQLite file, or its
+        folder, that cannot be written, before anything runs. Every way the URL can be unusable
+        is a StoreError, one line."""
         url = resolve_url(db)
         try:
             parsed = make_url(url)
@@ -214,6 +216,11 @@ class Store:
                 path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StoreError(f"--db {path}: cannot create its folder: {exc.strerror}") from None
+            if write and path.exists() and not os.access(path, os.W_OK):
+                raise StoreError(f"store {path} is read-only")
+            if write and not os.access(path.parent, os.W_OK | os.X_OK):
+                # SQLite writes its journal beside the file: a read-only folder stops writes too
+                raise StoreError(f"store {path} is read-only (its folder is not writable)")
         try:
             engine = create_engine(url)
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
 from orchestrator.engines.bmoe_format import BmoeCsvParser, parse_summary_lines
@@ -78,9 +81,37 @@ def _engine_build(settings: dict[str, object]) -> str | None:
     return f"{engine} (llama-cpp-python {bindings})" if bindings is not None else str(engine)
 
 
+class BmoeOptions(BaseModel):
+    """bmoe-cli reads no engine_options: any key is a mistake."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def strict_options(engine: str, model: type[BaseModel],
+                   options: dict[str, Any] | None) -> BaseModel:
+    """`options` validated against `model` (extra="forbid"); a ValueError names each bad key
+    as `engine_options.KEY: ...`, an unknown one with the keys the engine reads."""
+    try:
+        return model.model_validate(options or {})
+    except ValidationError as exc:
+        known = ", ".join(model.model_fields) or "none"
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown option for {engine} (known: {known})"
+            problems.append(f"engine_options{'.' + loc if loc else ''}: {msg}")
+        raise ValueError("; ".join(problems)) from None
+
+
 class BmoeAdapter(EngineAdapter):
     name = "bmoe"
     writes_csv = True
+    options_model: type[BaseModel] = BmoeOptions   # the engine_options this engine reads
+
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options = strict_options(self.name, self.options_model, options)
 
     def build_argv(self, cell: CellSpec) -> list[str]:
         if not cell.model_path:

@@ -18,13 +18,23 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from orchestrator.engines.base import CellSpec
 from orchestrator.engines.bmoe import BmoeAdapter
 from orchestrator.shipped import shipped_file
 
 
+class LlamaTokenOptions(BaseModel):
+    """The engine_options llama-token reads: `python` (see above)."""
+
+    model_config = ConfigDict(extra="forbid")
+    python: str = "python3"
+
+
 class LlamaTokenAdapter(BmoeAdapter):
     name = "llama-token"
+    options_model = LlamaTokenOptions
 
     def builtin_binary(self) -> Path:
         return shipped_file("llama_token.py")

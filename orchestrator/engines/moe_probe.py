@@ -7,13 +7,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict
+
 from orchestrator.engines.base import CellSpec
 from orchestrator.engines.bmoe import BmoeAdapter
 from orchestrator.shipped import shipped_file
 
 
+class MoeProbeOptions(BaseModel):
+    """The engine_options moe-probe reads (build_argv): the device's interpreter and the
+    directory of its synthetic expert files (default `<workdir>/probe-cache`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    python: str = "python3"
+    cache_dir: str | None = None
+
+
 class MoeProbeAdapter(BmoeAdapter):
     name = "moe-probe"
+    options_model = MoeProbeOptions
 
     def builtin_binary(self) -> Path:
         return shipped_file("moe_probe.py")

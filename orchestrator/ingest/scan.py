@@ -10,10 +10,13 @@ checked when it is read, ingest/checks.py); every other entry gets a reason:
   `==== NAME ====` sections may be summary-only runs (decided when read);
 - `<tag>.state`: device state before/after the run `<tag>`.
 Nothing that is not a regular file is opened (a FIFO would block the import forever), so the
-type is taken from stat() first; symlinked folders are not followed (no loops).
+type is taken from stat() first; symlinked folders are not followed (no loops), a symlink loop
+(a -> b, b -> a) is skipped as such, and a symlink to a file outside the folder is skipped with
+its target (an import reads the folder it was given, nothing else).
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass, field
@@ -66,9 +69,11 @@ def _walk(top: Path, folder: Path, out: Scan, max_bytes: int) -> None:
         return
     for entry in entries:
         name = f"{rel}/{entry.name}" if rel else entry.name
-        if entry.is_symlink() and entry.is_dir():
-            out.skipped.append((name, "symlink to a folder, not followed"))
-            continue
+        if entry.is_symlink():
+            reason = _symlink_reason(top, entry.path)
+            if reason is not None:
+                out.skipped.append((name, reason))
+                continue
         if entry.is_dir(follow_symlinks=False):
             _walk(top, Path(entry.path), out, max_bytes)
             continue
@@ -87,6 +92,23 @@ def _walk(top: Path, folder: Path, out: Scan, max_bytes: int) -> None:
         else:
             files[entry.name] = Path(entry.path)
     _classify(rel, files, out)
+
+
+def _symlink_reason(top: Path, path: str) -> str | None:
+    """Why the symlink `path` is not read, or None to read what it points to (a file inside
+    `top`). A loop raises ELOOP from every stat(), so it is named here, not left to abort."""
+    try:
+        target = Path(os.path.realpath(path, strict=True))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "symlink loop"
+        return f"unreadable: {exc.strerror or exc}"
+    if target.is_dir():
+        return "symlink to a folder, not followed"
+    root = Path(os.path.realpath(top))
+    if not target.is_relative_to(root):
+        return f"symlink to a file outside the folder ({target})"
+    return None
 
 
 def _classify(rel: str, files: dict[str, Path], out: Scan) -> None:

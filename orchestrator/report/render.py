@@ -58,6 +58,8 @@ def environment(template: str | Path | None = None) -> tuple[Environment, str | 
         elif path.is_file():
             loaders.append(FileSystemLoader(str(path.parent)))
             main = path.name
+        elif path.exists():     # a FIFO, a socket, a device: never opened
+            raise ConfigError(f"--template: {template}: not a directory or regular file")
         else:
             raise ConfigError(f"--template: {template}: no such file or directory")
     loaders.append(PackageLoader("orchestrator.reports", "templates"))
@@ -259,6 +261,7 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
     """The report of these runs as markdown or HTML; written to `out` when given. Markdown
     links its figures from `<out stem>_files/` (drawn only with `out`); HTML embeds them as
     data: URIs, so the page is one file. Returns the text."""
+    env, user_main = environment(template)   # a bad --template refuses before figures are drawn
     data = context.build(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots,
                          trim=trim)
     traced, untraceable = routing.build(store, data)   # none traced: the report as before
@@ -277,7 +280,6 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
             # HTML is one self-contained file: its figures are embedded, none written beside it
             drawn = plotting.draw(data, None if fmt == "html" else out)
             route_plots.draw(traced, None if fmt == "html" else out)
-    env, user_main = environment(template)
     ctx = document_context(data, drawn, note, columns, provenance_full)
     for group in ctx["groups"]:
         group.update(group_facts_and_pivot(store, data, group["group"]))

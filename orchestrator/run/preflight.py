@@ -33,7 +33,10 @@ def check_engine(loaded: LoadedMatrix) -> None:
     except PluginError as exc:
         raise ConfigError(f"{_at(loaded, 'engine')}: engine: {exc}") from None
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"{_at(loaded, 'engine_options')}: {exc}") from None
+        # the line of the key named first (`engine_options.KEY: ...`), else of engine_options
+        key = str(exc).removeprefix("engine_options.").split(":", 1)[0].split(".", 1)[0]
+        loc = ("engine_options", key) if key in matrix.engine_options else ("engine_options",)
+        raise ConfigError(f"{_at(loaded, *loc)}: {exc}") from None
     spec = matrix.binary
     if (spec is None or spec.device == "builtin") and adapter.builtin_binary() is None \
             and not matrix.builds:
