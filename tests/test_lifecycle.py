@@ -97,10 +97,13 @@ def test_supervisor_notices_the_end_at_once(shell, jobs):
                   meta={"interval_ms": 60000}, timeout=50)
     tags = [line[0] for line in res.lines]
     assert tags[0] == "H" and tags[-1] == "X"
-    assert tags.count("S") == 2, tags      # the first sample, then the one at the end
+    # the end sample right before X, and at most the first sample before it: no minute of
+    # samples. (On a loaded machine the 0.3 s engine may end before the first sample is
+    # taken; then the end sample is the only one.)
+    assert tags[-2] == "S" and 1 <= tags.count("S") <= 2, tags
     assert res.payloads("O") == ["one", "two"]
     two = next(i for i, line in enumerate(res.lines) if line[:2] == ["O", "two"])
-    assert tags.index("S") < two < len(tags) - 2   # "two" came between the two samples
+    assert two < len(tags) - 2                        # "two" came before the end sample
     assert res.x[0] == "0" and (job / "done").exists()
 
 
