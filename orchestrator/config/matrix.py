@@ -1,8 +1,9 @@
 """Matrix files: the YAML a user writes to describe a benchmark sweep, validated with pydantic.
 
-About 400 lines on purpose: the model and its cross-key rules (one model_validator, so every
-rule reports its key path and line together) are one concern; value types live in
-matrix_values.py and the configs' expansion in configs.py."""
+About 470 lines on purpose: the model and its cross-key rules (one model_validator, so every
+rule reports its key path and line together, grid-built names and prompt bounds included) are
+one concern; value types live in matrix_values.py, the configs' expansion in configs.py, the
+checks of local files in local_files.py and the notes' model in notes.py."""
 from __future__ import annotations
 
 import hashlib

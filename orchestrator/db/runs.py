@@ -1,5 +1,7 @@
 """The read model: stored runs and sessions as frozen rows, and the one rule for which runs
-count (docs/architecture.md, "The read model").
+count (docs/architecture.md, "The read model"). Over 400 lines on purpose: the rows, their
+queries and their per-run statistics are one reader of stored results (as asv has one),
+and splitting them would give two places that know the run table.
 
 Every layer above db/ reads runs through here, never through db/schema.py:
 
