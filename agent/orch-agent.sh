@@ -13,7 +13,7 @@
 #
 # `ORCH_AGENT_LIB=1 . ./orch-agent.sh` defines the functions and returns without running a
 # command (the unit tests, tests/test_agent_units.py; docs/agent-protocol.md).
-AGENT_VERSION=1.3.2
+AGENT_VERSION=1.4.0
 
 # Paths are overridable for tests and unusual devices.
 MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
@@ -23,6 +23,11 @@ CPUINFO=${ORCH_CPUINFO:-/proc/cpuinfo}
 CPU_DIR=${ORCH_CPU_DIR:-/sys/devices/system/cpu}
 LOADAVG=${ORCH_LOADAVG:-/proc/loadavg}
 UPTIME=${ORCH_UPTIME:-/proc/uptime}
+# Power sources (power_paths): RAPL counters, hwmon power sensors, and where a battery's
+# files are not in BATTERY_DIR (a laptop's BAT0), the power_supply class to search.
+POWERCAP_DIR=${ORCH_POWERCAP_DIR:-/sys/class/powercap}
+HWMON_DIR=${ORCH_HWMON_DIR:-/sys/class/hwmon}
+SUPPLY_DIR=${ORCH_POWER_SUPPLY_DIR:-/sys/class/power_supply}
 # A TAB without forking (printf is no builtin in mksh): the middle of the startup IFS,
 # which every shell sets to <space><tab><newline> whatever the environment says.
 TAB=${IFS#?}
@@ -88,11 +93,13 @@ engine_alive() {
   alive "$EP" && same_start "$EP" "$JOBDIR/engine.start"
 }
 
-# job_state: STATE = done | running PID | orphan PID | dead | absent for JOBDIR. `orphan`:
+# job_state: STATE = full | done | running PID | orphan PID | dead | absent for JOBDIR. `full`:
+# the job ended but its spool could not take the X line (the device's storage was full). `orphan`:
 # the supervisor is gone but the engine runs on (nobody spools it). `dead` needs evidence:
 # neither runs, and the spool's last line is no X line (then it is `done`).
 job_state() {
-  if [ -f "$JOBDIR/done" ]; then STATE='done'
+  if [ -f "$JOBDIR/spool-full" ]; then STATE='full'
+  elif [ -f "$JOBDIR/done" ]; then STATE='done'
   elif sup_alive; then STATE="running $SPID"
   elif engine_alive; then STATE="orphan $EP"
   elif [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then
@@ -104,19 +111,96 @@ job_state() {
 }
 
 # live_jobs RUNSDIR [EXCEPT]: LIVE = one "running|orphan<TAB>DIR<TAB>PID" line per job dir
-# under RUNSDIR whose supervisor or engine still runs (any session's), EXCEPT left out.
+# under RUNSDIR whose supervisor or engine still runs (any session's), EXCEPT left out; then
+# one "stray<TAB>NAME<TAB>PID" line per process that carries the tag of a job under RUNSDIR
+# (tagged) but belongs to no live job: a daemon an engine left, or a job whose directory was
+# removed. Job directories alone cannot see those.
 live_jobs() {
   LIVE=''
-  for d in "$1"/*; do
-    [ "$d" = "$2" ] && continue
-    [ -f "$d/pid" ] || continue
-    [ -f "$d/done" ] && continue
+  runs=$1 except=$2
+  tagged "$runs/"
+  left=" $TPIDS "
+  for d in "$runs"/*; do
+    [ "$d" = "$except" ] || { [ -f "$d/pid" ] && [ ! -f "$d/done" ]; } || continue
     JOBDIR=$d
-    if sup_alive; then LIVE="$LIVE${LIVE:+
+    if [ "$d" = "$except" ]; then :
+    elif sup_alive; then LIVE="$LIVE${LIVE:+
 }running$TAB$d$TAB$SPID"
     elif engine_alive; then LIVE="$LIVE${LIVE:+
 }orphan$TAB$d$TAB$EP"
+    else continue
     fi
+    [ "$left" = '  ' ] && continue
+    tagged "$d/" -x
+    for p in $TPIDS; do
+      case $left in *" $p "*) left="${left%%" $p "*} ${left#*" $p "}" ;; esac
+    done
+  done
+  for p in $left; do
+    proc_name "$p" || continue
+    LIVE="$LIVE${LIVE:+
+}stray$TAB$PNAME$TAB$p"
+  done
+}
+
+# proc_name PID: PNAME = the process's name (comm) when it lives and is no zombie.
+proc_name() {
+  PNAME='' st=''
+  read -r st 2>/dev/null <"/proc/$1/stat" || return 1
+  case $st in *') '*) ;; *) return 1 ;; esac
+  PNAME=${st#*\(}
+  PNAME=${PNAME%\)*}
+  # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
+  # shellcheck disable=SC2086
+  set -- ${st##*) }
+  [ "$1" != Z ]
+}
+
+# tagged VALUE [-x]: TPIDS = "PID ..." and TAGGED = "PID(comm) ..." of the live processes
+# whose environment holds ORCH_JOB=VALUE, exactly with -x, else as a prefix (every job under
+# a runs directory). exec_engine gives the engine ORCH_JOB=JOBDIR/ and every descendant
+# inherits it: /proc/PID/environ is the environment a process started with, readable by the
+# same uid without root (also on a phone), and neither setsid, a double fork nor a removed
+# job directory takes it away. One grep (toybox has it; -z: the file is NUL-separated) and
+# no use in the sampling loop. This shell itself never carries the tag.
+tagged() {
+  TPIDS='' TAGGED=''
+  command -v grep >/dev/null 2>&1 || return 0
+  # shellcheck disable=SC2086
+  files=$(grep -l -a -z -F $2 -e "ORCH_JOB=$1" /proc/[0-9]*/environ 2>/dev/null)
+  for f in $files; do
+    p=${f#/proc/}
+    p=${p%/environ}
+    case $p in ''|*[!0-9]*) continue ;; esac
+    [ "$p" = "$$" ] && continue
+    proc_name "$p" || continue
+    TPIDS="$TPIDS $p" TAGGED="$TAGGED $p($PNAME)"
+  done
+  TPIDS=${TPIDS# } TAGGED=${TAGGED# }
+}
+
+# kill_tagged VALUE: TERM the processes tagged ORCH_JOB=VALUE, KILL what is left after 3 s.
+# KILLED = what they were ("PID(comm) ...", empty when none), KHOW how they ended.
+kill_tagged() {
+  tagged "$1" -x
+  KILLED=$TAGGED KHOW=TERM
+  [ -n "$TPIDS" ] || return 0
+  # shellcheck disable=SC2086
+  kill -TERM $TPIDS 2>/dev/null
+  now_ms; k0=$NOW
+  i=0
+  while [ $i -lt 100 ]; do
+    tagged "$1" -x
+    [ -n "$TPIDS" ] || return 0
+    now_ms
+    if [ $((NOW - k0)) -ge 3000 ]; then
+      KHOW="TERM, KILL after 3 s: $TAGGED"
+      # shellcheck disable=SC2086
+      kill -KILL $TPIDS 2>/dev/null
+      return 0
+    fi
+    sleep 0.1 || sleep 1
+    i=$((i + 1))
   done
 }
 
@@ -162,6 +246,147 @@ list_freqs() {
   done
 }
 
+# power_paths: the device's power sources, listed once per supervisor (docs/energy.md). Lists
+# hold sysfs names and file names only, so no path with blanks can split them:
+#   PWR_BDIR   the battery directory whose current_now and voltage_now (or power_now) read:
+#              BATTERY_DIR, else the first SUPPLY_DIR/* of type Battery (a laptop's BAT0);
+#              empty without one. PWR_BFILES = "FILE:KEY ..." of its readable power files.
+#   PWR_RAPL   "NAME ..." of the powercap domains (intel-rapl:0, ...) whose energy_uj reads,
+#              sampled as rapl<index>_uj in this order; PWR_RAPL_DENIED those whose does not
+#              (root-only since Linux 5.10).
+#   PWR_HWMON  "hwmonN/powerM_input ..." (µW) when no RAPL domain reads; hwmon<index>_uw.
+# The values go out raw, as the files give them (µA or mA, either sign): the controller
+# reads units and signs (orchestrator/results/energy.py). A file is tried by reading it, not
+# by `-r`: sysfs grants modes that a read then refuses.
+power_paths() {
+  PWR_BDIR='' PWR_BFILES='' PWR_RAPL='' PWR_RAPL_DENIED='' PWR_HWMON=''
+  for d in "$BATTERY_DIR" "$SUPPLY_DIR"/*; do
+    [ -d "$d" ] || continue
+    if [ "$d" != "$BATTERY_DIR" ]; then
+      ty=''
+      read -r ty 2>/dev/null <"$d/type"
+      [ "$ty" = Battery ] || continue
+    fi
+    i='' v='' p=''
+    read -r i 2>/dev/null <"$d/current_now"
+    read -r v 2>/dev/null <"$d/voltage_now"
+    read -r p 2>/dev/null <"$d/power_now"
+    if { [ -n "$i" ] && [ -n "$v" ]; } || [ -n "$p" ]; then PWR_BDIR=$d; break; fi
+  done
+  if [ -n "$PWR_BDIR" ]; then
+    for f in current_now:batt_ua voltage_now:batt_uv power_now:batt_uw \
+        charge_counter:batt_uah energy_now:batt_uwh; do
+      v=''
+      read -r v 2>/dev/null <"$PWR_BDIR/${f%%:*}"
+      [ -n "$v" ] && PWR_BFILES="$PWR_BFILES $f"
+    done
+    [ -z "$BSTAT" ] && [ -r "$PWR_BDIR/status" ] && BSTAT=$PWR_BDIR/status
+  fi
+  for d in "$POWERCAP_DIR"/*; do
+    [ -e "$d/energy_uj" ] || continue
+    n=${d##*/}
+    case $n in ''|*[!A-Za-z0-9:._-]*) continue ;; esac
+    v=''
+    read -r v 2>/dev/null <"$d/energy_uj"
+    case $v in
+      ''|*[!0-9]*) PWR_RAPL_DENIED="$PWR_RAPL_DENIED $n" ;;
+      *) PWR_RAPL="$PWR_RAPL $n" ;;
+    esac
+  done
+  [ -n "$PWR_RAPL" ] && return 0
+  for f in "$HWMON_DIR"/hwmon*/power*_input; do
+    n=${f#"$HWMON_DIR"/}
+    case $n in */*/*|*[!A-Za-z0-9/._-]*) continue ;; esac
+    v=''
+    read -r v 2>/dev/null <"$f"
+    case $v in ''|*[!0-9]*) ;; *) PWR_HWMON="$PWR_HWMON $n" ;; esac
+  done
+}
+
+# power_fields: PWR = the S line's power fields ("<TAB>key=value" each), one read per file
+# power_paths found: batt_ua, batt_uv, batt_uw, batt_uah, batt_uwh as the battery gives them,
+# rapl<N>_uj (cumulative, wraps at max_energy_range_uj), hwmon<N>_uw. Builtins only; values
+# are never computed with here (RAPL counters pass 2^31, and mksh's arithmetic is 32-bit).
+power_fields() {
+  PWR=''
+  for f in $PWR_BFILES; do
+    v=''
+    read -r v 2>/dev/null <"$PWR_BDIR/${f%%:*}"
+    case ${v#-} in ''|*[!0-9]*) ;; *) PWR="$PWR$TAB${f#*:}=$v" ;; esac
+  done
+  n=0
+  for d in $PWR_RAPL; do
+    v=''
+    read -r v 2>/dev/null <"$POWERCAP_DIR/$d/energy_uj"
+    case $v in ''|*[!0-9]*) ;; *) PWR="$PWR${TAB}rapl${n}_uj=$v" ;; esac
+    n=$((n + 1))
+  done
+  n=0
+  for f in $PWR_HWMON; do
+    v=''
+    read -r v 2>/dev/null <"$HWMON_DIR/$f"
+    case $v in ''|*[!0-9]*) ;; *) PWR="$PWR${TAB}hwmon${n}_uw=$v" ;; esac
+    n=$((n + 1))
+  done
+}
+
+# power_facts: F lines naming the power source (power.source; "no power source" when there
+# is none), the battery's units and sign of discharge as read now, each RAPL domain's name
+# and wrap-around range, and why a RAPL counter that exists gives nothing.
+power_facts() {
+  power_paths
+  src=''
+  if [ -n "$PWR_RAPL" ]; then
+    names='' n=0
+    for d in $PWR_RAPL; do
+      nm=''
+      read -r nm 2>/dev/null <"$POWERCAP_DIR/$d/name"
+      F "power.rapl.$n.domain" "$d"
+      F "power.rapl.$n.name" "${nm:-$d}"
+      mx=''
+      read -r mx 2>/dev/null <"$POWERCAP_DIR/$d/max_energy_range_uj"
+      F "power.rapl.$n.max_uj" "$mx"
+      names="$names ${nm:-$d}"
+      n=$((n + 1))
+    done
+    src="rapl:$names"
+  fi
+  if [ -n "$PWR_RAPL_DENIED" ]; then
+    F power.rapl.unreadable "energy_uj of${PWR_RAPL_DENIED} cannot be read (root-only since Linux 5.10): run the agent as root or make energy_uj readable; not measured, never 0"
+  fi
+  if [ -n "$PWR_HWMON" ]; then
+    n=0
+    for f in $PWR_HWMON; do
+      nm=''
+      read -r nm 2>/dev/null <"$HWMON_DIR/${f%%/*}/name"
+      F "power.hwmon.$n.name" "${nm:-${f%%/*}}/${f#*/}"
+      n=$((n + 1))
+    done
+    src="${src:+$src; }hwmon:$PWR_HWMON"
+  fi
+  if [ -n "$PWR_BDIR" ]; then
+    F power.battery.path "$PWR_BDIR"
+    fl=''
+    for f in $PWR_BFILES; do fl="$fl ${f%%:*}"; done
+    F power.battery.files "${fl# }"
+    i='' v='' s=''
+    read -r i 2>/dev/null <"$PWR_BDIR/current_now"
+    read -r v 2>/dev/null <"$PWR_BDIR/voltage_now"
+    read -r s 2>/dev/null <"$PWR_BDIR/status"
+    # units by magnitude: a battery holds 2.5-25 V (mV: < 100000), and a device that answers
+    # adb draws more than 10 mA (mA: |I| < 10000)
+    case $v in ''|*[!0-9]*) ;; *) if [ "$v" -lt 100000 ]; then F power.battery.voltage_unit mV; else F power.battery.voltage_unit uV; fi ;; esac
+    a=${i#-}
+    case $a in ''|*[!0-9]*|0) ;; *) if [ "$a" -lt 10000 ]; then F power.battery.current_unit mA; else F power.battery.current_unit uA; fi ;; esac
+    case $s:$i in
+      Discharging:-*|Charging:[1-9]*) F power.battery.discharge_sign negative ;;
+      Discharging:[1-9]*|Charging:-*) F power.battery.discharge_sign positive ;;
+    esac
+    src="${src:+$src; }battery:$fl"
+  fi
+  F power.source "${src:-no power source}"
+}
+
 # centi X.YZ: C = the decimal X.YZ times 100, as an integer (S values are integers); empty
 # when X.YZ is no unsigned decimal, an empty one included (an unreadable /proc/loadavg must
 # give no load1_x100, not 0).
@@ -197,18 +422,30 @@ sample() {
   case $st in ''|Z|X) GONE=1 ;; esac
   [ -n "$rss" ] && line="$line${TAB}rss_kb=$rss"
   [ -n "$hwm" ] && line="$line${TAB}hwm_kb=$hwm"
-  stat='' MAJ='' START=''
-  read -r stat 2>/dev/null <"/proc/$EPID/stat"
-  case $stat in
-    *') '*)
-      # Split on purpose (no fork to cut fields): after "(comm) " come a state letter and
-      # numbers only, nothing a glob could expand.
-      # shellcheck disable=SC2086
-      stat_fields ${stat##*) }
-      line="$line${TAB}majflt=$MAJ${TAB}cpu_ticks=$TICKS${TAB}threads=$THREADS"
-      [ -z "$START0" ] && START0=$START
-      [ "$START" = "$START0" ] || GONE=1 ;;
+  # /proc/PID/stat split by `read` itself as it reads (fields 12 majflt, 14+15 utime+stime,
+  # 20 threads, 22 starttime): splitting a saved copy with a function call cost mksh 0.3 ms
+  # a sample. A comm with a blank shifts the fields; then the third is no state letter, and
+  # the line is read again and split after its last ") ".
+  MAJ='' START='' TICKS=''
+  read -r x x s x x x x x x x x MAJ x u y x x x x THREADS x START x 2>/dev/null <"/proc/$EPID/stat"
+  case $s in
+    [A-Za-z]) case $u$y in *[!0-9]*) START='' ;; *) TICKS=$((u + y)) ;; esac ;;
+    *)
+      stat='' START=''
+      read -r stat 2>/dev/null <"/proc/$EPID/stat"
+      case $stat in
+        *') '*)
+          # Split on purpose (no fork to cut fields): after "(comm) " come a state letter
+          # and numbers only, nothing a glob could expand.
+          # shellcheck disable=SC2086
+          stat_fields ${stat##*) } ;;
+      esac ;;
   esac
+  if [ -n "$START" ]; then
+    line="$line${TAB}majflt=$MAJ${TAB}cpu_ticks=$TICKS${TAB}threads=$THREADS"
+    [ -z "$START0" ] && START0=$START
+    [ "$START" = "$START0" ] || GONE=1
+  fi
   while read -r k v rest; do
     case $k in MemAvailable:) line="$line${TAB}mem_avail_kb=$v"; break ;; esac
   done 2>/dev/null <"$MEMINFO"
@@ -221,6 +458,7 @@ sample() {
     if [ "${z#*:}" = c ] && { [ -z "$cmax" ] || [ "$t" -gt "$cmax" ]; }; then cmax=$t; fi
   done
   [ -n "$cmax" ] && line="$line${TAB}cpu_temp_mC=$cmax"
+  TEMP_CPU=$cmax TEMP_BATT=''   # what check_ceiling compares (no second read of a zone)
   # 1-minute load average x 100: more runnable threads than cores means the engine shared
   # the CPU with someone else.
   l1='' rest=''
@@ -242,21 +480,24 @@ sample() {
   if [ -n "$BATT" ]; then
     t=''
     read -r t 2>/dev/null <"$BATT"
-    case ${t#-} in ''|*[!0-9]*) ;; *) line="$line${TAB}batt_temp_dC=$t" ;; esac
+    case ${t#-} in ''|*[!0-9]*) ;; *) line="$line${TAB}batt_temp_dC=$t" TEMP_BATT=$t ;; esac
   elif [ -n "$DUMPSYS" ]; then
     DS_N=$((DS_N - 1))
     if [ "$DS_N" -le 0 ]; then
       DS_N=$DUMPSYS_EVERY
       battery_dumpsys
     fi
-    [ -n "$DS_T" ] && line="$line${TAB}batt_temp_dC=$DS_T"
+    [ -n "$DS_T" ] && line="$line${TAB}batt_temp_dC=$DS_T" TEMP_BATT=$DS_T
   fi
   if [ -n "$BSTAT" ]; then
     t=''
     read -r t 2>/dev/null <"$BSTAT"
     case $t in Charging|Full) line="$line${TAB}batt_charging=1" ;; ?*) line="$line${TAB}batt_charging=0" ;; esac
+  elif [ -n "$DUMPSYS" ]; then   # no readable status file: dumpsys's, as often as it runs
+    case $DS_S in Charging|Full) line="$line${TAB}batt_charging=1" ;; ?*) line="$line${TAB}batt_charging=0" ;; esac
   fi
-  say "$line"
+  power_fields
+  say "$line$PWR"
 }
 
 # battery_dumpsys: DS_T (deci-°C), DS_S (charging state) and DS_L (level, percent) from
@@ -335,6 +576,7 @@ supervise() {
   list_zones
   battery_paths
   list_freqs
+  power_paths
   klog_mark
   start_engine
   sample_loop
@@ -345,7 +587,7 @@ supervise() {
 # read_meta: INTERVAL, TIMEOUT, TIMEOUT_MS, CSV, CWD, RUN as JOBDIR/meta gives them
 # (check_meta checks them once the spool is open, so that its warnings reach the stream).
 read_meta() {
-  INTERVAL=1000 TIMEOUT=0 TIMEOUT_MS='' CSV='' CWD='' RUN=''
+  INTERVAL=1000 TIMEOUT=0 TIMEOUT_MS='' CSV='' CWD='' RUN='' ABORT_MC='' ABORT_SENSOR='' ABORT_X=''
   [ -r meta ] || return 0
   while IFS= read -r l || [ -n "$l" ]; do
     case $l in
@@ -355,6 +597,8 @@ read_meta() {
       csv=*) CSV=${l#*=} ;;
       cwd=*) CWD=${l#*=} ;;
       run=*) RUN=${l#*=} ;;
+      abort_above_mC=*) ABORT_MC=${l#*=} ;;
+      abort_sensor=*) ABORT_SENSOR=${l#*=} ;;
     esac
   done <meta
 }
@@ -395,6 +639,12 @@ check_meta() {
   case $TIMEOUT_MS in
     '') TIMEOUT_MS=$((TIMEOUT * 1000)) ;;
     *[!0-9]*) say "W${TAB}bad timeout_ms '$TIMEOUT_MS', using timeout_s"; TIMEOUT_MS=$((TIMEOUT * 1000)) ;;
+  esac
+  # the thermal ceiling (check_ceiling): milli-°C, and a sensor to read it on
+  case ${ABORT_MC#-} in
+    '') ;;
+    *[!0-9]*) say "W${TAB}bad abort_above_mC '$ABORT_MC': no thermal ceiling"; ABORT_MC='' ;;
+    *) [ -n "$ABORT_SENSOR" ] || ABORT_SENSOR=cpu ;;
   esac
   ms_secs "$INTERVAL"
   SLP=$SECS
@@ -478,6 +728,8 @@ exec_engine() {
       case $l in *=*) export "${l%%=*}=${l#*=}" ;; esac
     done <"env"
   fi
+  # The job's tag, after the env lines so that none can change it (tagged, kill_tagged).
+  export "ORCH_JOB=$JOBDIR/"
   cd "$CWD" 2>>"$JOBDIR/stderr" || exit 126   # the reason shows up as an E line
   exec ${SETSID:+"$SETSID"} "$@" </dev/null >"$JOBDIR/stdout" 2>"$JOBDIR/stderr"
 }
@@ -503,6 +755,8 @@ sample_loop() {
 # Fails when the loop is over: the sample saw the engine gone, or this is the one more
 # sample after the watcher's USR1 (the sample before it may predate the engine's end).
 sample_step() {
+  # The job directory removed under the job: nobody can collect it, nothing may outlive it.
+  [ -d "$JOBDIR" ] || lost_job
   drain_all
   sample
   [ -n "$GONE" ] && return 1
@@ -510,8 +764,20 @@ sample_step() {
   [ -n "$WOKE" ] && WOKEN=1
   t=$((NOW - UP0))
   enforce_timeout "$t"
+  check_ceiling "$t"
   [ -n "$WOKE" ] || sleep_interval "$t"
   return 0
+}
+
+# lost_job: the job directory is gone (removed, its storage unmounted): stop the engine's
+# group and everything tagged with the job, as a timeout would, and end the supervisor. The
+# spool went with the directory: the controller finds the job absent, the busy check no
+# stray.
+lost_job() {
+  kill -TERM -"$EPID" 2>/dev/null || kill -TERM "$EPID" 2>/dev/null
+  [ -n "$SETSID" ] && kill_strays "$EPID"
+  kill_tagged "$JOBDIR/"
+  exit 3
 }
 
 # enforce_timeout T_MS: once T_MS reaches TIMEOUT_MS, TERM the engine's group (CAUSE=timeout,
@@ -524,6 +790,26 @@ enforce_timeout() {
   if [ -n "$TERM_AT" ] && [ $(($1 - TERM_AT)) -ge 3000 ]; then
     kill -KILL -"$EPID" 2>/dev/null || kill -KILL "$EPID" 2>/dev/null
   fi
+  return 0
+}
+
+# check_ceiling T_MS: the thermal ceiling in flight (meta abort_above_mC, abort_sensor: cpu,
+# battery or a zone type pattern). When the sample just taken reads the sensor at or above
+# the ceiling, TERM the engine's group once (CAUSE=aborted, TERM_AT = T_MS, so that
+# enforce_timeout KILLs it 3 s later), with a W line and the reading in the X line
+# (ABORT_X: sensor=, value_mC=, above_mC=). cpu and battery reuse the sample's readings.
+check_ceiling() {
+  [ -n "$ABORT_MC" ] && [ -z "$TERM_AT" ] || return 0
+  case $ABORT_SENSOR in
+    cpu) VAL=$TEMP_CPU ;;
+    battery) VAL=''; [ -n "$TEMP_BATT" ] && VAL=$((TEMP_BATT * 100)) ;;
+    *) read_sensor "$ABORT_SENSOR" ;;
+  esac
+  [ -n "$VAL" ] && [ "$VAL" -ge "$ABORT_MC" ] || return 0
+  CAUSE=aborted TERM_AT=$1
+  ABORT_X="${TAB}sensor=$ABORT_SENSOR${TAB}value_mC=$VAL${TAB}above_mC=$ABORT_MC"
+  say "W${TAB}thermal ceiling: $ABORT_SENSOR read $VAL mC >= $ABORT_MC mC at t_ms=$1; engine stopped (TERM, KILL after 3 s)"
+  kill -TERM -"$EPID" 2>/dev/null || kill -TERM "$EPID" 2>/dev/null
   return 0
 }
 
@@ -568,11 +854,16 @@ end_job() {
   # must not outlive the cell: TERM, KILL after 3 s, and a W line saying so.
   STRAYS=''
   [ -n "$SETSID" ] && kill_strays "$EPID"
+  # What left the group (setsid, a daemon's double fork) still carries the job's tag.
+  kill_tagged "$JOBDIR/"
   flush_output
   [ -n "$CSV" ] && [ -z "$CSV_OPEN" ] && say "W${TAB}csv never appeared: $CSV"
   [ -n "$STRAYS" ] && say "W${TAB}$STRAYS"
+  [ -n "$KILLED" ] && say "W${TAB}stray processes: the engine left $KILLED outside its process group; killed ($KHOW)"
   oom_cause
-  say_exit
+  # A full device cannot take the X line: an empty file still fits (it needs no data block),
+  # and `status` then says `full` instead of passing the job for done.
+  say_exit || : >"$JOBDIR/spool-full"
   : >"$JOBDIR/done"
 }
 
@@ -603,6 +894,7 @@ say_exit() {
   now_ms
   x="X$TAB$RC$TAB$sig$TAB$((NOW - UP0))"
   [ -n "$CAUSE" ] && x="$x${TAB}cause=$CAUSE"
+  [ -n "$ABORT_X" ] && x="$x$ABORT_X"
   say "$x"
 }
 
@@ -741,6 +1033,7 @@ cooldown() {
   done
   list_zones
   battery_paths
+  power_paths   # the T lines carry power too: `orch calibrate` measures idle power with them
   f=$((iv % 1000))
   case ${#f} in 1) f=00$f ;; 2) f=0$f ;; esac
   slp=$((iv / 1000)).$f
@@ -750,7 +1043,11 @@ cooldown() {
     read_sensor cpu; cpu=$VAL
     read_sensor battery; bat=$VAL
     now_ms; el=$((NOW - T0))
-    say "T$TAB$el${TAB}value_mC=$val${TAB}cpu_mC=$cpu${TAB}batt_mC=$bat"
+    power_fields
+    ch=''
+    [ -n "$BSTAT" ] && read -r ch 2>/dev/null <"$BSTAT"
+    case $ch in Charging|Full) PWR="$PWR${TAB}batt_charging=1" ;; ?*) PWR="$PWR${TAB}batt_charging=0" ;; esac
+    say "T$TAB$el${TAB}value_mC=$val${TAB}cpu_mC=$cpu${TAB}batt_mC=$bat$PWR"
     if [ -z "$val" ] && [ "$el" -ge "$min" ]; then say "R${TAB}nosensor$TAB$el$TAB"; return 0; fi
     if [ -n "$val" ] && [ "$el" -ge "$min" ] && [ "$val" -le "$until" ]; then
       say "R${TAB}met$TAB$el$TAB$val"; return 0
@@ -785,17 +1082,59 @@ attach() {
   done
 }
 
-# kill_job: TERM the engine's process group, KILL whatever is left after 3 s.
+# kill_job: TERM the engine's process group, KILL whatever is left after 3 s; then every
+# process still tagged with the job (tagged), the same way. Prints one "killed<TAB>PID(comm)
+# ..." line naming what it stopped (nothing when nothing ran), which the controller quotes.
 kill_job() {
   [ -f "$JOBDIR/done" ] && return 0
   ep=''
   read -r ep 2>/dev/null <"$JOBDIR/engine.pid"
-  case $ep in ''|*[!0-9]*) die "kill: no engine.pid in $JOBDIR" ;; esac
-  kill -TERM -"$ep" 2>/dev/null || kill -TERM "$ep" 2>/dev/null || return 0
-  i=0
-  while [ $i -lt 15 ] && kill -0 -"$ep" 2>/dev/null; do sleep 0.2; i=$((i + 1)); done
-  kill -KILL -"$ep" 2>/dev/null
+  case $ep in ''|*[!0-9]*) ep=''; [ -f "$JOBDIR/pid" ] || die "kill: no engine.pid in $JOBDIR" ;; esac
+  gone=''
+  if [ -n "$ep" ]; then
+    PG=$ep
+    group_members
+    gone=$MEMBERS
+    if kill -TERM -"$ep" 2>/dev/null || kill -TERM "$ep" 2>/dev/null; then
+      i=0
+      while [ $i -lt 15 ] && kill -0 -"$ep" 2>/dev/null; do sleep 0.2; i=$((i + 1)); done
+      kill -KILL -"$ep" 2>/dev/null
+    fi
+  fi
+  kill_tagged "$JOBDIR/"
+  for m in $KILLED; do
+    case " $gone " in *" $m "*) ;; *) gone="${gone:+$gone }$m" ;; esac
+  done
+  [ -n "$gone" ] && say "killed$TAB$gone"
   return 0
+}
+
+# reap RUNSDIR: stop the stray processes `jobs` lists (tagged with a job under RUNSDIR that
+# is not live, or whose directory is gone): TERM, KILL after 3 s; one "killed<TAB>PID(comm)
+# ..." line when there were any. Live jobs, and the processes they own, are left alone.
+reap() {
+  live_jobs "$1"
+  pids='' what='' ifs=$IFS
+  IFS='
+'
+  for l in $LIVE; do
+    case $l in "stray$TAB"*) p=${l##*"$TAB"}; n=${l#*"$TAB"}; n=${n%"$TAB"*}
+      pids="$pids $p" what="${what:+$what }$p($n)" ;; esac
+  done
+  IFS=$ifs
+  [ -n "$pids" ] || return 0
+  # shellcheck disable=SC2086
+  kill -TERM $pids 2>/dev/null
+  i=0 n=$pids
+  while [ $i -lt 30 ] && [ -n "$n" ]; do
+    sleep 0.1 || sleep 1
+    n=''
+    for p in $pids; do alive "$p" && n="$n $p"; done
+    i=$((i + 1))
+  done
+  # shellcheck disable=SC2086
+  [ -n "$n" ] && kill -KILL $n 2>/dev/null
+  say "killed$TAB$what"
 }
 
 facts() {
@@ -890,6 +1229,7 @@ facts() {
   [ -n "$bs" ] && F battery.status "$bs"
   # the charge in percent: the lab's health check holds a phone whose battery is low
   [ -n "$bl" ] && F battery.level_pct "$bl"
+  power_facts
   return 0
 }
 
@@ -942,6 +1282,7 @@ main() {
       [ -d "${2:-}" ] && { live_jobs "${2%/}"; [ -n "$LIVE" ] && say "$LIVE"; }
       say end ;;
     kill) jobdir "$2"; kill_job ;;
+    reap) [ -d "${2:-}" ] && reap "${2%/}"; say end ;;
     _bench_samples)
       # _bench_samples N PID: N samples of PID back to back, no sleep (bench/agent_overhead).
       EPID=$3 START0='' GONE=''
@@ -953,7 +1294,7 @@ main() {
       while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
     cooldown) shift; cooldown "$@" ;;
     *) die "usage: orch-agent.sh version | facts | start JOBDIR [force] | attach JOBDIR SKIP |" \
-        "status JOBDIR | jobs RUNSDIR | kill JOBDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;
+        "status JOBDIR | jobs RUNSDIR | kill JOBDIR | reap RUNSDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;
   esac
 }
 

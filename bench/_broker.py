@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from _common import figure, num, options
+from _common import figure, num, options  # bench/ is on sys.path (a bench, the tests' fixture)
 
 TASKS = textwrap.dedent("""\
     import os, time
@@ -98,6 +98,69 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+# -- a private redis-server, shared with bench/lab and the tests' fixture (tests/redis_fixture.py)
+# Plain Python (no test runner): bench/run works after the plain install (`pip install .`).
+REDIS_START_TIMEOUT = 20.0  # seconds until the server must answer PING
+
+
+def redis_binary() -> str | None:
+    """redis-server's path (the Debian package's binary, never its system service), or None."""
+    path = shutil.which("redis-server")
+    if path is None and os.access("/usr/bin/redis-server", os.X_OK):
+        path = "/usr/bin/redis-server"
+    return path
+
+
+def start_redis(directory: Path, timeout: float = REDIS_START_TIMEOUT
+                ) -> tuple[subprocess.Popen, str]:
+    """Start a redis-server in `directory` on a free loopback port, without persistence;
+    (process, `redis://127.0.0.1:PORT/0`) once it answers PING (the `redis` client: orch's lab
+    extra). RuntimeError when it cannot start. The caller stops the process (`stop`)."""
+    import redis
+
+    binary = redis_binary()
+    if binary is None:
+        raise RuntimeError("redis-server is not installed")
+    port = free_port()
+    log = directory / "redis.log"
+    url = f"redis://127.0.0.1:{port}/0"
+    # no persistence (--save '' --appendonly no): a private broker starts empty every time
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--protected-mode", "yes",
+            "--daemonize", "no", "--save", "", "--appendonly", "no", "--dir", str(directory),
+            "--logfile", str(log)]
+    proc = subprocess.Popen(argv, cwd=directory, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)
+
+    def answers() -> bool:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}: "
+                               f"{log.read_text(errors='replace')[-2000:]}")
+        try:
+            return bool(client.ping())
+        except redis.exceptions.ConnectionError:
+            return False
+    try:
+        wait_for(answers, timeout, "redis-server to answer PING")
+    except BaseException:
+        stop(proc)
+        raise
+    finally:
+        client.close()
+    return proc, url
+
+
+def flush(url: str) -> None:
+    """Empty the database of `url` (FLUSHDB): queued tasks and keys of earlier users go."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
 
 
 class Redis:

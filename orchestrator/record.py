@@ -108,8 +108,13 @@ class RunRecord(BaseModel):
     pressure: Pressure | None = None    # from a `.metrics` sidecar (imported runs)
     # orch's own facts about the run (not the engine's)
     validity: dict[str, Any] | None = None      # load, throttling (run/validity.py: stored())
+    energy: dict[str, Any] | None = None        # joules over decode (stats/energy.py: summarise)
     route_trace: dict[str, Any] | None = None   # a stored trace's preamble and layer sizes
     entry_state: EntryState | None = None       # an imported run's recorded start state
+    # the run's token statistics as orch computed them once its token rows were stored
+    # (stats/statistics.py token_figures; db/runs.py Runs.show_stats reads them while the run
+    # still has their `n` token rows)
+    token_stats: dict[str, Any] | None = None
     extra: dict[str, Any] = Field(default_factory=dict)      # engine-specific, free form
 
     def stored(self) -> dict[str, Any]:

@@ -21,6 +21,10 @@ Path mapping: device paths are REAL absolute paths on this machine. The fake roo
                                `.sdcard_refuses_odirect` whether O_DIRECT opens fail there
   .root/sys/class/thermal/thermal_zone{0,1,2}/{type,temp}   $ORCH_THERMAL_DIR, temp in mC
   .root/sys/class/power_supply/battery/temp                 $ORCH_BATTERY_DIR, temp in dC
+  .root/sys/class/power_supply/battery/{current_now,voltage_now,status,charge_counter,power_now}
+                               only once a test calls set_power() (a PowerGauge scripts them)
+  .root/sys/class/{powercap,hwmon}   $ORCH_POWERCAP_DIR, $ORCH_HWMON_DIR (empty: the phone has
+                               no RAPL), $ORCH_POWER_SUPPLY_DIR = .root/sys/class/power_supply
   .root/proc/meminfo                                        $ORCH_MEMINFO
 Commands run as `.root/system/bin/sh -c CMD` (mksh) with a clean environment, cwd = .root, in
 their own session/process group. The group is SIGKILLed when the host closes the stream, the
@@ -273,7 +277,9 @@ class EmulatedPhone:
             "ANDROID_ROOT": os.path.join(self.root, "system"),
             "ANDROID_DATA": os.path.join(self.root, "data"), "EXTERNAL_STORAGE": self.sdcard_dir,
             "ORCH_THERMAL_DIR": self.thermal_dir, "ORCH_BATTERY_DIR": self.battery_dir,
-            "ORCH_MEMINFO": self.meminfo_path, "ORCH_EMU_INSTANCE": self.instance, **(env or {}),
+            "ORCH_MEMINFO": self.meminfo_path, "ORCH_EMU_INSTANCE": self.instance,
+            "ORCH_POWERCAP_DIR": self.powercap_dir, "ORCH_HWMON_DIR": self.hwmon_dir,
+            "ORCH_POWER_SUPPLY_DIR": os.path.dirname(self.battery_dir), **(env or {}),
         }
 
     @property
@@ -287,9 +293,12 @@ class EmulatedPhone:
         self.data_dir = j(self.root, "data", "local", "tmp")
         self.thermal_dir = j(self.root, "sys", "class", "thermal")
         self.battery_dir = j(self.root, "sys", "class", "power_supply", "battery")
+        self.powercap_dir = j(self.root, "sys", "class", "powercap")
+        self.hwmon_dir = j(self.root, "sys", "class", "hwmon")
         self.meminfo_path = j(self.root, "proc", "meminfo")
         self.prop_file = j(self.root, "system", "build.prop")
-        for d in (self.bin_dir, self.data_dir, self.battery_dir, j(self.root, "proc")):
+        for d in (self.bin_dir, self.data_dir, self.battery_dir, j(self.root, "proc"),
+                  self.powercap_dir, self.hwmon_dir):
             os.makedirs(d, exist_ok=True)
         toybox, mksh = shutil.which("toybox"), shutil.which("mksh")
         if not (toybox and mksh):
@@ -365,6 +374,18 @@ class EmulatedPhone:
         path, scale = self._temp_file(zone)
         with open(path) as f:
             return int(f.read()) / scale
+
+    def set_power(self, current: int | None = None, voltage: int | None = None,
+                  status: str | None = None, charge_counter: int | None = None,
+                  power: int | None = None) -> None:
+        """Write the battery's power_supply files (values as the device's files hold them:
+        current_now in µA or mA of either sign, voltage_now in µV or mV, charge_counter µAh,
+        power_now µW, status Charging | Discharging | Full | Not charging)."""
+        for name, value in (("current_now", current), ("voltage_now", voltage),
+                            ("status", status), ("charge_counter", charge_counter),
+                            ("power_now", power)):
+            if value is not None:
+                _write_atomic(os.path.join(self.battery_dir, name), f"{value}\n")
 
     def set_meminfo(self, **fields_kb: int) -> None:
         """Update /proc/meminfo-style fields (values in kB), e.g. set_meminfo(MemAvailable=1000)."""
@@ -533,6 +554,32 @@ class EmulatedPhone:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class PowerGauge(threading.Thread):
+    """A battery fuel gauge the test scripts: every `every_s` seconds it writes the files
+    `profile(t)` gives (set_power's keywords; t = seconds since start()) into the phone's
+    power_supply directory, until stop(). A real gauge updates every few seconds, so
+    every_s=5 is one that updates slower than orch samples. `written`: (t, values) in order."""
+
+    def __init__(self, phone: "EmulatedPhone", profile, every_s: float = 0.05) -> None:
+        super().__init__(daemon=True, name="emu-power-gauge")
+        self.phone, self.profile, self.every_s = phone, profile, every_s
+        self.written: list[tuple[float, dict]] = []
+        self._halt = threading.Event()
+        self.phone.set_power(**profile(0.0))
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        while not self._halt.wait(self.every_s):   # the gauge's own period, not a test wait
+            t = time.monotonic() - t0
+            values = self.profile(t)
+            self.phone.set_power(**values)
+            self.written.append((t, values))
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(10)
 
 
 def _quietly(fn, *args) -> None:

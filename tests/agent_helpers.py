@@ -231,6 +231,49 @@ def cleanup_job(jobdir: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    for pid in tagged_pids(f"{jobdir}/"):   # what left the group (setsid) keeps the job's tag
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def stop_jobs_under(runs: Path) -> list[int]:
+    """Stop every job under the runs directory `runs` (a SIGSTOPped supervisor is resumed
+    first, then killed with the rest) and SIGKILL whatever is still tagged with one of them.
+    The pids that were still tagged: a test asserts there were none."""
+    for pid_file in runs.glob("*/pid"):
+        try:
+            os.kill(int(pid_file.read_text()), signal.SIGCONT)
+        except (ValueError, ProcessLookupError, OSError):
+            pass
+    for job in runs.glob("*"):
+        cleanup_job(job)
+    left = tagged_pids(f"{runs}/", prefix=True)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def tagged_pids(value: str, prefix: bool = False) -> list[int]:
+    """Live processes whose environment holds ORCH_JOB=VALUE (any value starting with VALUE
+    when `prefix`): the tag the agent gives every process of a job (docs/agent-protocol.md)."""
+    want = f"ORCH_JOB={value}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(item == want or (prefix and item.startswith(want)) for item in environ) \
+                and alive(int(entry)):
+            found.append(int(entry))
+    return found
 
 
 def alive(pid: int) -> bool:

@@ -415,6 +415,22 @@ def test_sample_line(shell, tmp_path, procs):
     assert keys["mem_avail_kb"] == "4242"
 
 
+@pytest.mark.parametrize("name", ["my engine", "a) b", "x"])
+def test_sample_reads_stat_whatever_the_engine_is_called(shell, tmp_path, procs, name):
+    """sample() lets `read` split /proc/PID/stat as it reads; a comm with a blank (or a
+    ") " of its own) shifts those fields, and the line is then split after its last ") "."""
+    binary = tmp_path / name
+    shutil.copy(shutil.which("sleep"), binary)
+    engine = procs(str(binary), "30")
+    wait_for(lambda: Path(f"/proc/{engine.pid}/comm").read_text().strip() == name[:15])
+    line, = lib(shell, 'EPID=$1 START0="" GONE="" UP0=0; sample', args=[str(engine.pid)])
+    keys = dict(f.split("=", 1) for f in line.split("\t")[2:])
+    fields = stat_of(engine.pid)
+    assert keys["threads"] == fields[17] == "1"
+    assert keys["majflt"] == fields[9]
+    assert int(keys["cpu_ticks"]) == int(fields[11]) + int(fields[12])
+
+
 # -- shellcheck --------------------------------------------------------------------------------
 
 def test_shellcheck_finds_nothing():

@@ -89,3 +89,30 @@ def test_show_runs_and_table_print_escapes_visibly(tmp_path: Path, monkeypatch) 
         assert ESC not in output and "\x07" not in output, (args, output)
     code, output = orch("runs")
     assert "c\\x1b]0;pwned\\x07" in output.replace("\n", "") or "\\x1b" in output, output
+
+
+def test_the_progress_board_shows_data_as_text() -> None:
+    """Names and device messages on the run's board: control characters visible, rich markup
+    in them (`[red]`) printed as text, on a terminal (the live bar) and off it."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator.run.progress import Board
+
+    class Cell:
+        model, config, repeat = "m[bold]", "c\x1b[2J", 0
+
+    for terminal in (False, True):
+        board = Board(Console(file=io.StringIO(), force_terminal=terminal, width=200))
+        device = board.device("dev[red]x")
+        device.start("dev", 1, 0)
+        device.cell_started(0, Cell())
+        device.cell_running(Cell(), 10)
+        device.note("hi [red]there\x07")
+        device.cell_done("ok", 0)
+        board.close()
+        shown = board.console.file.getvalue()
+        assert "dev[red]x" in shown and "m[bold]" in shown and "[red]there\\x07" in shown, shown
+        assert "c\\x1b[2J" in shown and "\x07" not in shown
+        assert ESC not in shown or terminal   # a terminal's own colour codes are rich's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -165,6 +166,7 @@ def test_runner_stores_record_and_engine_build(tmp_path):
 
         runner = DeviceRunner.__new__(DeviceRunner)
         runner.store, runner.progress, runner.facts = store, Progress(), {}
+        runner.loaded = SimpleNamespace(matrix=SimpleNamespace(sample_interval=1.0))
         runner._finish(run_id, recorder, "ok", None)
         row = store.run_row(run_id)
         assert row.engine_build == "3cb7ffb1a (10453)"

@@ -128,3 +128,88 @@ def test_store_in_a_read_only_folder_refuses_import(tmp_path, monkeypatch):
     assert code == 2, out
     assert out.strip() == f"error: store {folder / 'orch.db'} is read-only (its folder is not writable)"
     assert list(folder.iterdir()) == []
+
+
+# ---- a device workdir that cannot be written ----------------------------------------------------
+
+def _read_only_dir(path: Path):
+    """`path` as a directory no one can write: chmod 555 for an ordinary user; as root (CI),
+    where chmod stops nothing, a read-only tmpfs mounted on it. Returns the undo."""
+    import os
+    import subprocess
+
+    path.mkdir(parents=True)
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        return lambda: path.chmod(0o755)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)],
+                          check=False, capture_output=True, text=True)
+    if done.returncode != 0:
+        from ci import unavailable
+        unavailable(f"cannot mount a read-only tmpfs: {done.stderr.strip()}")
+    return lambda: subprocess.run(["umount", str(path)], check=True)
+
+
+MATRIX_SMALL = ("name: m\nengine: moe-probe\nprompt: hi\ntokens: 2\ncooldown: 0\n"
+                "configs:\n  c0: --layers 2 --experts 4 --expert-mb 0.0625 --top-k 1\n")
+
+
+def test_a_read_only_ssh_workdir_says_so(tmp_path, sshd, monkeypatch):
+    from cli_helpers import ssh_device
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    workdir = tmp_path / "ro-workdir"
+    undo = _read_only_dir(workdir)
+    try:
+        (tmp_path / "devices.yaml").write_text("devices:\n" + ssh_device("box", sshd, workdir))
+        (tmp_path / "m.yaml").write_text(MATRIX_SMALL)
+        code, out = orch("run", "m.yaml", "--device", "box")
+        assert code == 1, out
+        assert out.strip() == f"box: workdir {workdir} is not writable", out
+        assert list(workdir.iterdir()) == []
+    finally:
+        undo()
+    from orchestrator.transports.ssh import SshTransport
+
+    writable = SshTransport("box", workdir=str(tmp_path / "rw" / "wd"), **sshd.transport_kwargs())
+    writable.connect()   # a writable one (created here) connects as before
+    try:
+        assert writable.workdir == str(tmp_path / "rw" / "wd")
+        assert writable.run(["pwd"]).stdout.decode().strip() == writable.workdir
+    finally:
+        writable.close()
+
+
+def test_a_read_only_local_workdir_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    workdir = tmp_path / "ro-workdir"
+    undo = _read_only_dir(workdir)
+    try:
+        (tmp_path / "devices.yaml").write_text(
+            f"devices:\n  here:\n    kind: local\n    workdir: {workdir}\n")
+        (tmp_path / "m.yaml").write_text(MATRIX_SMALL)
+        code, out = orch("run", "m.yaml", "--device", "here")
+        assert code == 1, out
+        assert out.strip() == f"here: workdir {workdir} is not writable", out
+    finally:
+        undo()
+
+
+def test_a_read_only_adb_workdir_says_so(tmp_path, phone, monkeypatch):
+    from cli_helpers import adb_device
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    workdir = Path(phone.data_dir) / "ro-orch"
+    undo = _read_only_dir(workdir)
+    try:
+        entry = adb_device("phone", phone).replace(f"{phone.data_dir}/orch", str(workdir))
+        (tmp_path / "devices.yaml").write_text("devices:\n" + entry)
+        (tmp_path / "m.yaml").write_text(MATRIX_SMALL)
+        code, out = orch("run", "m.yaml", "--device", "phone")
+        assert code == 1, out
+        assert out.strip() == f"phone: workdir {workdir} is not writable", out
+    finally:
+        undo()

@@ -160,3 +160,26 @@ def test_device_model_that_is_no_regular_file_is_not_hashed(here: Path, kind: st
     assert f"{path} is not a regular file" in line and "not hashed" in line, output
     assert "Traceback" not in output
     assert _left_running(path.name) == []
+
+
+def test_a_timed_out_local_command_leaves_no_child(tmp_path: Path) -> None:
+    """LocalTransport.run's timeout kills the command's whole group: a `sha256sum` (here a
+    `sleep`) the shell started does not read on after the shell is gone."""
+    from orchestrator.transports.base import CommandTimedOut
+    from orchestrator.transports.local import LocalTransport
+
+    from waiting import wait_until
+
+    pids = tmp_path / "pids"
+    transport = LocalTransport.__new__(LocalTransport)
+    transport.name, transport.env = "local", {}
+    with pytest.raises(CommandTimedOut):
+        transport.run(["sh", "-c", f'sleep 300 & echo $! > "{pids}"; wait'], timeout=1)
+    child = int(pids.read_text())
+
+    def gone() -> bool:
+        try:
+            return Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+    assert wait_until(gone, 10), "the shell's child outlived the timeout"

@@ -1,28 +1,121 @@
 """The `orch` command line. Thin: each command parses its options and calls the library
-layers; the commands live in this package's modules, one module per area."""
+layers; the commands live in this package's modules, one module per area.
+
+Start-up is lazy (click's "lazy loading subcommands" pattern): COMMANDS maps each command's
+name to the `module:attribute` that defines it and the start of its help, so `orch --help`
+lists every command without importing one, and `orch runs` imports orchestrator/cli/run.py
+only. A command imports the library layers it uses when it runs. tests/test_startup.py checks
+that COMMANDS names every command with its own help, and what the short commands import.
+"""
 from __future__ import annotations
+
+import importlib
+from typing import Any
 
 import click
 
 from orchestrator import __version__
-from orchestrator.cli import (
-    calibrate,
-    ceilings,
-    data,
-    devices,
-    engines,
-    history,
-    lab,
-    quality,
-    report,
-    routes,
-    run,
-    tokens,
-)
-from orchestrator.cli.options import DEBUG, OrchGroup
+
+# name -> ("module:attribute" under orchestrator.cli, the first words of the command's help:
+# `orch --help` shortens them as click shortens the help itself; tests/test_startup.py checks
+# both against the loaded command)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("run:run",
+            "Run MATRIX_FILE's cells on a device and store the results."),
+    "runs": ("run:runs",
+             "List past runs, newest first (id, session, device, matrix, config, status, tok/s)."),
+    "show": ("run:show",
+             "Print one run's statistics: tok/s distribution, I/O, cache, device pressure."),
+    "devices": ("devices:devices",
+                "List the inventory's devices; with --probe, collect and print their facts and "
+                "the newest hardware ceilings"),
+    "calibrate": ("calibrate:calibrate",
+                  "Measure the device's idle baseline per sensor (CPU zones, battery) and store "
+                  "it, for matrices with `cooldown:"),
+    "import": ("data:import_cmd",
+               "Import a study folder as ONE session, each run as it was measured: one run per "
+               "per-token CSV, with its"),
+    "table": ("data:table",
+              "Print the per-run tables of a session (default: the newest), with the columns of "
+              "the published summary"),
+    "export": ("data:export",
+               "Export a session's run, token and sample tables as csv, json or parquet files."),
+    "engines": ("engines:engines",
+                "Build the engines orch can run (llama.cpp from PyPI's llama-cpp-python sdist) "
+                "and the ceiling probes (`orch"),
+    "models": ("engines:models",
+               "Make models for the engines to run (no model hub is needed)."),
+    "report": ("report:report",
+               "Render a benchmark document of a session (id or name; default: the newest) or "
+               "of the latest session of"),
+    "compare": ("report:compare",
+                "Compare two or more sides (devices or sessions, two sessions of one device "
+                "included) config by config: each"),
+    "history": ("history:history",
+                "The series of a metric over the sessions of MATRIX, one point per session and "
+                "engine build with its 95%"),
+    "routes": ("routes:routes",
+               "Expert routing of a traced run: experts touched per layer and their bytes, how "
+               "well the previous token / a"),
+    "ceilings": ("ceilings:ceilings",
+                 "Measure DEVICE's hardware ceilings and store them (one row per device and "
+                 "day):"),
+    "quality": ("quality:quality",
+                "Quality probes of a session (default: the newest): per config correct / "
+                "answered, accuracy and its 95% Wilson"),
+    "lab": ("lab:lab",
+            "A lab of many devices: workers on the hosts the devices are plugged into, one "
+            "queue per device on a Celery"),
+    "tokens": ("tokens:tokens",
+               "Print a run's chosen tokens: step, wall_ms, compute_ms, io_ms, stall_ms, cache "
+               "hit % and read MiB (read_bytes"),
+}
 
 
-@click.group(cls=OrchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """The `orch` group: its commands are imported when one is asked for (COMMANDS), and every
+    command runs under options.handle_errors (one line and an exit code for a user's error),
+    with SIGINT given back to Python while it runs (options._python_sigint)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.commands or cmd_name not in self.lazy:
+            return super().get_command(ctx, cmd_name)
+        module, attr = self.lazy[cmd_name][0].split(":")
+        command = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"orchestrator.cli.{module}:{attr} is not a click command")
+        self.commands[cmd_name] = command
+        return command
+
+    def listed_help(self, name: str, limit: int) -> str:
+        """A command's line in `orch --help`, from COMMANDS (the command is not imported)."""
+        command = self.commands.get(name) or click.Command(name, help=self.lazy[name][1])
+        return command.get_short_help_str(limit)   # shortened as click shortens any help
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, self.listed_help(name, limit)) for name in names])
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from orchestrator.cli.options import _python_sigint, handle_errors
+
+        with _python_sigint():
+            return handle_errors(lambda: super(LazyGroup, self).invoke(ctx))
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="orch")
 @click.option("--debug", is_flag=True, help="Show the Python traceback of an unexpected error.")
 def main(debug: bool) -> None:
@@ -48,16 +141,13 @@ def main(debug: bool) -> None:
       0    every run ok
       1    a run or device failed, or an unexpected error (one line; --debug for the traceback)
       2    bad input: matrix, inventory, options or --db (checked before anything is written)
+      129  hung up (SIGHUP: terminal or ssh session closed); the run stops as on SIGTERM
       130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
     """
+    from orchestrator.cli.options import DEBUG
+
     DEBUG["on"] = debug
 
-
-for command in (run.run, run.runs, run.show, devices.devices, calibrate.calibrate, data.import_cmd,
-                data.table, data.export, engines.engines, engines.models, report.report,
-                report.compare, history.history, routes.routes, ceilings.ceilings, quality.quality,
-                lab.lab, tokens.tokens):
-    main.add_command(command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,4 +1,5 @@
-"""`orch calibrate`: measure a device's idle temperature baseline for thermal cooldowns."""
+"""`orch calibrate`: measure a device's idle temperature baseline for thermal cooldowns, and
+its idle power (what `net_j_per_token` is net of; docs/energy.md)."""
 from __future__ import annotations
 
 import click
@@ -18,7 +19,9 @@ def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
               db: str | None) -> None:
     """Measure the device's idle baseline per sensor (CPU zones, battery) and store it, for
     matrices with `cooldown: {until: baseline+2C, ...}`. The baseline is the median of the
-    last third of the readings; a sensor still falling is reported as not settled."""
+    last third of the readings; a sensor still falling is reported as not settled. Where the
+    device has a power source (docs/energy.md), its idle power over the period is stored
+    beside them: `net J/token` in the tables is the energy above it."""
     from orchestrator.config.inventory import load_inventory, open_transport
     from orchestrator.db.store import Store
     from orchestrator.run.agent_client import AgentClient
@@ -29,12 +32,16 @@ def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
     store = Store.open(db)
     with open_transport(inv, name) as transport:
         client = AgentClient(transport)
-        store.upsert_device(name, entry.kind, client.facts())
+        facts = client.facts()
+        store.upsert_device(name, entry.kind, facts)
         click.echo(f"{name}: sampling for {seconds:g} s; keep the device idle", err=True)
-        baseline, notes = measure(client, seconds, interval)
+        baseline, notes = measure(client, seconds, interval, facts=facts)
     device_id = store.upsert_device(name, entry.kind)
     store.update_device(device_id, idle_baseline=baseline or None)
     for sensor, value in baseline.items():
-        console.print(f"{name} idle baseline {sensor}: {value / 1000:.1f} °C")
+        if sensor == "power_w":    # beside the temperatures: what net energy is net of
+            console.print(f"{name} idle power: {value:.2f} W")
+        else:
+            console.print(f"{name} idle baseline {sensor}: {value / 1000:.1f} °C")
     for note in notes:
         click.echo(f"note: {note}", err=True)

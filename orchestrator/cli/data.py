@@ -14,7 +14,7 @@ from orchestrator.cli.options import console, db_option, friendly, trim_option
 # "model" (facts), report/tables.py TABLES, "ab" (results/ab.py); a literal here, since
 # importing them would load pandas at every CLI start
 TABLE_KINDS = ("model", "throughput", "detail", "latency", "pressure", "adaptive", "variants",
-               "ab")
+               "energy", "ab")
 DEFAULT_TABLES = ("model", "throughput", "detail", "latency", "pressure", "adaptive")
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, StoreWriteError
 
 # Piped output (logs, CI) gets wide tables instead of rich's 80-column default with "…" cells.
 console = Console() if sys.stdout.isatty() else Console(width=220)
@@ -50,19 +50,27 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _transport_error() -> type[BaseException] | tuple[()]:
+    """TransportError once a transport was imported, else nothing to catch: a command that
+    touched no device (`orch runs`) cannot have raised one, and need not import the transports
+    (pydantic, tenacity) to know it. Evaluated when an exception reaches the clause."""
+    base = sys.modules.get("orchestrator.transports.base")
+    return base.TransportError if base is not None else ()
+
+
 def handle_errors(call: Callable[[], Any]) -> Any:
     """Run `call`; every error a user can meet ends as one line on stderr and an exit code.
     Click's own exits and usage errors pass through (click prints them); anything unexpected
     names its type and message and points at --debug, which re-raises it instead."""
-    from orchestrator.transports.base import TransportError
-
     try:
         return call()
     except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
         raise
     except ConfigError as exc:
         _fail(f"error: {exc}", EXIT_BAD_INPUT)
-    except TransportError as exc:
+    except StoreWriteError as exc:
+        _fail(f"error: {exc}", EXIT_FAILED)
+    except _transport_error() as exc:
         _fail(f"device error: {exc}", EXIT_FAILED)
     except KeyboardInterrupt:
         _fail("interrupted", EXIT_INT)

@@ -91,8 +91,9 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
             click.echo(f"{name}: the run ended without a result (see the error above)", err=True)
             ok = False
             continue
-        if isinstance(result, BaseException):
-            click.echo(f"{name}: {result}", err=True)
+        if isinstance(result, BaseException):   # one line, named once
+            text = str(result)
+            click.echo(text if text.startswith(f"{name}: ") else f"{name}: {text}", err=True)
             ok = False
             continue
         print_session_table(console, store, result.session_id)

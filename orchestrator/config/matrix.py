@@ -32,6 +32,7 @@ from orchestrator.config.local_files import (
     read_regular,
 )
 from orchestrator.config.matrix_values import (
+    Abort,
     BinarySpec,
     ConfigSpec,
     Cooldown,
@@ -87,6 +88,7 @@ class Matrix(BaseModel):
     order: Literal["as-written", "interleaved", "shuffled"] = "as-written"
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED)
     cooldown: Cooldown = Field(default_factory=Cooldown)
+    abort: Abort | None = None  # a thermal ceiling in flight: the run ends `aborted`
     timeout: float = 600.0      # per cell, seconds (sub-second allowed); 0 = no timeout
     env: dict[str, str] = Field(default_factory=dict)
     # the config the others are compared with: one name for every model, or model -> config;

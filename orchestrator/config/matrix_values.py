@@ -40,6 +40,44 @@ def parse_duration(value: Any) -> float:
 
 
 _UNTIL = re.compile(r"^\s*(?:(baseline)\s*\+\s*)?(\d+(?:\.\d+)?)\s*C\s*$", re.I)
+_ABOVE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*C\s*$", re.I)
+_SENSOR = re.compile(r"^[A-Za-z0-9_*?.:-]+$")
+
+
+class Abort(BaseModel):
+    """A thermal ceiling in flight: `abort: {above: 85C, sensor: cpu | battery | <zone type
+    pattern>}`. The agent stops the engine's process group when the sensor reads at or above
+    `above` in a sample (docs/agent-protocol.md, check_ceiling); the run ends `aborted`."""
+
+    model_config = ConfigDict(extra="forbid")
+    above: str
+    sensor: str = "cpu"
+
+    @field_validator("above", mode="before")
+    @classmethod
+    def _above(cls, value: Any) -> str:
+        text = str(value)
+        match = _ABOVE.match(text)
+        if isinstance(value, bool) or not match:
+            raise ValueError(f"expected a temperature such as 85C, got {value!r}")
+        if not 0 < float(match.group(1)) <= 200:
+            raise ValueError(f"expected a ceiling between 0 and 200 °C, got {value!r}")
+        return text.strip()
+
+    @field_validator("sensor")
+    @classmethod
+    def _sensor(cls, value: str) -> str:
+        if not _SENSOR.match(value):
+            raise ValueError("expected cpu, battery or a zone type pattern (letters, digits, "
+                             "_ * ? . : -)")
+        return value
+
+    @property
+    def above_mC(self) -> int:
+        match = _ABOVE.match(self.above)
+        assert match is not None
+        return round(float(match.group(1)) * 1000)
+
 
 
 class Cooldown(BaseModel):

@@ -29,6 +29,8 @@ class BmoeRunParser(RunParser):
         self._stdout: deque[str] = deque(maxlen=MAX_STDOUT_LINES)
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self._warnings: list[str] = []
+        # feed("C", text) for the recorder's hot path: the row itself (or None), not a list
+        self.feed_row = self.csv.feed
 
     def feed(self, tag: str, text: str) -> list[TokenRow]:
         if tag == "C":

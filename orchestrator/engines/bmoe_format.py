@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from orchestrator.engines.base import TOKEN_COLUMNS, TokenRow
-from orchestrator.engines.bmoe_checks import row_problem
+from orchestrator.engines.bmoe_checks import STEP_MAX, row_problem
 from orchestrator.engines.bmoe_lines import (
     BOM,
     MAX_LINE,
@@ -95,6 +95,7 @@ class BmoeCsvParser:
         self._finished = False
         self._built_for: list[str] | None = None
         self._build: Any = None
+        self._build_full: Any = None
         self._steps_index: int | None = None
 
     @property
@@ -115,15 +116,32 @@ class BmoeCsvParser:
         if self.columns is not None and line[:1].isdigit() and len(line) <= MAX_LINE:
             fields = line.rstrip("\r\n").split(",")
             if len(fields) == len(self.columns):
+                if self._built_for is not self.columns:
+                    self._builder()
                 try:
-                    row = self._builder()(fields)
+                    row = self._build_full(fields)
                 except ValueError:
                     row = None
-                if row is not None and row.step is not None:
+                if row is not None:
                     if self.steps_target is None and self._steps_index is not None:
                         self.steps_target = _extra_number(fields[self._steps_index])
-                    return self._checked(row, _SIGNED.search(line) is not None
-                                         or max(map(len, fields)) > _SHORT)
+                    # _SIGNED's characters, as `in` tests (each a C memchr: cheaper than the
+                    # regex search on this path)
+                    signed = ("-" in line or "e" in line or "E" in line or "n" in line
+                              or "N" in line or "i" in line or "I" in line
+                              or max(map(len, fields)) > _SHORT)
+                    if not signed and row.extra is None and self._turn is None:
+                        # what _checked and row_problem find for such a row, inline: no value
+                        # can be negative or non-finite, so only a cache hit over 100 and the
+                        # step's range and order are left; a row with a problem takes
+                        # _checked, which names it
+                        step, hit, last = row.step, row.cache_hit_pct, self._last_step
+                        if 1 <= step <= STEP_MAX and (last is None or step > last) \
+                                and (hit is None or hit <= 100.0):
+                            self._last_step = step
+                            self.n_rows += 1
+                            return row
+                    return self._checked(row, signed)
         return self._feed_careful(line)
 
     def _feed_careful(self, line: str) -> TokenRow | None:
@@ -180,16 +198,24 @@ class BmoeCsvParser:
             assert self.columns is not None
             self._built_for = self.columns
             idx = {name: i for i, name in enumerate(self.columns)}
-            parts = []
+            parts, fast = [], []     # positional, in TokenRow's field order: no keywords
             for name in TOKEN_COLUMNS:
                 if name in idx:
                     conv = "int" if name in _INT_COLUMNS else "float"
-                    parts.append(f"{name}=({conv}(f[{idx[name]}]) if f[{idx[name]}] else None)")
+                    parts.append(f"({conv}(f[{idx[name]}]) if f[{idx[name]}] else None)")
+                    fast.append(f"{conv}(f[{idx[name]}])")
+                else:
+                    parts.append("None")
+                    fast.append("None")
             extras = [n for n in self.columns if n not in TOKEN_COLUMNS and n != "steps"]
             if extras:
-                parts.append("extra={" + ", ".join(f"{n!r}: _x(f[{idx[n]}])" for n in extras) + "}")
-            self._build = eval(f"lambda f: TokenRow({', '.join(parts)})",
-                               {"TokenRow": TokenRow, "_x": _extra_number})
+                parts.append("{" + ", ".join(f"{n!r}: _x(f[{idx[n]}])" for n in extras) + "}")
+                fast.append(parts[-1])
+            names = {"TokenRow": TokenRow, "_x": _extra_number}
+            self._build = eval(f"lambda f: TokenRow({', '.join(parts)})", names)
+            # the fast path's: no empty field (float('') raises, and the row takes the
+            # careful path, which builds it with self._build)
+            self._build_full = eval(f"lambda f: TokenRow({', '.join(fast)})", names)
             self._steps_index = idx.get("steps")
         return self._build
 

@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 
 from orchestrator.engines.bmoe_format import BOM, BmoeCsvParser
+from orchestrator.ingest.lines import lines
 
 BINARY_PROBE = 64 * 1024
 _TEXT_CONTROLS = {9, 10, 12, 13, 27}   # tab, newlines, form feed, ESC (ANSI colours)
@@ -54,19 +55,43 @@ def text_reason(data: bytes) -> str | None:
     return None
 
 
+class Refused(Exception):
+    """A per-token CSV found impossible while its run was written (ingest/write.py): the run
+    is deleted and the importer plans the folder again without the file (ingest/importer.py),
+    which is then skipped with `reason`, as if csv_reason had said it."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(reason)
+        self.path, self.reason = path, reason
+
+
+def impossible_reason(parser: BmoeCsvParser) -> str | None:
+    """The refusal of a file whose every line the parser read: its first impossible value,
+    with how many more rows had one; None without."""
+    if not parser.impossible:
+        return None
+    more = len(parser.impossible) - 1
+    return (f"impossible value at {parser.impossible[0]}"
+            + (f" (and {more} more row(s))" if more else ""))
+
+
 def csv_reason(text: str) -> str | None:
     """Why this text is no importable bmoe per-token CSV, or None: no header, no token row
-    (with the parser's first problems), impossible values (with their line numbers)."""
-    lines = text.lstrip(BOM).splitlines()
-    if not any(line.startswith("step,") for line in lines):
+    (with the parser's first problems), impossible values (with their line numbers).
+    Read up to its first storable token row only: the impossible values after it are found
+    by the one pass that writes the run (ingest/write.py raises Refused), not by a second
+    parse of every row here."""
+
+    if not any(line.startswith("step,") for line in lines(text.lstrip(BOM))):
         return "not a per-token CSV (no header row starting 'step,')"
     parser = BmoeCsvParser()
-    for line in lines:
+    for line in lines(text.lstrip(BOM)):
         parser.feed(line)
-    if parser.impossible:
-        more = len(parser.impossible) - 1
-        return (f"impossible value at {parser.impossible[0]}"
-                + (f" (and {more} more row(s))" if more else ""))
+        if parser.n_rows and not parser.impossible:
+            return None
+    reason = impossible_reason(parser)
+    if reason is not None:
+        return reason
     if parser.n_rows == 0:
         problems = [e for e in parser.finish() if "no '# summary'" not in e]
         return "no token rows" + (f": {'; '.join(problems[:3])}" if problems else "")

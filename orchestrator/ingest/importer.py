@@ -47,6 +47,7 @@ from orchestrator.db.session_lock import import_lock
 from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError
 from orchestrator.ingest import planning
+from orchestrator.ingest.checks import Refused
 from orchestrator.ingest.grouping import Member, name_configs
 from orchestrator.ingest.naming import (
     model_from_file_name,
@@ -156,14 +157,23 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
             raise ConfigError(f"--measured {measured!r}: {exc}") from None
     source = str(folder)
     with import_lock(store, source):   # before the session is looked up: one import a folder
-        return _import_locked(store, folder, adapter, given_design, device, name, model, label,
-                              replace, max_bytes, measured)
+        refused: dict[Path, str] = {}
+        while True:
+            try:
+                return _import_locked(store, folder, adapter, given_design, device, name, model,
+                                      label, replace, max_bytes, measured, refused)
+            except Refused as exc:
+                # a CSV found impossible while it was written: what this attempt wrote is
+                # undone (_import_locked), and the folder is planned again without the file,
+                # so the other runs are named, matched and ordered as if it had been refused
+                # before anything was written (ingest/checks.py csv_reason)
+                refused[exc.path] = exc.reason
 
 
 def _import_locked(store: Store, folder: Path, adapter: Any, given_design: Design | None,
                    device: str | None, name: str | None, model: Mapping[str, str] | None,
                    label: str | None, replace: bool, max_bytes: int,
-                   measured: str | None) -> ImportReport:
+                   measured: str | None, refused: Mapping[Path, str]) -> ImportReport:
     source = str(folder)
     row = _find_session(store, source)
     given = {k: v for k, v in (("device", device), ("name", name), ("label", label),
@@ -176,7 +186,7 @@ def _import_locked(store: Store, folder: Path, adapter: Any, given_design: Desig
     found = scan(folder, max_bytes)
     report = ImportReport(row.id if row is not None else None, ignored=ignored,
                           skipped=found.skipped)
-    plans = planning.plan(found, report.skipped.append)
+    plans = planning.plan(found, report.skipped.append, refused)
     if not plans and row is None:
         return report
     decide(plans, opts, the_design, folder)
@@ -194,24 +204,44 @@ def _import_locked(store: Store, folder: Path, adapter: Any, given_design: Desig
     known = {} if replace else {r.path: r.sha256 for r in Sessions(store).imported_files([sid])}
     device_id = store.upsert_device(opts.device, "imported")
     digests: dict[str, str] = {}
-    for planned in plans:
-        digest = _digest(planned)
-        before = existing.get(planned.key)
-        if known.get(planned.key) == digest and before is not None:
-            _rename(store, before, planned)
-            report.unchanged.append(planned.key)
-            continue
-        try:
-            problems = write_run(store, adapter, sid, device_id, planned, start_state)
-        except Exception as exc:   # noqa: BLE001 (write_run deleted the half-written run)
-            why = f"not written: {type(exc).__name__}: {str(exc).strip()[:200]}"
-            report.skipped.append((planned.shown, why))
-            continue
-        if before is not None:        # a changed file: its run is replaced once the new is in
-            store.delete_run(before.id)
-        report.problems.extend(f"{planned.shown}: {p}" for p in problems)
-        digests[planned.key] = digest
-        report.imported.append(planned.key)
+    written: list[int] = []
+    replaced: list[int] = []     # deleted once every run is in: a Refused must find them
+    try:
+        for planned in plans:
+            digest = _digest(planned)
+            before = existing.get(planned.key)
+            if known.get(planned.key) == digest and before is not None:
+                _rename(store, before, planned)
+                report.unchanged.append(planned.key)
+                continue
+            try:
+                problems = write_run(store, adapter, sid, device_id, planned, start_state,
+                                     written)
+            except Refused:
+                raise
+            except Exception as exc:   # noqa: BLE001 (write_run deleted the half-written run)
+                why = f"not written: {type(exc).__name__}: {str(exc).strip()[:200]}"
+                report.skipped.append((planned.shown, why))
+                continue
+            if before is not None:    # a changed file: its run is replaced once the new is in
+                replaced.append(before.id)
+            report.problems.extend(f"{planned.shown}: {p}" for p in problems)
+            digests[planned.key] = digest
+            report.imported.append(planned.key)
+    except Refused:
+        # undone, for import_dir to plan again: the runs written, the session if new (the
+        # renames of unchanged runs are made again by the next attempt)
+        for run_id in written:
+            store.delete_run(run_id)
+        if row is None:
+            store.delete_session(sid)
+        raise
+    except BaseException:     # as before: the runs replaced so far are gone
+        for run_id in replaced:
+            store.delete_run(run_id)
+        raise
+    for run_id in replaced:
+        store.delete_run(run_id)
     _finish(store, report, sid, row is None, old if replace else None, digests, opts, folder,
             the_design)
     return report

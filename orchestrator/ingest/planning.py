@@ -7,7 +7,7 @@ after (ingest/importer.py), over all runs at once.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,9 +40,13 @@ def _rel(found_path: Path, key: str) -> str:
     return f"{folder}/{found_path.name}" if folder else found_path.name
 
 
-def plan(found: Scan, skip: Skip) -> list[Planned]:
-    """Every run the folder holds (see the module doc)."""
-    plans = [p for p in (_plan_run(files, skip) for files in found.runs) if p is not None]
+def plan(found: Scan, skip: Skip, refused: Mapping[Path, str] | None = None) -> list[Planned]:
+    """Every run the folder holds (see the module doc). `refused`: per-token CSVs an earlier
+    attempt found impossible while writing them (ingest/checks.py Refused), with the reason:
+    skipped as csv_reason would have."""
+    refused = refused or {}
+    plans = [p for p in (_plan_run(files, skip, refused) for files in found.runs)
+             if p is not None]
     logs = [(rel, path) for rel, paths in found.driver_logs.items() for path in paths]
     logs += list(found.stdouts)
     for rel, path in sorted(logs, key=lambda item: (item[0], item[1].name)):
@@ -50,9 +54,9 @@ def plan(found: Scan, skip: Skip) -> list[Planned]:
     return plans
 
 
-def _plan_run(files: RunFiles, skip: Skip) -> Planned | None:
+def _plan_run(files: RunFiles, skip: Skip, refused: Mapping[Path, str]) -> Planned | None:
     text, why = read_text(files.csv)
-    why = why or (csv_reason(text) if text is not None else None)
+    why = why or refused.get(files.csv) or (csv_reason(text) if text is not None else None)
     shown = _rel(files.csv, files.config)
     if why or text is None:
         skip((shown, why or "unreadable"))

@@ -14,22 +14,28 @@ import contextlib
 import datetime as dt
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator.config.plan import Cell
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
+from orchestrator.engines.base import TOKEN_COLUMNS
 from orchestrator.engines.bmoe import summary_record
 from orchestrator.engines.bmoe_format import (
     SIDECAR_KEY,
+    BmoeCsvParser,
     parse_metrics_sidecar,
     split_log,
 )
 from orchestrator.engines.route_trace import RouteTrace
+from orchestrator.ingest.checks import Refused, impossible_reason
+from orchestrator.ingest.lines import lines
 from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord
 from orchestrator.run.recorder import RunRecorder
+from orchestrator.stats import energy
 
 _MIB_PER_GIB = KIB_PER_GIB / 1024
 
@@ -72,11 +78,15 @@ class _TokenMemory:
     def __init__(self) -> None:
         self.rss: float | None = None
         self.avail: float | None = None
+        # energy (stats/energy.py), streamed: no row kept, and a row without extra columns
+        # (a plain CSV's every row) costs nothing more
+        self.energy = energy.TokenEnergy()
 
     def __call__(self, row: Any, _seq: int) -> None:
         extra = row.extra
         if not extra:
             return
+        self.energy.add(row.wall_ms, extra)
         rss, avail = extra.get("rss_mib"), extra.get("mem_available_mib")
         if rss is not None and (self.rss is None or rss > self.rss):
             self.rss = rss
@@ -113,18 +123,22 @@ def _sidecar_values(sidecars: list[tuple[Path, str]]) -> tuple[dict[str, Any] | 
 
 
 def write_run(store: Store, adapter: Any, session_id: int, device_id: int, plan: Planned,
-              start: Callable[..., Any]) -> list[str]:
+              start: Callable[..., Any], written: list[int] | None = None) -> list[str]:
     """Store the run as the importer named and placed it (plan.model, config, repeat, order,
     started, flags); return its parse problems (a missing trailer is its status instead).
     `start`: ingest/state.start_state, called with (sidecar, entry, state).
     All or nothing: when anything fails while the run is written (a file that vanished, the
     store, Ctrl-C or SIGTERM), the run is deleted before the exception goes on, so a failed
-    import never leaves a `running` run behind."""
+    import never leaves a `running` run behind; a file found impossible raises
+    ingest/checks.py Refused so. `written`: the run's id is appended to it once it is stored."""
     sidecar, out_lines = _sidecar_values(plan.sidecars)
     out_lines += plan.stdout
     run_id = _create(store, adapter, session_id, device_id, plan)
     try:
-        return _fill(store, adapter, run_id, plan, start, sidecar, out_lines)
+        problems = _fill(store, adapter, run_id, plan, start, sidecar, out_lines)
+        if written is not None:
+            written.append(run_id)
+        return problems
     except BaseException:
         with contextlib.suppress(Exception):   # the store itself failed: the first error counts
             store.delete_run(run_id)
@@ -146,10 +160,22 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     """The created run's tokens, route rows and final row (write_run)."""
     memory = _TokenMemory()
     parser = adapter.new_parser()
-    recorder = RunRecorder(store, run_id, parser, on_token=memory)
-    csv_lines, unmeasured = not_measured((plan.csv_text or "").splitlines())
+    recorder = RunRecorder(store, run_id, parser,
+                           on_token=memory if _has_extra(plan.csv_text) else None)
+    # streamed: the CSV's lines one at a time into the recorder's batches, never a list of
+    # them all
+    csv_lines, unmeasured = not_measured(plan.csv_text or "")
+    # the impossible values ingest/checks.py refuses a file for, found in this same pass: by
+    # the adapter's own bmoe parser, else (another engine's parser) by one fed alongside it
+    check = getattr(parser, "csv", None) if plan.csv_text is not None else None
+    if plan.csv_text is not None and not isinstance(check, BmoeCsvParser):
+        check = BmoeCsvParser()
+        csv_lines = _fed(csv_lines, check.feed)
+    handle_csv = recorder.handle_csv      # = handle("C\t" + line), without that string
     for line in csv_lines:
-        recorder.handle("C\t" + line)
+        handle_csv(line)
+    if check is not None and (why := impossible_reason(check)) is not None:
+        raise Refused(plan.source, why)      # write_run deletes the run: nothing is kept
     for line in out_lines:
         recorder.handle("O\t" + line)
     recorder.flush()
@@ -159,12 +185,23 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
         record.pressure = Pressure.from_sidecar(sidecar)
         record.extra["sidecar"] = sidecar
     record.pressure = memory.fill(record.pressure)
+    # energy: the CSV's power columns, else the sidecar's (stats/energy.py, docs/energy.md)
+    def wall_s() -> float | None:     # the stored rows' summed wall time, as from_tokens sums
+        return sum(w for w in Runs(store).walls(run_id) if w) / 1000 or None
+
+    record.energy = memory.energy.result(recorder.token_seq, wall_s)
+    if record.energy is None and sidecar is not None:
+        decode_s = record.tokens / record.decode_tps if record.tokens and record.decode_tps \
+            else wall_s()
+        record.energy = energy.from_sidecar(sidecar, decode_s,
+                                            record.tokens or recorder.token_seq)
     if plan.entry is not None or plan.state is not None:
         record.entry_state = EntryState(driver=plan.entry, state=plan.state)
     if plan.trace is not None:
         record.route_trace = plan.trace.meta()
         store.insert_route(run_id, plan.trace.rows)
     record.extra["import_key"] = plan.key
+    record.token_stats = Runs(store).token_figures(run_id)    # every row stored: `orch show`'s
     status, cause = _status(plan, record)
     started, ended, source = _times(plan, record)
     temps, free_kb = start(sidecar, plan.entry, plan.state)
@@ -180,6 +217,30 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
                      temp_start=temps, mem_avail_start_kb=free_kb, warnings=warnings or None,
                      cooldown_s=(plan.entry or {}).get("waited_s"))
     return [e for e in record.errors if "no '# summary' trailer" not in e]
+
+
+_KNOWN_COLUMNS = frozenset(TOKEN_COLUMNS) | {"steps"}    # what a TokenRow holds no extra for
+
+
+def _has_extra(text: str | None) -> bool:
+    """Whether a token row of this CSV can have `extra` columns (the only ones _TokenMemory
+    reads): False only for one header, of TokenRow's own columns, so a plain CSV's rows need
+    no per-row callback. "step," anywhere but that header counts as another header."""
+    if not text or text.count("step,") != 1:
+        return bool(text)
+    start = 0 if text.startswith("step,") else text.find("\nstep,") + 1
+    if start == 0 and not text.startswith("step,"):
+        return True
+    end = text.find("\n", start)
+    header = text[start:end if end >= 0 else len(text)]
+    return not {c.strip() for c in header.split(",")} <= _KNOWN_COLUMNS
+
+
+def _fed(lines: Iterable[str], feed: Callable[[str], Any]) -> Iterator[str]:
+    """The lines, each also given to `feed` as it passes."""
+    for line in lines:
+        feed(line)
+        yield line
 
 
 _BUILD_LINE = re.compile(r"^\s*(?:engine\s+)?(build|commit|version)\s*[:=]\s*(\S.*?)\s*$",
@@ -204,27 +265,56 @@ def build_of(trailer: dict[str, Any], lines: list[str]) -> str | None:
 NEVER_ZERO = ("rss_mib", "rss_anon_mib", "mem_available_mib", "mem_free_mib")
 
 
-def not_measured(lines: list[str]) -> tuple[list[str], list[str]]:
-    """(the lines without the NEVER_ZERO columns that are 0 on every row, those columns)."""
-    header = next((i for i, line in enumerate(lines) if line.startswith("step,")), None)
-    if header is None:
-        return lines, []
-    columns = lines[header].rstrip("\r").split(",")
+
+
+
+def not_measured(text: str | list[str]) -> tuple[Iterable[str], list[str]]:
+    """(the lines without the NEVER_ZERO columns that are 0 on every row, those columns).
+    A text is read lazily (lines()): the check is one pass over the rows, the lines out another,
+    neither a list of them all."""
+    def each() -> Iterator[str]:
+        return lines(text) if isinstance(text, str) else iter(text)
+
+    header_line = next((line for line in each() if line.startswith("step,")), None)
+    if header_line is None:
+        return each(), []
+    columns = header_line.rstrip("\r").split(",")
     wanted = {i: c for i, c in enumerate(columns) if c.strip() in NEVER_ZERO}
     if not wanted:
-        return lines, []
-    rows = [line.split(",") for line in lines[header + 1:] if line[:1].isdigit()]
-    dead = [i for i in wanted if rows and all(len(r) == len(columns) and _zero(r[i])
-                                             for r in rows)]
+        return each(), []
+    alive, seen = set(), False
+    after = False
+    for line in each():
+        if not after:
+            after = line is header_line or line == header_line
+            continue
+        if not line[:1].isdigit():
+            continue
+        seen = True
+        r = line.split(",")
+        for i in wanted:
+            if i not in alive and not (len(r) == len(columns) and _zero(r[i])):
+                alive.add(i)
+        if len(alive) == len(wanted):
+            break
+    dead = [i for i in wanted if seen and i not in alive]
     if not dead:
-        return lines, []
+        return each(), []
     keep = [i for i in range(len(columns)) if i not in dead]
-    out = lines[:header]
-    for line in lines[header:]:
-        fields = line.split(",")
-        out.append(",".join(fields[i] for i in keep) if len(fields) == len(columns)
+
+    def out() -> Iterator[str]:
+        after = False
+        for line in each():
+            if not after:
+                after = line == header_line
+                if not after:
+                    yield line
+                    continue
+            fields = line.split(",")
+            yield (",".join(fields[i] for i in keep) if len(fields) == len(columns)
                    and (line[:1].isdigit() or line.startswith("step,")) else line)
-    return out, [wanted[i].strip() for i in dead]
+
+    return out(), [wanted[i].strip() for i in dead]
 
 
 def _zero(text: str) -> bool:

@@ -211,6 +211,7 @@ class DeviceConsumer:
                 self._drop_connection()
                 self.gate.failed(f"unreachable: {outcome.cause}")
                 continue
+            self.gate.ran(outcome.status, outcome.cause)   # three thermal aborts: quarantine
             return self._end(row, outcome.status, outcome.run_id)
 
     def _lost_link(self, outcome: CellOutcome) -> bool:

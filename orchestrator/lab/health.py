@@ -52,7 +52,11 @@ def check_device(client: AgentClient, limits: HealthLimits, own_jobs: set[str]) 
         if temp_mC is not None and temp_mC / 1000.0 > limits.max_start_temp_c:
             return (f"too hot to start: CPU {temp_mC / 1000.0:.1f} °C > "
                     f"{limits.max_start_temp_c:g} °C")
-        others = [job for job in live_jobs(client) if job.jobdir not in own_jobs]
+        jobs = live_jobs(client)
+        if any(job.state == "stray" for job in jobs):   # leftovers of ended orch jobs
+            client.reap(f"{client.transport.workdir}/runs")
+            jobs = live_jobs(client)
+        others = [job for job in jobs if job.jobdir not in own_jobs]
         if others:
             return f"busy: another orch job runs there ({others[0].jobdir}, pid {others[0].pid})"
     except TransportError as exc:
@@ -69,6 +73,21 @@ class HealthGate:
     device: str
     limits: HealthLimits
     stop: threading.Event
+    aborts: int = 0                 # cells in a row stopped at the thermal ceiling
+
+    def ran(self, status: str, cause: str | None) -> None:
+        """A cell ended with `status`. Runs stopped at the matrix's thermal ceiling (status
+        `aborted`, the agent's `abort:`) `after` times in a row quarantine the device with
+        that reason: a device that cannot stay below the ceiling measures nothing."""
+        self.aborts = self.aborts + 1 if status == "aborted" else 0
+        if self.aborts >= self.limits.after:
+            reason = (f"aborted at the thermal ceiling {self.aborts} times in a row "
+                      f"(last: {cause or 'aborted'})")
+            lab_db.update_device(self.store, self.device, reason=reason,
+                                 state=lab_db.QUARANTINED)
+            log.warning("%s: quarantined: %s (`orch lab release %s` when it is fixed)",
+                        self.device, reason, self.device)
+            self.aborts = 0
 
     def pass_(self, check: Callable[[], str | None]) -> None:
         while True:

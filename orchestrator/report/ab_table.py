@@ -75,8 +75,19 @@ def verdict_text(row: ABRow) -> str:
 
 
 HEADERS = ["Config", "decode mean [95% CI]", "Δ mean [95% CI]", "p (Holm)", "verdict",
-           "cache hit", "Δ cache hit", "flash read/token", "Δ read/token"]
-ALIGNS = ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:"]
+           "cache hit", "Δ cache hit", "flash read/token", "Δ read/token",
+           "J/token [95% CI]", "Δ J/token [95% CI]", "p J (Holm)"]
+ALIGNS = ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:",
+          "---:", "---:", "---:"]
+_J = STATS["j_per_token"].fmt
+
+
+def joules_cell(interval: Interval | None) -> str:
+    """Mean J/token with its interval ("0.512 [0.49–0.53]"), "—" when not measured."""
+    if interval is None or is_missing(interval.mean):
+        return DASH
+    ci = interval_text(interval.low, interval.high, _J)
+    return _J(interval.mean) if ci == DASH else f"{_J(interval.mean)} [{ci}]"
 
 
 def row_cells(row: ABRow) -> list[str]:
@@ -92,6 +103,9 @@ def row_cells(row: ABRow) -> list[str]:
         DASH if row.is_baseline else pp(row.cache_hit_delta_pp),
         STATS["read_mib_per_token"].fmt(row.read_mib_per_token),
         DASH if row.is_baseline else pct(row.read_delta_pct),
+        joules_cell(row.j_per_token),
+        DASH if row.is_baseline or row.energy is None else delta_cell(row.energy),
+        DASH if row.energy is None else p_cell(row.energy.p_adjusted),
     ]
 
 
@@ -124,6 +138,10 @@ def notes(group: ABGroup) -> list[str]:
            for r in group.rows if not r.is_baseline):
         out.append("Cache hit and flash read per token follow from the routing and the cache, "
                    "not from timing: their differences are exact and carry no interval.")
+    if any(r.energy is not None for r in group.rows):
+        out.append("Δ J/token: ratio of the geometric means of the runs' J/token over the "
+                   "decode phase, with its 95% interval, tested as tok/s is; p is "
+                   "Holm-corrected across the energy comparisons (docs/energy.md).")
     return out
 
 
@@ -179,6 +197,13 @@ def records(groups: Sequence[ABGroup]) -> list[dict[str, Any]]:
                 "cache_hit_delta_pp": None if row.is_baseline else row.cache_hit_delta_pp,
                 "read_mib_per_token": row.read_mib_per_token,
                 "read_delta_pct": None if row.is_baseline else row.read_delta_pct,
+                "j_per_token": row.j_per_token.mean if row.j_per_token else None,
+                "j_per_token_ci_low": row.j_per_token.low if row.j_per_token else None,
+                "j_per_token_ci_high": row.j_per_token.high if row.j_per_token else None,
+                "energy_delta_pct": row.energy.delta_pct if row.energy else None,
+                "energy_ci_low_pct": row.energy.ci_low_pct if row.energy else None,
+                "energy_ci_high_pct": row.energy.ci_high_pct if row.energy else None,
+                "energy_p_adjusted": row.energy.p_adjusted if row.energy else None,
             })
     return out
 

@@ -10,13 +10,17 @@ orchestrator.report.markdown.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.report import ab_table
-from orchestrator.report.ab_table import interval_text
 from orchestrator.report.formatting import ratio
-from orchestrator.stats.uncertainty import Comparison, Interval
 from orchestrator.stats.values import DASH
+
+if TYPE_CHECKING:
+    from orchestrator.stats.uncertainty import Comparison, Interval
+
+# report/ab_table.py (pandas, and through results/ab.py scipy) is imported by the cells that
+# use it, when they are drawn: the terminal views import this module (report/columns.py), and
+# `orch runs` / `orch show` draw none of these cells (tests/test_startup.py)
 
 
 def id_list(ids: Sequence[int]) -> str:
@@ -45,6 +49,8 @@ def spread_cell(spread: Mapping[str, Any] | None) -> str:
 
 def ci_cell(low: float | None, high: float | None) -> str:
     """The 95% interval of a config's mean over its runs' means: "12.10–12.52"."""
+    from orchestrator.report.ab_table import interval_text
+
     return interval_text(low, high)
 
 
@@ -54,10 +60,14 @@ def mean_cell(interval: Interval | None) -> str:
     one run."""
     if interval is None or interval.mean is None:
         return DASH
+    from orchestrator.report import ab_table
+
     return ab_table.mean_cell(interval, headline=False)
 
 
 def interval_cell(c: Comparison | None) -> str:
+    from orchestrator.report import ab_table
+
     return DASH if c is None else ab_table.interval_text(c.low, c.high, ratio)
 
 

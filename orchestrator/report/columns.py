@@ -24,6 +24,7 @@ from orchestrator.report.cells import ci_cell, spread_cell
 from orchestrator.report.formatting import (
     STATS,
     Formatter,
+    energy_cell,
     gib,
     number,
     split,
@@ -149,13 +150,24 @@ _WITHIN_RUN = (
 _RSS = stat("peak_rss_gib", note="peak process RSS")
 _FLOOR = stat("mem_floor_gib", note="free-RAM floor (lowest MemAvailable)")
 _BATTERY = stat("batt_temp_max_c", note="battery temperature maximum")
+# energy over the decode phase (stats/energy.py): the J/token cell says why a run's energy was
+# not measured ("not measured: charging"); csv/json carry energy_note beside it
+J_PER_TOKEN = Column("j_per_token", STATS["j_per_token"].header, energy_cell,
+                     also=("energy_note",), label=STATS["j_per_token"].label,
+                     data=("j_per_token", "energy_note"))
+_ENERGY_KEYS = ("energy_j", "power_w", "tokens_per_j", "net_j_per_token")
 
 
 # ---- `orch table` (report/tables.py): the published columns first, with their headers and
 # cells unchanged (the 2026-07-13 oracle), p5 where the phone study prints it ---------------
 
 THROUGHPUT = TableSpec(
-    (_MEAN, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT),
+    (_MEAN, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT,
+     # only where some run measured energy: the default table stays narrow
+     *(stat(k, optional=True) for k in _ENERGY_KEYS[:2]),
+     Column(J_PER_TOKEN.key, J_PER_TOKEN.header, J_PER_TOKEN.fmt, also=J_PER_TOKEN.also,
+            optional=True, label=J_PER_TOKEN.label, data=J_PER_TOKEN.data),
+     *(stat(k, optional=True) for k in _ENERGY_KEYS[2:])),
     "**Throughput** (tok/s; mean = aggregate decode; decode: compute + I/O = the engine's split "
     "of a token's decode time; with overlap the I/O figure is the read lanes' busy time):")
 # the rest of the engine's summary (the columns the published throughput table had after the
@@ -178,6 +190,11 @@ LATENCY = TableSpec(
 PRESSURE = TableSpec(
     (_RSS, _FLOOR, *stats("cpu_temp_start_c", "cpu_temp_max_c"), _BATTERY),
     "**Device pressure** (peak process RSS, free-RAM floor, SoC/battery temperature):")
+ENERGY = TableSpec(
+    (*stats(*_ENERGY_KEYS[:2]), J_PER_TOKEN, *stats(*_ENERGY_KEYS[2:])),
+    "**Energy** (over the decode phase: energy J, average power W, J/token, tokens per J, and "
+    "net J/token above the idle power `orch calibrate` measured; — not measured; "
+    "docs/energy.md):")
 ADAPTIVE = TableSpec(
     (*stats("cache_budget_mib", "cache_resizes", "cache_resident_mib", "spec_recall_pct",
             "spec_useful_pct", "spec_read_mib_per_token"), stat("spec_auto_off", align=":--:")),
@@ -206,7 +223,7 @@ VARIANTS = TableSpec((
 ))
 TABLES: dict[str, TableSpec] = {
     "throughput": THROUGHPUT, "detail": DETAIL, "latency": LATENCY, "pressure": PRESSURE,
-    "adaptive": ADAPTIVE, "variants": VARIANTS}
+    "adaptive": ADAPTIVE, "variants": VARIANTS, "energy": ENERGY}
 
 
 # ---- the report (report/sections.py): one row per config, so the mean of repeated runs
@@ -218,7 +235,9 @@ CPU_RANGE = Column("cpu_temp_start_c", "CPU start → max", temp_range, also=("c
                    note="CPU temperature at the start → its maximum")
 
 REPORT_THROUGHPUT = TableSpec(
-    (_MEAN, MEAN_CI, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT),
+    (_MEAN, MEAN_CI, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT,
+     # energy (mean over a config's ok runs), where some run measured it: as orch table's
+     *(c for c in THROUGHPUT.columns if c.key in (*_ENERGY_KEYS, J_PER_TOKEN.key))),
     "**Throughput** (tok/s; mean = aggregate decode n / Σ decode time, in bold; min/max = "
     "slowest/fastest token; decode: compute + I/O = the engine's split of a token's decode "
     "time):")
@@ -269,4 +288,5 @@ SHOW = TableSpec(stats(
     "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "prefill_tps", "ttft_s",
     "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
     "io_s_per_token", "majflt_per_token", "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c",
-    "cpu_temp_max_c", "batt_temp_max_c"))
+    "cpu_temp_max_c", "batt_temp_max_c", "energy_j", "power_w", "j_per_token",
+    "tokens_per_j", "net_j_per_token"))

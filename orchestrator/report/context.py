@@ -27,6 +27,7 @@ from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.statistics import STAT_COLUMNS, spread
 from orchestrator.stats.uncertainty import mean_interval
 from orchestrator.stats.values import is_missing, plain
+from orchestrator.stats.within_run import with_within_run
 
 # How a config's repeats combine into one row. Throughput columns average the runs' values
 # (mean = mean of the runs' means, the figure the spread is about); extremes and device
@@ -267,6 +268,17 @@ def device_views(store: Store, rows: Sequence[RunRow], sessions: Sequence[Sessio
     return out
 
 
+def _single_ok_runs(rows: Sequence[RunRow]) -> set[int]:
+    """The runs that are the only ok run of their (model, device, config): those whose
+    within-run interval an A/B row shows (results/ab.py groups by model and device, then
+    config)."""
+    ok: dict[tuple[str, str, str], list[int]] = {}
+    for r in rows:
+        if r.status == "ok":
+            ok.setdefault((r.model or "-", r.device, r.config), []).append(r.id)
+    return {ids[0] for ids in ok.values() if len(ids) == 1}
+
+
 def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
           quantile: str = "linear", keep_frames: bool = True,
           trim: int | None = None) -> ReportData:
@@ -279,8 +291,17 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
     cache = _FrameCache(store)
     trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
-    stats = Runs(cache).stats(rows, quantile_method=quantile,      # type: ignore[arg-type]
-                              trim=trim, within_run=True)
+    # without plots the statistics read only the columns they need (db/runs.py stat_tokens)
+    stats = Runs(cache if keep_frames else store).stats(           # type: ignore[arg-type]
+        rows, quantile_method=quantile,
+                              trim=trim)
+    # the within-run figures (stats/within_run.py): the not-settled rule for every run, but
+    # the block-bootstrap intervals (seconds for hundreds of runs) only where the report shows
+    # them: the A/B row of a config with a single ok run (results/ab.py _within_run)
+    tokens = cache.frames.get("token")      # the plots' frame, when there is one
+    if tokens is None:                      # else run_id and wall_ms only, as the statistics
+        tokens = Runs(store).wall_frame([r.id for r in rows])
+    stats = with_within_run(stats, tokens, trim, intervals=_single_ok_runs(rows))
     records = {rid: {k: plain(v) for k, v in rec.items()}
                for rid, rec in stats.to_dict("index").items()}
     sids = list(dict.fromkeys(r.session_id for r in rows))

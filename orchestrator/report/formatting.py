@@ -121,7 +121,21 @@ STATS: dict[str, Stat] = {
     "spec_useful_pct": Stat("spec useful", number("%.0f%%")),
     "spec_read_mib_per_token": Stat("spec read/token", _positive("%.0f MiB")),
     "spec_auto_off": Stat("auto-off", yes_no),
+    # energy over the decode phase (stats/energy.py; docs/energy.md)
+    "energy_j": Stat("energy J", number("%.1f"), "energy over the decode phase (J)"),
+    "power_w": Stat("power W", number("%.2f"), "average power over the decode phase (W)"),
+    "j_per_token": Stat("J/token", number("%.3f"), "energy per token (J)"),
+    "tokens_per_j": Stat("tok/J", number("%.2f"), "tokens per joule"),
+    "net_j_per_token": Stat("net J/token", number("%.3f"),
+                            "energy per token above the idle power (J)"),
 }
+
+
+def energy_cell(value: Any, note: Any = None) -> str:
+    """J/token, or why it was not measured ("not measured: charging"), never a 0."""
+    if is_missing(value):
+        return str(note) if isinstance(note, str) and note.startswith("not measured") else DASH
+    return f"{value:.3f}"
 
 
 def pair(a: Any, b: Any, f: Formatter, sep: str) -> str:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from orchestrator.stats import energy
+
 KIB_PER_MIB = 1024.0
 
 # token extra columns of the bmoe v1 CSV (docs/formats.md §1): the process's resident set and
@@ -67,7 +69,8 @@ class Series:
     values: dict[str, np.ndarray]  # panel key -> values in the panel's unit
 
 
-# panel key -> (sample column, factor to the panel's base unit); memory in MiB, temperature in °C
+# panel key -> (sample column, factor to the panel's base unit); memory in MiB, temperature in
+# °C; the power panel ("power", W) comes from the samples' `extra` (_power)
 SAMPLE_PANELS = {"rss": ("rss_kb", 1 / KIB_PER_MIB), "avail": ("mem_avail_kb", 1 / KIB_PER_MIB),
                  "cpu_temp": ("cpu_temp_mC", 1 / 1000), "batt_temp": ("batt_temp_dC", 1 / 10)}
 
@@ -87,7 +90,39 @@ def sample_series(samples: pd.DataFrame, run_ids: set[int]) -> list[Series]:
         hwm = pd.to_numeric(s["hwm_kb"], errors="coerce").to_numpy(float) / KIB_PER_MIB
         cols["rss"] = np.where(np.isnan(cols["rss"]), hwm, cols["rss"]) if "rss" in cols else hwm
     t = pd.to_numeric(s["t_ms"], errors="coerce").to_numpy(float) / 1000.0
+    if "extra" in s:
+        power = _power(s["run_id"].to_numpy(), t, s["extra"].to_list())
+        if np.isfinite(power).any():
+            cols["power"] = power
     return _split(s["run_id"].to_numpy(), t, cols)
+
+
+def _power(run_ids: np.ndarray, t: np.ndarray, extras: list[object]) -> np.ndarray:
+    """Power in W at each sample from the agent's power keys (docs/energy.md): the battery's
+    power_now, else |current| × voltage in the units the run's magnitudes say; hwmon's sum;
+    RAPL as the first domain's (the package's) counter difference over the interval before
+    the sample (a wrap-around leaves that interval out). NaN where not measured; a sample
+    taken while charging is NaN too (it measures no draw)."""
+    out = np.full(len(t), np.nan)
+    ex = [e if isinstance(e, dict) else {} for e in extras]
+    for rid in np.unique(run_ids):
+        idx = np.flatnonzero(run_ids == rid)
+        rows = [ex[i] for i in idx]
+        src = energy.source_of(rows)
+        if src == "rapl":
+            for j in range(1, len(idx)):
+                a, b = rows[j - 1].get("rapl0_uj"), rows[j].get("rapl0_uj")
+                dt = t[idx[j]] - t[idx[j - 1]]
+                if isinstance(a, int) and isinstance(b, int) and b >= a and dt > 0:
+                    out[idx[j]] = (b - a) / 1e6 / dt
+        elif src is not None:
+            samples = [{"t_ms": int(t[i] * 1000), **ex[i]} for i in idx]
+            keep = [k for k, r in zip(idx, samples) if r.get("batt_charging") != 1]
+            _ts, watts, _notes = energy.power_series(
+                [r for r in samples if r.get("batt_charging") != 1], src)
+            if len(watts) == len(keep):
+                out[keep] = watts
+    return out
 
 
 def token_memory_series(tokens: pd.DataFrame, run_ids: set[int]) -> list[Series]:

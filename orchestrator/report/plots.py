@@ -4,9 +4,9 @@
   unsmoothed (warm-up), then a rolling rate; one panel per config (shared y) past 6 configs.
 - distribution: the per-token rate per config (box p25-p75, whiskers p5-p95, median) with the
   tables' headline mean marked, which a skewed distribution can put far from the median.
-- device: process RSS, free RAM and, only where a sensor was read, temperatures over each run
-  from the agent's samples; for runs without samples (imports), RSS and free RAM per token
-  from the engine's per-token memory columns.
+- device: process RSS, free RAM and, only where a sensor was read, temperatures and power
+  (docs/energy.md) over each run from the agent's samples; for runs without samples
+  (imports), RSS and free RAM per token from the engine's per-token memory columns.
 
 Every figure has its legend outside the axes, wraps long labels instead of cutting them, and
 gives each config its own colour + line style, the same in all figures of the group. A PNG is
@@ -220,13 +220,16 @@ def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str],
 # ---- device: memory and temperature ------------------------------------------------------
 
 PANEL_NAMES = {"rss": "process RSS", "avail": "free RAM",
-               "cpu_temp": "CPU temperature", "batt_temp": "battery temperature"}
+               "cpu_temp": "CPU temperature", "batt_temp": "battery temperature",
+               "power": "power"}
 
 
 def _scaled(key: str, values: list[np.ndarray]) -> tuple[str, float]:
     """(unit, divisor) of a panel: memory in GiB from 1 GiB up, else MiB; temperatures °C."""
     if key in ("cpu_temp", "batt_temp"):
         return "°C", 1.0
+    if key == "power":
+        return "W", 1.0
     top = max((float(np.nanmax(v)) for v in values if np.isfinite(v).any()), default=0.0)
     return ("GiB", 1024.0) if top >= 1024.0 else ("MiB", 1.0)
 
@@ -268,6 +271,8 @@ def _device(group: Group, series: list[plot_data.Series], by_token: bool,
                         ms=3, color=st.color, gid=f"{config} samples")
         ax.autoscale_view()
         ax.set_ylabel(wrap(f"{PANEL_NAMES[key]} ({unit})", 22), fontsize="small")
+        # plain tick values: an offset ("+2.2758e1" above the axis) hides what free RAM was
+        ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         ax.grid(alpha=0.3)
     handles = [Line2D([], [], color=style_of[c].color, ls=style_of[c].linestyle,
                       label=wrap(names.get(c, c), 30)) for c in present]

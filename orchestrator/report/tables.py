@@ -24,6 +24,7 @@ from orchestrator.config.matrix import Matrix
 from orchestrator.report import markdown as md
 from orchestrator.report.columns import (
     DETAIL,
+    ENERGY,
     LATENCY,
     TABLES,
     THROUGHPUT,
@@ -35,8 +36,8 @@ from orchestrator.stats.values import DASH, is_missing
 
 RUN_IDS = "run ids"       # the header of the column naming the runs a row comes from
 # what `orch table --columns` picks from: the throughput table, its detail table and the
-# per-token latency table
-PICKABLE = (THROUGHPUT, DETAIL, LATENCY)
+# per-token latency table, and the energy table
+PICKABLE = (THROUGHPUT, DETAIL, LATENCY, ENERGY)
 
 
 def group_title(model: str, device: str, engine: str | None) -> str:

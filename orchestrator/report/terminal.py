@@ -73,7 +73,7 @@ def print_runs(console: Console, store: Store, session_id: int | None, limit: in
     if not rows:
         console.print(visible(f"no runs in {store.url}"))
         return
-    stats = stats_for_runs(store, rows)
+    stats = Runs(store).listing_stats(rows)     # LISTING's n and mean, without the frames
     table = Table()
     for name in ("run", "session", "started", "device", "matrix", "config", "status"):
         table.add_column(name)
@@ -103,7 +103,7 @@ def runs_json(store: Store, session_id: int | None, limit: int) -> list[dict[str
     (null for a live run, whose `flags` are engine flags); `tokens` and `mean_tok_s` are the
     figures the table shows, unformatted."""
     rows = store.runs(session_id, limit=limit)
-    stats = stats_for_runs(store, rows) if rows else {}
+    stats = Runs(store).listing_stats(rows) if rows else {}
     return [{"id": row.id, "session": row.session_id, "session_name": row.session_name,
              "device": row.device, "matrix": row.matrix_name, "model": row.model,
              "config": row.config, "repeat_index": row.repeat_index,
@@ -120,7 +120,7 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     row = store.run_row(run_id)
     if row is None:
         raise ConfigError(f"no run {run_id} in {store.url}")
-    stats = stats_for_runs(store, [row])[row.id]
+    stats = Runs(store).show_stats(row)     # the figures kept with the run, when current
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
                   f"config {row.config} (repeat {row.repeat_index + 1})"))
     console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")

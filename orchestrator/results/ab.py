@@ -69,6 +69,10 @@ class ABRow:
     noise_floor_from: str | None = None
     # one ok run: its own interval over its tokens (Runs.stats' tps_ci_low/high), if any
     within_run: tuple[float, float] | None = None
+    # energy (docs/energy.md): mean J/token with its interval, and the change against the
+    # baseline's, tested as tok/s is (ratio of geometric means; Holm over the energy tests)
+    j_per_token: Interval | None = None
+    energy: Comparison | None = None
 
     @property
     def verdict(self) -> str:
@@ -111,9 +115,9 @@ def _paired(matrix: Matrix | None, base: str, config: str) -> bool:
     return matrix.order == "interleaved" or any(base in p and config in p for p in matrix.pairs)
 
 
-def _by_round(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]]
-              ) -> dict[tuple[int, int], float | None]:
-    return {(r.session_id, r.repeat_index or 0): stats.get(r.id, {}).get("mean") for r in runs}
+def _by_round(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
+              key: str = "mean") -> dict[tuple[int, int], float | None]:
+    return {(r.session_id, r.repeat_index or 0): stats.get(r.id, {}).get(key) for r in runs}
 
 
 _BASE_WORD = re.compile(r"(?:^|[_-])(?:baseline|base)(?:$|[_-])", re.IGNORECASE)
@@ -299,6 +303,8 @@ def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, M
         elif good and name != baseline:
             comparison = compare(means(baseline), means(name))
         hit, read = figure(name, "cache_hit_pct"), figure(name, "read_mib_per_token")
+        joules, energy = _energy(stats, ok[baseline], good, name != baseline
+                                 and _paired(matrix, baseline, name))
         rows.append(ABRow(
             config=name, label=matrix.label(name) if matrix is not None else name,
             is_baseline=name == baseline,
@@ -308,8 +314,24 @@ def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, M
             cache_hit_pct=hit, read_mib_per_token=read,
             cache_hit_delta_pp=None if is_missing(hit) or is_missing(base_hit) else hit - base_hit,
             read_delta_pct=delta_pct(base_read, read),
-            within_run=_within_run(stats, [r.id for r in good])))
+            within_run=_within_run(stats, [r.id for r in good]),
+            j_per_token=joules, energy=energy if name != baseline else None))
     return ABGroup(model, device, baseline, rows)
+
+
+def _energy(stats: Mapping[int, Mapping[str, Any]], base: Sequence[RunRow],
+            good: Sequence[RunRow], paired: bool) -> tuple[Interval | None, Comparison | None]:
+    """(mean J/token with its 95% interval, the change against the baseline's), or Nones
+    where no ok run measured energy."""
+    values = [stats.get(r.id, {}).get("j_per_token") for r in good]
+    if all(is_missing(v) for v in values):
+        return None, None
+    interval = mean_interval([v for v in values if not is_missing(v)])
+    if paired:
+        b, c = _by_round(base, stats, "j_per_token"), _by_round(good, stats, "j_per_token")
+        keys = sorted(set(b) | set(c))
+        return interval, compare([b.get(k) for k in keys], [c.get(k) for k in keys], paired=True)
+    return interval, compare([stats.get(r.id, {}).get("j_per_token") for r in base], values)
 
 
 def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
@@ -339,8 +361,12 @@ def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
     flat = [r.comparison for g in groups for r in g.rows if r.comparison is not None]
     corrected = iter(correct(flat, alpha))
     family = sum(1 for c in flat if c.p_value is not None)
+    # energy: its own Holm family, so that measuring energy never changes a tok/s verdict
+    joules = iter(correct([r.energy for g in groups for r in g.rows if r.energy is not None],
+                          alpha))
     return [replace(g, family=family, rows=[
-        r if r.comparison is None else replace(r, comparison=next(corrected)) for r in g.rows])
+        replace(r, comparison=r.comparison if r.comparison is None else next(corrected),
+                energy=r.energy if r.energy is None else next(joules)) for r in g.rows])
         for g in groups]
 
 

@@ -41,6 +41,8 @@ class Job:
         """The timeout in whole milliseconds, at least 1 when any (0: none)."""
         return max(1, round(self.timeout_s * 1000)) if self.timeout_s > 0 else 0
     csv: str | None = None
+    abort_above_mC: int | None = None   # the matrix's thermal ceiling (`abort:`), milli-°C
+    abort_sensor: str = "cpu"
 
 
 class AgentClient:
@@ -96,6 +98,8 @@ class AgentClient:
                 "timeout_s": -(-job.timeout_ms // 1000), "timeout_ms": job.timeout_ms}
         if job.csv:
             meta["csv"] = job.csv
+        if job.abort_above_mC is not None:
+            meta.update(abort_above_mC=job.abort_above_mC, abort_sensor=job.abort_sensor)
         # surrogateescape: a prompt file's non-UTF-8 bytes go back out as the same bytes
         files = [(arg.encode("utf-8", "surrogateescape"), f"{jobdir}/args/{index:03d}")
                  for index, arg in enumerate(job.argv)]
@@ -138,14 +142,69 @@ class AgentClient:
         for chunk in self.transport.stream(self._agent("attach", jobdir, str(skip))):
             yield from splitter.feed(chunk)
 
-    def status(self, jobdir: str) -> str:
+    def status(self, jobdir: str, retry: bool = True) -> str:
+        """The agent's `status` answer; `retry=False`: one try (a watch beside the follower
+        must not sit out an outage the follower's own retries handle)."""
         argv = self._agent("status", jobdir)
-        result = retry_link(self.transport, f"the status of {jobdir}",
-                            lambda: self.transport.run(argv, timeout=30))
+        if retry:
+            result = retry_link(self.transport, f"the status of {jobdir}",
+                                lambda: self.transport.run(argv, timeout=30))
+        else:
+            result = self.transport.run(argv, timeout=30)
         return result.stdout.decode(errors="replace").strip() or "absent"
 
-    def kill(self, jobdir: str) -> None:
-        self.transport.run(self._agent("kill", jobdir), timeout=30)
+    def kill(self, jobdir: str) -> str:
+        """Stop the job's engine, its process group and every process tagged with the job
+        (docs/agent-protocol.md, "kill"): what was stopped, as "PID(comm) ...", or ""."""
+        result = self.transport.run(self._agent("kill", jobdir), timeout=30)
+        return _killed(result.stdout)
+
+    def supervisor_state(self, jobdir: str) -> tuple[int, str] | None:
+        """(pid, state letter of /proc/PID/stat: R, S, T (stopped), ...) of the job's live
+        supervisor (its pid and start time as the job recorded them), or None when none runs.
+        One command, no retry: the runner's deadline watch asks it while it follows the job."""
+        result = self.transport.run([self.transport.shell, "-c", _SUP_STATE, "sh",
+                                     self.agent_path, jobdir], timeout=30)
+        pid, _, state = result.stdout.decode(errors="replace").strip().partition(" ")
+        if result.rc != 0 or not pid.isdigit() or not state:
+            return None
+        return int(pid), state
+
+    def stop_supervisor(self, jobdir: str) -> str:
+        """SIGKILL the job's supervisor (a stopped one too: SIGKILL needs no SIGCONT), then
+        SIGCONT it in case it was only stopped; its pid, or "" when none ran. For a job orch
+        has given up on (its deadline passed): the engine is killed first (kill())."""
+        result = self.transport.run([self.transport.shell, "-c", _SUP_STOP, "sh",
+                                     self.agent_path, jobdir], timeout=30)
+        pid = result.stdout.decode(errors="replace").strip()
+        return pid if result.rc == 0 and pid.isdigit() else ""
+
+    def reap(self, runs_dir: str) -> str:
+        """Stop the stray processes under RUNS_DIR: tagged with an orch job that is not live
+        (a daemon an engine left, a job whose directory was removed). What was stopped, or ""."""
+        result = retry_link(self.transport, "the stray processes",
+                            lambda: self.transport.run(self._agent("reap", runs_dir), timeout=60))
+        if result.rc != 0 or not result.stdout.rstrip().endswith(b"end"):
+            raise TransportError(f"{self.transport.name}: agent reap failed (rc {result.rc}): "
+                                 f"{(result.stdout + result.stderr).decode(errors='replace')[:300]}")
+        return _killed(result.stdout)
+
+
+# The agent's functions (source-only mode, docs/agent-protocol.md "Agent 1.3.2") name the
+# supervisor by its pid and recorded start time (sup_alive), so a reused pid is never touched.
+_SUP_STATE = ('ORCH_AGENT_LIB=1 . "$1"; JOBDIR=$2; sup_alive || exit 3; st=\'\'; '
+              'read -r st <"/proc/$SPID/stat" || exit 3; p=$SPID; '
+              'set -- ${st##*) }; say "$p $1"')
+_SUP_STOP = ('ORCH_AGENT_LIB=1 . "$1"; JOBDIR=$2; sup_alive || exit 0; '
+             'kill -KILL "$SPID" 2>/dev/null; kill -CONT "$SPID" 2>/dev/null; say "$SPID"')
+
+
+def _killed(answer: bytes) -> str:
+    """The processes an agent's `killed<TAB>...` line names, or ""."""
+    for line in answer.decode(errors="replace").splitlines():
+        if line.startswith("killed\t"):
+            return line.partition("\t")[2].strip()
+    return ""
 
 
 def _after_first_line(answer: bytes) -> str:

@@ -96,11 +96,16 @@ def wait_for_condition(client: AgentClient, spec: Cooldown, baseline: dict[str, 
 
 
 def calibrate(client: AgentClient, seconds: float = 60.0, interval_s: float = 1.0,
-              on_reading: Callable[[Reading], None] | None = None) -> tuple[dict[str, float], list[str]]:
-    """Idle baseline per sensor: the median of the last third of a quiet period's readings.
-    Returns (baseline, notes); a note says when a sensor was still falling (not settled)."""
-    # An impossible condition (-274 °C) makes the agent report for the whole period.
-    result = run_agent_cooldown(client, "cpu", -274000, 0, seconds, interval_s, on_reading)
+              on_reading: Callable[[Reading], None] | None = None,
+              facts: dict[str, str] | None = None) -> tuple[dict[str, float], list[str]]:
+    """Idle baseline per sensor: the median of the last third of a quiet period's readings,
+    and the idle power (`power_w`, W, over the whole period; stats/energy.py) where the
+    device has a power source. Returns (baseline, notes); a note says when a sensor was still
+    falling (not settled), or why idle power was not measured."""
+    # An impossible condition (-274 °C) makes the agent report for the whole period; min =
+    # the period too, so that a device without a temperature sensor still gives its power
+    # readings for all of it (the agent ends a sensorless wait once min has passed).
+    result = run_agent_cooldown(client, "cpu", -274000, seconds, seconds, interval_s, on_reading)
     series: dict[str, list[int]] = {}
     for reading in result.readings:
         for key, name in (("cpu_mC", "cpu"), ("batt_mC", "battery")):
@@ -117,4 +122,12 @@ def calibrate(client: AgentClient, seconds: float = 60.0, interval_s: float = 1.
                          f"during calibration: it may not have settled; calibrate longer")
     if not baseline:
         notes.append("no readable CPU or battery temperature sensor on this device")
+    from orchestrator.stats.energy import idle_power_w
+
+    idle, why = idle_power_w([{"t_ms": r.elapsed_ms, **r.values} for r in result.readings],
+                             facts or {})
+    if idle is not None:
+        baseline["power_w"] = idle
+    else:
+        notes.append(f"idle power: {why}")
     return baseline, notes

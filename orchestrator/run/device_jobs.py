@@ -15,13 +15,14 @@ from orchestrator.run.lifecycle import DeviceBusy
 from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import TransportError
 
-STATES = ("done", "running", "orphan", "dead", "absent")
+STATES = ("done", "running", "orphan", "dead", "absent", "full")
 
 
 @dataclass(frozen=True)
 class LiveJob:
     state: str      # running (its supervisor spools it) | orphan (the engine runs alone)
-    jobdir: str
+    #               | stray (a process tagged with an orch job that is not live)
+    jobdir: str     # for a stray: the process's name (its job may have no directory left)
     pid: int
 
 
@@ -48,7 +49,7 @@ def live_jobs(client: AgentClient) -> list[LiveJob]:
     for line in lines[:-1]:
         state, _, rest = line.partition("\t")
         jobdir, _, pid = rest.rpartition("\t")
-        if state not in ("running", "orphan") or not pid.isdigit():
+        if state not in ("running", "orphan", "stray") or not pid.isdigit():
             raise TransportError(f"{client.transport.name}: unexpected `jobs` line {line!r}")
         jobs.append(LiveJob(state, jobdir, int(pid)))
     return jobs
@@ -78,7 +79,9 @@ def busy_message(store: Store, device: str, jobs: list[LiveJob], matrix_path: st
     run = _run_of(store, job.jobdir)
     whose = f"run #{run.id} of session {run.session_id} ({run.session_name})" if run is not None \
         else "not in this database"
-    what = "an engine left without its supervisor" if job.state == "orphan" else "an orch job"
+    what = {"orphan": "an engine left without its supervisor",
+            "stray": f"a process of an ended orch job ({job.jobdir})"}.get(job.state,
+                                                                         "an orch job")
     more = f" (and {len(jobs) - 1} more)" if len(jobs) > 1 else ""
     ways = "wait for it to end" if resume else \
         f"collect it with `orch run {matrix_path} --resume` if it is this matrix's, wait for it"
@@ -91,9 +94,16 @@ def check_device_free(store: Store, client: AgentClient, device: str, matrix_pat
     """Before the first cell: (the live job dirs of this session, to collect first; notes).
     Raises DeviceBusy when a job of another session runs and --force was not given."""
     jobs = live_jobs(client)
+    notes = []
+    if any(job.state == "stray" for job in jobs):
+        # Processes of orch jobs nobody can collect (not live, or their directory gone):
+        # stopped before anything starts, and named.
+        killed = client.reap(f"{client.transport.workdir}/runs")
+        if killed:
+            notes.append(f"stopped stray processes of ended or lost orch jobs: {killed}")
+        jobs = live_jobs(client)   # a stray that outlived KILL is still a busy device
     mine = {job.jobdir for job in jobs if job.jobdir in own_dirs}
     others = [job for job in jobs if job.jobdir not in own_dirs]
-    notes = []
     if others:
         message = busy_message(store, device, others, matrix_path, resume)
         if not force:

@@ -21,7 +21,7 @@ from orchestrator.config.plan import Cell
 from orchestrator.db.store import Store
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.device_jobs import job_state
-from orchestrator.run.lifecycle import USER_STOP
+from orchestrator.run.lifecycle import STORE_STOP, USER_STOP
 from orchestrator.run.prepare import PreparedDevice
 from orchestrator.run.progress import Progress
 from orchestrator.run.runner import CellOutcome, DeviceRunner
@@ -102,7 +102,7 @@ class DeviceSession:
         (TransportError): not knowing is no reason to start a second engine."""
         runner, jobdir = self.runner, earlier.remote_dir
         state, _ = job_state(self.client, jobdir)
-        stopped = (earlier.cause or "").startswith(USER_STOP)
+        stopped = (earlier.cause or "").startswith((USER_STOP, STORE_STOP))
         if state in ("running", "done") and not stopped:
             self.store.update_run(earlier.id, status="running", cause=None)
             return runner.follow(earlier.id, jobdir, earlier.spool_lines or 0, cell)

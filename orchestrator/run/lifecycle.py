@@ -19,6 +19,9 @@ from orchestrator.transports.base import TransportError
 # The cause of a run stopped by Ctrl-C or SIGTERM: --resume re-runs it (its job was killed by
 # us, so the X line it left says nothing about the engine).
 USER_STOP = "stopped by the user"
+# The run's engine stopped by orch because the store refused a write (runner._store_failed):
+# like USER_STOP, a later --resume runs the cell again instead of collecting orch's own kill.
+STORE_STOP = "stopped: the store could not be written"
 
 
 class DeviceBusy(TransportError):

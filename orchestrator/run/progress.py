@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape as markup_escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as RichProgress
 
@@ -61,9 +62,16 @@ class Board:
             self.bar = None
 
 
+def _shown(text: object) -> str:
+    """Data (a device, model or config name, a device's message) as the board shows it: its
+    control characters made visible and its brackets no rich markup (`[red]` in a name is
+    text, not a colour)."""
+    return markup_escape(visible(str(text)))
+
+
 class DeviceProgress(Progress):
     def __init__(self, board: Board, device: str) -> None:
-        self.board, self.device = board, device
+        self.board, self.device = board, _shown(device)
         self.task: Any = None
         self.cells = self.done = 0
         self.prefix = ""
@@ -111,9 +119,9 @@ class DeviceProgress(Progress):
         self.board.print(f"[bold]{self.device}[/]: {cells} cell(s) to run{extra}")
 
     def cell_started(self, index: int, cell: Any) -> None:
-        model = "" if cell.model == "-" else f"{cell.model} "
+        model = "" if cell.model == "-" else f"{_shown(cell.model)} "
         rep = f" #{cell.repeat + 1}" if cell.repeat else ""
-        self.prefix = f"[{index + 1}/{self.cells}] {model}{cell.config}{rep}"
+        self.prefix = f"\\[{index + 1}/{self.cells}] {model}{_shown(cell.config)}{rep}"
         self._cell_clock = time.monotonic()
 
     def cell_running(self, cell: Any, tokens: int) -> None:
@@ -155,13 +163,14 @@ class DeviceProgress(Progress):
         colour = "green" if status == "ok" else "red"
         rate = (f"{tokens} tokens, {mean:.2f} tok/s mean" if tokens
                  else "no per-token rows (the engine reports totals)")
-        self.board.print(f"{self.device} {self.prefix}: [{colour}]{status}[/] {rate} ({took:.1f} s)")
+        self.board.print(f"{self.device} {self.prefix}: [{colour}]{_shown(status)}[/] {rate} "
+                         f"({took:.1f} s)")
         if self.board.bar is not None and self.task is not None:
             self.board.bar.remove_task(self.task)
             self.task = None
 
     def note(self, message: str) -> None:
-        self.board.print(f"  {self.device}: [yellow]{message}[/]")
+        self.board.print(f"  {self.device}: [yellow]{_shown(message)}[/]")
 
     def finish(self) -> None:
         if self.board.bar is not None and self.task is not None:

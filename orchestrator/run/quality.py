@@ -23,9 +23,9 @@ from orchestrator.db.store import now
 from orchestrator.engines import CellSpec
 from orchestrator.run.agent_client import Job
 from orchestrator.run.progress import Progress
-from orchestrator.run.runner import STATUS_OK, DeviceRunner, classify
+from orchestrator.run.runner import STATUS_OK, DeadlineWatch, DeviceRunner, classify
 from orchestrator.run.stream import Exit, ProtocolError, parse_line
-from orchestrator.transports.base import TransportError
+from orchestrator.transports.base import Outage, TransportError
 
 MAX_ATTACHES = 20     # re-attaches of one probe whose follower ended before the X line
 
@@ -101,7 +101,7 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
     try:
         runner.client.push_job(job)
         runner.client.start(jobdir, force=runner.force)
-        _follow(runner, jobdir, parser, seen)
+        verdict = _follow(runner, jobdir, parser, seen)
     except KeyboardInterrupt:
         try:
             runner.client.kill(jobdir)
@@ -115,6 +115,8 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
                      ended_at=now())
         return "failed", False
     status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]
+    if verdict is not None:   # orch's own deadline: the supervisor stopped (runner.py)
+        status, cause = verdict
     reply = parser.record().text
     graded = grade(grader, reply, probe.expected)
     correct = graded.correct and status == STATUS_OK
@@ -124,19 +126,30 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
     return status, correct
 
 
-def _follow(runner: DeviceRunner, jobdir: str, parser: Any, seen: _Collected) -> None:
+def _follow(runner: DeviceRunner, jobdir: str, parser: Any,
+            seen: _Collected) -> tuple[str, str] | None:
     """Feed the job's spool to the adapter's parser until the agent's X line; re-attach from
-    the last line seen while the agent says the job is alive."""
-    for _ in range(MAX_ATTACHES):
-        for line in runner.client.attach(jobdir, seen.lines):
-            seen.lines += 1
-            _take(line, parser, seen)
-            if seen.exit is not None:
-                return
-            if runner.stop is not None and runner.stop.is_set():
-                raise KeyboardInterrupt
-        if not runner.client.status(jobdir).startswith(("running", "done")):
-            return
+    the last line seen while the agent says the job is alive. orch's own deadline watches
+    it as it watches a speed cell (DeadlineWatch): its (status, cause) when it gave up."""
+    matrix = runner.loaded.matrix
+    watch = DeadlineWatch(runner.client, jobdir, Outage(), float(matrix.timeout or 0),
+                          max(0.05, float(matrix.sample_interval)))
+    watch.start()
+    try:
+        for _ in range(MAX_ATTACHES):
+            for line in runner.client.attach(jobdir, seen.lines):
+                watch.line()
+                seen.lines += 1
+                _take(line, parser, seen)
+                if seen.exit is not None:
+                    return watch.verdict
+                if runner.stop is not None and runner.stop.is_set():
+                    raise KeyboardInterrupt
+            if not runner.client.status(jobdir).startswith(("running", "done")):
+                break
+    finally:
+        watch.stop()
+    return watch.verdict
 
 
 def _take(line: str, parser: Any, seen: _Collected) -> None:

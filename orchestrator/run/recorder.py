@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from orchestrator.db.store import Store
@@ -16,6 +17,10 @@ from orchestrator.engines.base import RunParser, TokenRow
 from orchestrator.run.stream import Exit, GarbledExit, ProtocolError, parse_line
 
 TokenCallback = Callable[[TokenRow, int], None]
+
+# a TokenRow's values in TOKEN_KEYS' order after run_id and seq (db/writes.py): one C call
+_ROW_VALUES = attrgetter("step", "wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms",
+                         "read_bytes", "cache_hit_pct", "majflt", "cpu_ms", "extra")
 
 
 class RunRecorder:
@@ -37,6 +42,9 @@ class RunRecorder:
         self.garbled: str | None = None   # the X line came but could not be read
         self.first_sample: dict[str, int] | None = None
         self.last_sample: dict[str, int] | None = None
+        # the decode phase begins at the sample just before the first token (stats/energy.py)
+        self.last_sample_t_ms: int | None = None
+        self.decode_from_ms: int | None = None
         self.warnings: list[str] = []
         self.protocol_errors: list[str] = []
         self._tokens: list[tuple[Any, ...]] = []
@@ -47,8 +55,49 @@ class RunRecorder:
         self._last_flush = time.monotonic()
         self._on_token = on_token
         self._on_sample = on_sample
+        # a parser's C-line hot path (a token row or None), when it has one (engines/bmoe.py)
+        self._feed_row: Callable[[str], TokenRow | None] | None = getattr(parser, "feed_row",
+                                                                           None)
+
+    def handle_csv(self, text: str) -> None:
+        """handle("C\t" + text) without building that line: the importer's hot path
+        (ingest/write.py), one per CSV line."""
+        if self._feed_row is None or self.lines < self.stored_lines:
+            self.handle("C\t" + text)
+            return
+        self.lines += 1
+        row = self._feed_row(text)
+        if row is not None:
+            if self.decode_from_ms is None:   # the first token: the decode phase begins
+                self.decode_from_ms = self.last_sample_t_ms or 0
+            self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
+            self.token_seq += 1
+            if self._on_token is not None:
+                self._on_token(row, self.token_seq)
+        if not self.lines & 63 and (
+                len(self._tokens) + len(self._samples) >= self._flush_rows
+                or time.monotonic() - self._last_flush >= self._flush_seconds):
+            self.flush()
 
     def handle(self, line: str) -> None:
+        if line[:2] == "C\t" and self._feed_row is not None \
+                and self.lines >= self.stored_lines:
+            # the hot path, one per token: what the general path below does for a C line
+            # that is not replayed, without its tag dispatch and per-row list
+            self.lines += 1
+            row = self._feed_row(line[2:])
+            if row is not None:
+                if self.decode_from_ms is None:   # the first token: the decode phase begins
+                    self.decode_from_ms = self.last_sample_t_ms or 0
+                self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
+                self.token_seq += 1
+                if self._on_token is not None:
+                    self._on_token(row, self.token_seq)
+            if not self.lines & 63 and (
+                    len(self._tokens) + len(self._samples) >= self._flush_rows
+                    or time.monotonic() - self._last_flush >= self._flush_seconds):
+                self.flush()
+            return
         replay = self.lines < self.stored_lines
         self.lines += 1
         if line.startswith("C\t"):  # the hot path: one per token, no Event object
@@ -66,11 +115,10 @@ class RunRecorder:
             tag, payload = event.tag, event.text
         if tag in ("C", "O", "E"):
             for row in self.parser.feed(tag, payload):
+                if self.decode_from_ms is None:   # the first token: the decode phase begins
+                    self.decode_from_ms = self.last_sample_t_ms or 0
                 if not replay:   # in TOKEN_KEYS' order (db/writes.py), spelled out: one per token
-                    self._tokens.append((self.run_id, self.token_seq, row.step, row.wall_ms,
-                                         row.io_ms, row.compute_ms, row.stall_ms, row.mgmt_ms,
-                                         row.read_bytes, row.cache_hit_pct, row.majflt,
-                                         row.cpu_ms, row.extra))
+                    self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
                 self.token_seq += 1
                 if self._on_token is not None:
                     self._on_token(row, self.token_seq)
@@ -84,6 +132,7 @@ class RunRecorder:
             if self.first_sample is None:
                 self.first_sample = values
             self.last_sample = values
+            self.last_sample_t_ms = event.sample.t_ms
             if self._on_sample is not None and not replay:
                 self._on_sample(values)
             if not replay:

@@ -11,13 +11,17 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store, now
 from orchestrator.engines import CellSpec, EngineAdapter
+from orchestrator.errors import StoreWriteError
 from orchestrator.run.agent_client import AgentClient, Job, file_sha256
 from orchestrator.run.device_jobs import job_state
-from orchestrator.run.lifecycle import STOPPING, USER_STOP, DeviceBusy
+from orchestrator.run.lifecycle import STOPPING, STORE_STOP, USER_STOP, DeviceBusy
 from orchestrator.run.link_retry import retry_link
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
@@ -39,6 +43,24 @@ STATUS_OK = "ok"
 MAX_ATTACHES = 1000
 
 
+# orch's own deadline for a followed job (docs/reliability.md, "A stopped supervisor"): the
+# cell timeout is the agent's to enforce, but a supervisor that is stopped (SIGSTOP, a frozen
+# cgroup) enforces nothing and writes nothing, and orch would wait for ever. With a timeout,
+# orch gives up once timeout + DEADLINE_KILL_S + 2 sample intervals + DEADLINE_SLACK_S have
+# passed since the start without the X line: the agent's TERM, its KILL 3 s later (checked
+# once per interval), the last sample, and slack for a slow link. Without one (or before
+# it), a spool silent for max(STALL_MIN_S, STALL_INTERVALS sample intervals) while the
+# supervisor is stopped (state T or t in /proc/PID/stat) is the same failure: S lines come
+# every interval from a supervisor that runs, so silence alone may be the link's (its own
+# dead-link rule covers that) but silence from a stopped supervisor is no link's.
+DEADLINE_KILL_S = 3.0
+DEADLINE_SLACK_S = 30.0
+STALL_MIN_S = 60.0
+STALL_INTERVALS = 30
+WATCH_TICK_S = 0.5
+TIMEOUT = "timeout"
+
+
 @dataclass
 class CellOutcome:
     run_id: int
@@ -50,17 +72,32 @@ class CellOutcome:
 OOM_FREE_FRACTION = 0.03   # free RAM below 3% of MemTotal at the last sample: memory exhausted
 
 
+def aborted_cause(fields: dict[str, str]) -> str:
+    """The cause of a run the agent stopped at the matrix's thermal ceiling (`abort:`), with
+    the reading: "thermal ceiling: cpu read 86.2 °C >= 85.0 °C"."""
+    def celsius(key: str) -> str:
+        value = fields.get(key, "")
+        return f"{int(value) / 1000:.1f} °C" if value.lstrip("-").isdigit() else "?"
+    return (f"thermal ceiling: {fields.get('sensor') or 'sensor'} read {celsius('value_mC')} "
+            f">= {celsius('above_mC')}")
+
+
 def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[str, str | None]:
     """The run's status (docs/architecture.md, "The store") from what the stream said. `oom` needs evidence: the
     kernel's log line the agent found (cause=oom), or a SIGKILL while free RAM was near zero."""
     exit_ = recorder.exit
     garbled = getattr(recorder, "garbled", None)
+    spool_full = getattr(recorder, "spool_full", None)
+    if exit_ is None and spool_full:
+        return "failed", spool_full
     if exit_ is None and garbled:
         return "failed", f"the engine ended but the agent's X line is unreadable ({garbled})"
     if exit_ is None:
         return "interrupted", "the stream ended without the agent's X line"
     if exit_.cause == "timeout":
         return "timeout", "exceeded the cell timeout"
+    if exit_.cause == "aborted":
+        return "aborted", aborted_cause(exit_.fields)
     if exit_.cause == "oom":
         oom = next((w for w in recorder.warnings if w.startswith("oom: ")), "oom: kernel log")
         return "oom", f"killed for memory ({oom[5:].strip()[:300]})"
@@ -74,6 +111,79 @@ def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[st
     if exit_.rc != 0:
         return "failed", f"exit code {exit_.rc}"
     return STATUS_OK, None
+
+
+class DeadlineWatch:
+    """A thread beside the follower (whose stream blocks while nothing comes) that ends a job
+    orch has given up on: past its deadline with no X line, or silent with its supervisor
+    stopped. It kills the engine and everything tagged with the job (AgentClient.kill) and
+    the supervisor, so the agent's follower ends (it exits once the supervisor is gone, on
+    every transport) and the runner goes on; `verdict` is then (status, cause). It acts
+    only while the link works (during an outage the link policy decides) and never on a job
+    whose X line is written (`done`): the follower brings that."""
+
+    def __init__(self, client: AgentClient, jobdir: str, outage: Outage, timeout_s: float,
+                 interval_s: float, elapsed_s: float = 0.0) -> None:
+        self.client, self.jobdir, self.outage = client, jobdir, outage
+        self.timeout_s, self.interval_s = timeout_s, interval_s
+        self.grace_s = DEADLINE_KILL_S + 2 * interval_s + DEADLINE_SLACK_S
+        start = time.monotonic()
+        # a collected (--resume) run started earlier; it still gets the grace from now
+        self.deadline = (start + max(timeout_s + self.grace_s - elapsed_s, self.grace_s)
+                         if timeout_s > 0 else None)
+        self.stall_s = max(STALL_MIN_S, STALL_INTERVALS * interval_s)
+        self.last_line = start
+        self.verdict: tuple[str, str] | None = None
+        self.warning: str | None = None         # what was stopped, once it gave up
+        self.last_error: Exception | None = None   # the last failed look (retried)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        name=f"orch-deadline-{jobdir.rsplit('/', 1)[-1]}")
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the watch; an action under way (a kill) finishes first."""
+        self._done.set()
+        self._thread.join(timeout=120)
+
+    def line(self) -> None:
+        """A line came: the spool is not stalled."""
+        self.last_line = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self._done.wait(WATCH_TICK_S) and self.verdict is None:
+            if self.outage.since is not None:
+                continue
+            try:
+                self._check(time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - a failed look is retried next tick
+                self.last_error = exc
+
+    def _check(self, now_: float) -> None:
+        if self.deadline is not None and now_ >= self.deadline:
+            if self.client.status(self.jobdir, retry=False) == "done":
+                self.deadline = now_ + self.grace_s   # the X line is there: the follower
+                return                                # brings it (asked again a grace later)
+            self._give_up(TIMEOUT, f"the agent did not end the run within its timeout "
+                                   f"({self.timeout_s:g} s) + {self.grace_s:g} s "
+                                   f"(supervisor stopped?); killed by orch")
+        elif now_ - self.last_line >= self.stall_s:
+            sup = self.client.supervisor_state(self.jobdir)
+            if sup is not None and sup[1] in ("T", "t"):
+                self._give_up("failed", f"the agent's supervisor (pid {sup[0]}) is stopped "
+                                        f"(state {sup[1]}) and its spool sent nothing for "
+                                        f"{self.stall_s:g} s; killed by orch")
+            else:
+                self.last_line = now_   # silent but not stopped: look again a period later
+
+    def _give_up(self, status: str, cause: str) -> None:
+        killed = self.client.kill(self.jobdir)
+        supervisor = self.client.stop_supervisor(self.jobdir)
+        stopped = [part for part in (killed, supervisor and f"supervisor {supervisor}") if part]
+        self.warning = f"{cause}: stopped {' '.join(stopped) or 'nothing (it had ended)'}"
+        self.verdict = (status, cause)
 
 
 @dataclass
@@ -192,7 +302,9 @@ class DeviceRunner:
         job = Job(run_uid=uid, argv=argv, env=dict(matrix.env),
                   interval_ms=max(50, int(matrix.sample_interval * 1000)),
                   timeout_s=matrix.timeout,
-                  csv=spec.csv_path if self.adapter.writes_csv else None)
+                  csv=spec.csv_path if self.adapter.writes_csv else None,
+                  abort_above_mC=matrix.abort.above_mC if matrix.abort else None,
+                  abort_sensor=matrix.abort.sensor if matrix.abort else "cpu")
         try:
             self.client.push_job(job)
             self.client.start(jobdir, force=self.force)
@@ -208,6 +320,24 @@ class DeviceRunner:
                                   ended_at=now())
             return CellOutcome(run_id, "failed", 0, str(exc))
         return self.follow(run_id, jobdir, stored_lines=0, cell=cell)
+
+    def _store_failed(self, run_id: int, jobdir: str, exc: SQLAlchemyError) -> StoreWriteError:
+        """The store refused a write mid-run: the engine is stopped (a run nobody records
+        must not go on), the run marked interrupted if the store still takes that one
+        update (else the next `orch run` settles it), and one line says what to do."""
+        try:
+            self.client.kill(jobdir)
+        except TransportError:
+            pass
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
+        try:
+            self.store.update_run(run_id, status="interrupted", ended_at=now(),
+                                  cause=f"{STORE_STOP} ({reason})")
+        except SQLAlchemyError:
+            pass
+        return StoreWriteError(f"the store could not be written during run #{run_id} "
+                               f"({reason}); its engine was stopped. Free the space, then "
+                               f"`orch run {self.loaded.path} --resume` runs the cell again")
 
     def _stopped(self, run_id: int, jobdir: str, recorder: RunRecorder | None = None) -> None:
         """Ctrl-C or SIGTERM: stop the engine, keep what was streamed, mark the run
@@ -229,25 +359,53 @@ class DeviceRunner:
         recorder = RunRecorder(self.store, run_id, parser, stored_lines=stored_lines,
                                on_token=self.progress.token, on_sample=self.progress.sample)
         try:
-            self._stream_until_exit(recorder, jobdir)
+            watch = self._deadline_watch(run_id, jobdir)
+            watch.start()
+            try:
+                self._stream_until_exit(recorder, jobdir, watch)
+            finally:
+                watch.stop()
+            recorder.flush()
         except KeyboardInterrupt:
             self._stopped(run_id, jobdir, recorder)
             raise
-        recorder.flush()
+        except SQLAlchemyError as exc:
+            raise self._store_failed(run_id, jobdir, exc) from exc
         status, cause = classify(recorder, self.mem_total_kb)
         if status != STATUS_OK and recorder.exit is None and recorder.protocol_errors:
             cause = f"{cause}; {recorder.protocol_errors[0]}"
+        if watch.verdict is not None:   # orch gave up on the job (its X line, if any, is our kill's)
+            status, cause = watch.verdict
+        if watch.warning:
+            recorder.warnings.append(watch.warning)
         trace = trace_path(jobdir) if cell.route_trace else None
-        return self._finish(run_id, recorder, status, cause, trace, cell)
+        try:
+            return self._finish(run_id, recorder, status, cause, trace, cell)
+        except SQLAlchemyError as exc:
+            raise self._store_failed(run_id, jobdir, exc) from exc
 
-    def _stream_until_exit(self, recorder: RunRecorder, jobdir: str) -> None:
+    def _deadline_watch(self, run_id: int, jobdir: str) -> DeadlineWatch:
+        """orch's own deadline for the job (DeadlineWatch), counted from the run's start."""
+        matrix, elapsed = self.loaded.matrix, 0.0
+        row = self.store.run_row(run_id)
+        started = getattr(row, "started_at", None)
+        if started is not None:
+            try:
+                elapsed = max(0.0, (now() - started).total_seconds())
+            except (TypeError, AttributeError):   # naive against aware: count from now
+                elapsed = 0.0
+        return DeadlineWatch(self.client, jobdir, Outage(), float(matrix.timeout or 0),
+                             max(0.05, float(matrix.sample_interval)), elapsed)
+
+    def _stream_until_exit(self, recorder: RunRecorder, jobdir: str,
+                           watch: DeadlineWatch | None = None) -> None:
         """Follow the spool until the X line, through lost links: the link policy's retry
         loop (LinkPolicy.retrying, tenacity) reconnects and re-attaches from the last stored
         line. Effective bound: a run is given up once its device has been unreachable for
         link.grace_s (`--link-grace`), counted from the first failed attempt of an outage
         (noticing the loss takes the transport's dead-link time before that) until a line
         arrives again, plus the connect attempt under way at the end (its connect timeout)."""
-        outage = Outage()
+        outage = watch.outage if watch is not None else Outage()
         try:
             for attempt in self.link.retrying(outage=outage, sleep=self.sleep):
                 with attempt:
@@ -255,7 +413,7 @@ class DeviceRunner:
                         if outage.since is not None:  # a retry: start from a new connection
                             self.transport.close()
                             self.transport.connect()
-                        self._attach_until_exit(recorder, jobdir, outage)
+                        self._attach_until_exit(recorder, jobdir, outage, watch)
                     except TransportError as exc:
                         recorder.flush()
                         if outage.since is None:
@@ -267,11 +425,14 @@ class DeviceRunner:
         except TransportError as exc:
             recorder.warnings.append(f"device unreachable for {self.link.grace_s:g} s: {exc}")
 
-    def _attach_until_exit(self, recorder: RunRecorder, jobdir: str, outage: Outage) -> None:
+    def _attach_until_exit(self, recorder: RunRecorder, jobdir: str, outage: Outage,
+                           watch: DeadlineWatch | None = None) -> None:
         for _ in range(MAX_ATTACHES):
             skip = recorder.lines if recorder.lines >= recorder.stored_lines else 0
             for line in self.client.attach(jobdir, skip):
                 outage.end()  # the link works
+                if watch is not None:
+                    watch.line()
                 recorder.handle(line)
                 if recorder.ended:
                     return
@@ -281,9 +442,46 @@ class DeviceRunner:
             # (adb's v1 shell reports a dropped device as a normal end of output). An unclear
             # answer raises TransportError: the link policy retries, it is not an ending.
             state, _ = job_state(self.client, jobdir)
+            if state == "full":
+                recorder.spool_full = (  # type: ignore[attr-defined]
+                    f"the device's storage was full: the agent could not write the run's spool "
+                    f"({jobdir}); free space in the device's workdir, then --resume runs it again")
+                return
             if state not in ("running", "done"):
+                self._stop_leftovers(recorder, jobdir, state)
                 return
             outage.end()
+
+    def _stop_leftovers(self, recorder: RunRecorder, jobdir: str, state: str) -> None:
+        """The job ended without its X line (its supervisor died, or its directory went):
+        whatever of it still runs is stopped now and named in a warning, so that no process
+        of the run outlives it. A failure to ask is a warning too: the next busy check (and
+        `--resume`) sees what is left."""
+        try:
+            if state == "orphan":
+                killed = self.client.kill(jobdir)
+                why = "the agent's supervisor ended before the engine"
+            else:   # dead or absent: the tag still finds a lost job's processes
+                killed = self.client.reap(jobdir.rsplit("/", 1)[0])
+                why = f"the job was {state} on the device"
+        except TransportError as exc:
+            recorder.warnings.append(f"could not stop what was left of the job: {exc}")
+            return
+        if killed:
+            recorder.warnings.append(f"{why}; stopped what still ran: {killed}")
+
+    def _energy(self, run_id: int, samples: list[dict[str, Any]], tokens: int | None,
+                from_ms: int | None) -> dict[str, Any] | None:
+        """The run's energy over its decode phase (stats/energy.py), net of the device's idle
+        power when `orch calibrate` measured one."""
+        from orchestrator.stats import energy
+
+        row = self.store.run_row(run_id)
+        device = self.store.device_by_name(row.device) if row is not None else None
+        idle = ((device.idle_baseline or {}) if device is not None else {}).get("power_w")
+        return energy.summarise(samples, self.facts, tokens, from_ms,
+                                idle_w=float(idle) if isinstance(idle, (int, float)) else None,
+                                interval_s=self.loaded.matrix.sample_interval)
 
     def _finish(self, run_id: int, recorder: RunRecorder, status: str,
                 cause: str | None, trace: str | None = None,
@@ -297,12 +495,21 @@ class DeviceRunner:
                                                 required=status == STATUS_OK)
         # load and frequency while the engine ran: from every stored sample (a resumed run
         # replays its early lines without keeping them in the recorder)
-        validity = summarise(sample_dicts(self.store.frame("sample", [run_id])), self.facts)
+        samples = sample_dicts(self.store.frame("sample", [run_id]))
+        validity = summarise(samples, self.facts)
         if validity.samples:
             record.validity = validity.stored()
         warnings = recorder.warnings + recorder.parser.warnings() + run_messages(validity)
+        record.energy = self._energy(run_id, samples, record.tokens or recorder.token_seq,
+                                     recorder.decode_from_ms)
+        if record.energy:
+            warnings += [f"energy: {flag}" for flag in record.energy["flags"]]
+            if record.energy.get("not_measured"):
+                warnings.append(f"energy not measured: {record.energy['not_measured']}")
         if trace_warning:
             warnings.append(trace_warning)
+        # `orch show`'s figures: every token row is stored (flushed before _finish)
+        record.token_stats = Runs(self.store).token_figures(run_id)
         first = recorder.first_sample or {}
         temps = {k: v for k, v in first.items() if k.endswith(("_mC", "_dC"))}
         values: dict[str, Any] = {

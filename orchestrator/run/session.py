@@ -10,8 +10,8 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db.runs import Runs
 from orchestrator.db.session_lock import SessionBusy, session_lock
 from orchestrator.db.store import Store, now
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, StoreWriteError
 from orchestrator.plugins import PluginError, get_adapter
 from orchestrator.run import controller
 from orchestrator.run.cooldown import Reading, wait_for_condition
@@ -32,7 +32,12 @@ from orchestrator.run.prepare import PreparedDevice, prepare_device
 from orchestrator.run.progress import Board, Progress
 from orchestrator.run.quality import run_quality
 from orchestrator.run.runner import CellOutcome, DeviceRunner
-from orchestrator.transports.base import LinkPolicy, TransportError
+from orchestrator.transports.base import (
+    AccessDenied,
+    LinkPolicy,
+    Transport,
+    TransportError,
+)
 
 
 @dataclass
@@ -60,6 +65,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
     policy = DevicePolicy(link or LinkPolicy(), stop, force, sleep or time.sleep)
     transport = open_transport(inventory, device)
     transport.link = policy.link  # every reconnect of this session waits as long as --link-grace
+    seen = _seen_before(store, device)
     device_id = store.upsert_device(device, kind)
 
     session_id = None
@@ -79,7 +85,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
     if session_id is not None:   # --resume: before anything else, so two never interleave
         locks.enter_context(session_lock(store, session_id))
     try:
-        with locks, transport:
+        with locks, _connected(transport, seen, progress, policy.link):
             prepared = prepare_device(store, transport, adapter, loaded, device, kind,
                                       device_id, progress)
             previous = Runs(store).latest_per_cell(session_id) if session_id is not None else {}
@@ -94,6 +100,36 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
         if begun is not None:
             store.update_session(begun, ended_at=now())
         raise
+
+
+def _seen_before(store: Store, device: str) -> bool:
+    """The store holds facts of `device`: orch has reached it before (a known phone)."""
+    row = store.device_by_name(device)
+    return bool(row is not None and getattr(row, "facts", None))
+
+
+@contextmanager
+def _connected(transport: Transport, seen: bool, progress: Progress,
+               link: LinkPolicy) -> Iterator[Transport]:
+    """The transport connected for the session, closed at its end. A device orch has seen
+    before that is not there at the start (a phone being replugged, a host rebooting) is
+    waited for within --link-grace, with one line; a device never seen (a typo'd serial, a
+    wrong host) fails at once, and so does a refused login or host key (AccessDenied)."""
+    try:
+        transport.connect()
+    except AccessDenied:
+        raise
+    except TransportError as exc:
+        if not seen or link.grace_s <= 0:
+            raise
+        reason = str(exc).removeprefix(f"{transport.name}: ")
+        progress.note(f"waiting for {transport.name} (not connected; up to {link.grace_s:g} s, "
+                      f"--link-grace): {reason}")
+        transport.reconnect(link.grace_s)
+    try:
+        yield transport
+    finally:
+        transport.close()
 
 
 def _device_free(prepared: PreparedDevice, previous: dict[str, Any], session_id: int | None,
@@ -293,7 +329,7 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
                                        stop=stop, **options)  # type: ignore[arg-type]
         except KeyboardInterrupt as exc:
             results[name] = exc
-        except (ConfigError, TransportError, SessionBusy) as exc:
+        except (ConfigError, TransportError, SessionBusy, StoreWriteError) as exc:
             results[name] = exc
         except Exception as exc:  # noqa: BLE001 - a thread must hand every error back
             results[name] = RuntimeError(f"{type(exc).__name__}: {exc}")

@@ -19,6 +19,8 @@ class Exit:
     signal: int
     t_ms: int
     cause: str | None = None
+    # further key=value fields (cause=aborted: sensor, value_mC, above_mC)
+    fields: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -65,17 +67,20 @@ def parse_line(line: str) -> Event:
         if len(parts) < 3:
             raise GarbledExit(f"short X line: {line[:80]!r}")
         cause = None
+        more: dict[str, str] = {}
         for extra in parts[3:]:
             key, _, value = extra.partition("=")
             if key == "cause":
                 cause = value
+            elif key:
+                more[key] = value
         # rc, signal and t_ms must all be numbers: a garbled X line is an error, never
         # "rc 0" (which would make a run ok on no evidence)
         numbers = [_int(part) for part in parts[:3]]
         if None in numbers:
             raise GarbledExit(f"garbled X line: {line[:80]!r}")
         rc, signal, t_ms = numbers
-        return Event(tag, exit=Exit(rc, signal, t_ms, cause))  # type: ignore[arg-type]
+        return Event(tag, exit=Exit(rc, signal, t_ms, cause, more))  # type: ignore[arg-type]
     if tag == "H":
         fields = dict(p.partition("=")[::2] for p in rest.split("\t") if p)
         if fields.get("proto") != PROTO:

@@ -15,14 +15,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 from operator import attrgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from orchestrator.record import KIB_PER_GIB, PRESSURE_FIELDS, RunRecord, load_record
+from orchestrator.stats.energy import ENERGY_FIELDS, energy_note
 from orchestrator.stats.trim import drop_first, trimmed
 from orchestrator.stats.values import is_missing, plain
+
+if TYPE_CHECKING:   # imported where a frame is made: one run's figures (one_run_stats) need none
+    import pandas as pd
 
 QUANTILE_METHODS = ("linear", "lower")
 
@@ -34,6 +37,7 @@ STAT_COLUMNS: tuple[str, ...] = (
     "cache_resizes", "spec_read_mib", "spec_read_mib_per_token", "spec_experts", "spec_useful",
     "spec_useful_pct", "spec_recall_pct", "spec_auto_off",
     *PRESSURE_FIELDS,
+    *ENERGY_FIELDS, "energy_note",
 )
 
 
@@ -60,13 +64,16 @@ def _sorted_tps(codes: np.ndarray, n: np.ndarray, w: np.ndarray) -> tuple[np.nda
     return tps[order], starts
 
 
-def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
+def _token_stats(tokens: pd.DataFrame, q_method: str,
+                 totals: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per run_id: n, mean, min, max, median, p5, p95, stall mean, read bytes, last hit pct.
 
     Hand-vectorised on purpose: the same figures through pandas (`groupby().quantile(q,
     interpolation=...)`, min/max/size/sum/mean/last) took 45 ms against this code's 18 ms for
     1,000 runs x 256 tokens, which would put bench/analysis (goal <= 2x a bare groupby) at
     about 2.3x. tests/test_analysis_oracle.py checks these quantiles against pandas'."""
+    import pandas as pd
+
     if q_method not in QUANTILE_METHODS:
         raise ValueError(f"quantile_method must be one of {QUANTILE_METHODS}")
     codes, uniques = pd.factorize(tokens["run_id"], sort=False)
@@ -144,11 +151,20 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
     majflt = col("majflt")
     out["stall_ms_per_token"] = mean_sum(stall)[0] if stall is not None else nan
     out["_majflt"] = mean_sum(majflt)[0] if majflt is not None else nan
+    for name, key in (("stall_ms", "stall_ms_per_token"), ("majflt", "_majflt")):
+        if totals is not None and f"_{name}_sum" in totals:    # summed in SQL, in token order
+            s = totals[f"_{name}_sum"].reindex(out.index).to_numpy(dtype=float)
+            k = totals[f"_{name}_count"].reindex(out.index).to_numpy(dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                out[key] = np.where(k > 0, s / k, np.nan)
     out["_read_bytes"] = mean_sum(rb)[1] if rb is not None else nan
     if hit is not None and g:     # cumulative over the session: the run's last row is the total
         out["_last_hit"] = hit[np.cumsum(n) - 1]
     else:
         out["_last_hit"] = nan
+    for key in ("_read_bytes", "_last_hit"):     # the read model's SQL aggregates of them
+        if totals is not None and key in totals:
+            out[key] = totals[key].reindex(out.index).to_numpy(dtype=float)
     return out
 
 
@@ -235,8 +251,9 @@ _get_fields = attrgetter(*_FIELDS)
 
 
 def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None],
-             tok: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Vectorised over runs: the per-run columns that come from the records and pressure."""
+             tok: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Vectorised over runs: the per-run columns that come from the records and pressure.
+    tok: the token statistics' columns (a frame, or one_run_stats' arrays)."""
     table = np.array([_get_fields(r) for r in records], dtype=object).reshape(
         len(records), len(_FIELDS))
     field = {name: table[:, i] for i, name in enumerate(_FIELDS)}
@@ -244,11 +261,11 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
     def num(name: str) -> np.ndarray:
         return field[name].astype(float)        # None -> NaN
 
-    n = tok["_n_all"].to_numpy(dtype=float)    # the record's totals are over every token
+    n = np.asarray(tok["_n_all"], dtype=float)    # the record's totals are over every token
     n = np.where(n == 0, np.nan, n)
     hit = num("cache_hit_pct")
-    hit = np.where(np.isnan(hit), tok["_last_hit"].to_numpy(dtype=float), hit)
-    rb = tok["_read_bytes"].to_numpy(dtype=float)
+    hit = np.where(np.isnan(hit), np.asarray(tok["_last_hit"], dtype=float), hit)
+    rb = np.asarray(tok["_read_bytes"], dtype=float)
     read = num("read_mib")
     read = np.where(np.isnan(read), rb / 1048576, read)
     # streaming: what the record says, else whether the rows read anything; plain mmap runs
@@ -260,10 +277,10 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
     # a plain mmap run measures no flash reads and no stall (its columns are written as 0):
     # not measured, not zero
     mmap = streaming == False
-    stall = tok["stall_ms_per_token"].to_numpy(dtype=float)
+    stall = np.asarray(tok["stall_ms_per_token"], dtype=float)
     stall = np.where(np.isnan(stall), num("stall_s_per_token") * 1000.0, stall)
     majflt = num("majflt_per_token")
-    majflt = np.where(np.isnan(majflt), tok["_majflt"].to_numpy(dtype=float), majflt)
+    majflt = np.where(np.isnan(majflt), np.asarray(tok["_majflt"], dtype=float), majflt)
     experts, useful = num("spec_experts"), num("spec_useful")
     recall = num("spec_recall_pct")
     recall[recall < 0] = np.nan                      # -1.0: no spec gate
@@ -288,9 +305,13 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
             "spec_useful_pct": np.where(experts > 0, 100.0 * useful / experts, np.nan),
             "spec_recall_pct": recall, "spec_auto_off": auto_off.astype(object),
         }
-    P = pd.DataFrame.from_records([p or {} for p in pressures], columns=list(PRESSURE_FIELDS))
-    for key in PRESSURE_FIELDS:
-        out[key] = P[key].to_numpy(dtype=float, na_value=np.nan)
+    for key in PRESSURE_FIELDS:     # a key a run's pressure lacks, or None: NaN
+        out[key] = np.array([(p or {}).get(key) for p in pressures], dtype=object).astype(float)
+    # energy over the decode phase (stats/energy.py): None (not measured) stays NaN, never 0
+    energies = [r.energy or {} for r in records]
+    for key in ENERGY_FIELDS:
+        out[key] = np.array([e.get(key) for e in energies], dtype=object).astype(float)
+    out["energy_note"] = np.array([energy_note(e) for e in energies], dtype=object)
     return out
 
 
@@ -300,7 +321,7 @@ def runs_table(tokens: pd.DataFrame,
                records: Mapping[Any, RunRecord | Mapping[str, Any] | None] | None = None,
                pressure: Mapping[Any, Mapping[str, Any] | None] | None = None,
                quantile_method: str = "linear", trim: int = 0,
-               within_run: bool = False) -> pd.DataFrame:
+               within_run: bool = False, totals: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per-run stats (columns STAT_COLUMNS) for every run_id in tokens or records.
 
     tokens: one row per token with run_id, wall_ms and optionally stall_ms, read_bytes,
@@ -312,11 +333,16 @@ def runs_table(tokens: pd.DataFrame,
     run's tokens after its first `trim` (stats/trim.py); steady_from_token still counts every
     token. within_run: add stats/within_run.py's WITHIN_RUN_COLUMNS (a bootstrap per run, so
     only the read model asks for them) and claim no steady state for a run that had not
-    settled.
+    settled. totals: per run_id, `_read_bytes` (the sum of read_bytes) and `_last_hit` (the
+    last row's cache_hit_pct), `_stall_ms_sum`/`_stall_ms_count` and `_majflt_sum`/`_majflt_count`
+    when the caller aggregated them in SQL (db/runs.py stat_tokens): then tokens need not
+    carry those columns.
     """
+    import pandas as pd
+
     records = records or {}
     pressure = pressure or {}
-    tok = _token_stats(tokens, quantile_method)
+    tok = _token_stats(tokens, quantile_method, totals)
     tok["_n_all"] = tok["n"]
     if trim:
         tok = trimmed(tok, _token_stats(drop_first(tokens, trim), quantile_method), trim)
@@ -339,6 +365,48 @@ def runs_table(tokens: pd.DataFrame,
         return with_within_run(out[list(STAT_COLUMNS)], tokens, trim)
     return out[list(STAT_COLUMNS)]
 
+
+# ---- one run's figures, kept with the run (db/runs.py Runs.show_stats) -----------------------
+
+# what _token_stats gives a run (the internal sums and the last hit included): all runs_table
+# reads of its token rows at trim 0
+TOKEN_FIGURES = ("n", "mean", "min", "max", "median", "p5", "p95", "latency_p50_ms",
+                 "latency_p90_ms", "latency_p99_ms", "steady_from_token", "steady_mean",
+                 "stall_ms_per_token", "_majflt", "_read_bytes", "_last_hit")
+
+
+def token_figures(tokens: pd.DataFrame, totals: pd.DataFrame | None = None) -> dict[str, Any]:
+    """One run's token statistics (TOKEN_FIGURES, trim 0, linear quantiles) as plain JSON
+    values (None for NaN; floats round-trip JSON exactly): what runs_table computes of the
+    run's token rows. tokens and totals as db/runs.py stat_tokens gives them for that run."""
+    tok = _token_stats(tokens, "linear", totals)
+    if not len(tok):        # no token rows: runs_table's reindexed row (n 0, the rest NaN)
+        return {key: 0 if key == "n" else None for key in TOKEN_FIGURES}
+    return {key: int(tok["n"].iloc[0]) if key == "n" else plain(float(tok[key].iloc[0]))
+            for key in TOKEN_FIGURES}
+
+
+def one_run_stats(figures: Mapping[str, Any], record: RunRecord | Mapping[str, Any] | None,
+                  pressure: Mapping[str, Any] | None) -> dict[str, Any]:
+    """runs_table's row of one run at trim 0 with linear quantiles, as Runs.stats_dicts gives
+    it (plain values, None for missing), from the run's token_figures, its record and its
+    samples' pressure (None: the run has no samples), without pandas: the same numpy
+    operations on arrays of one, so every figure is the same to the bit
+    (tests/test_big_runs.py)."""
+    tok = {key: np.array([np.nan if figures.get(key) is None else figures[key]], dtype=float)
+           for key in TOKEN_FIGURES}
+    n = int(figures.get("n") or 0)
+    tok["_n_all"] = np.array([float(n)])
+    rec = _as_record(record)
+    if not pressure:
+        pressure = rec.pressure.__dict__ if rec.pressure else None
+    scal = _scalars([rec], [pressure], tok)
+    out: dict[str, Any] = {key: tok[key][0] for key in TOKEN_FIGURES}
+    out.update((key, value[0]) for key, value in scal.items())
+    out["n"] = n
+    if not n:   # engines without per-token rows: the engine's own tok/s
+        out["mean"] = scal["_decode_tps"][0]
+    return {key: plain(out[key]) for key in STAT_COLUMNS}
 
 
 def _as_record(value: RunRecord | Mapping[str, Any] | None) -> RunRecord:
@@ -371,6 +439,8 @@ def pressure_by_run(samples: pd.DataFrame) -> dict[int, dict[str, float | None]]
     VmHWM (the kernel's own high-water mark, which catches peaks between samples); VmRSS only
     when no HWM was readable. "start" is the first sample in time with a reading.
     """
+    import pandas as pd
+
     if samples is None or not len(samples):
         return {}
     s = samples.sort_values(["run_id", "t_ms"], kind="stable")

@@ -7,7 +7,10 @@ statistics can be asked for over the tokens after them. The engine's own summary
 """
 from __future__ import annotations
 
-import pandas as pd
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # the functions take frames; trim_words (the terminal's captions) needs none
+    import pandas as pd
 
 
 def check_trim(trim: int) -> int:

@@ -3,9 +3,8 @@ becomes a plain Python value for JSON, and the two marks the tables print."""
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
-
-import pandas as pd
 
 DAGGER = "†"   # a run that did not end ok: shown, and left out of every aggregate
 DASH = "—"     # not measured (never 0, never an empty cell)
@@ -18,7 +17,9 @@ def is_missing(value: Any) -> bool:
     try:
         return bool(value != value)  # NaN, NA and NaT are the values unequal to themselves
     except (TypeError, ValueError):  # pd.NA raises on bool(); arrays are not single values
-        return value is pd.NA
+        # pandas is not imported for this: a value can only be pd.NA once pandas is loaded
+        pd = sys.modules.get("pandas")
+        return pd is not None and value is pd.NA
 
 
 def plain(value: Any) -> Any:

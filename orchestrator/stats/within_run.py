@@ -22,16 +22,22 @@ compare` test configs on their runs' means (results/ab.py, results/comparison.py
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
+from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from orchestrator.stats.settle import settling
 
 RESAMPLES = 2000
 SEED = 20260721               # fixed: the same run gives the same interval every time
 CI_MIN_TOKENS = 10            # fewer: no interval (blocks of a few tokens of a few tokens)
 LEVEL = 0.95
+# A longer run is bootstrapped over the means of consecutive tokens, at most COARSE_POINTS of
+# them: the resamples' arrays grow with the tokens (2000 x tokens / block), so a 2M-token run
+# would need tens of GB. Blocks of that many tokens keep the autocorrelation a block
+# bootstrap resamples; shorter runs are bootstrapped token by token, as always.
+COARSE_ABOVE = 8192
+COARSE_POINTS = 2048
 
 WITHIN_RUN_COLUMNS: tuple[str, ...] = (
     "mean_ms", "median_ms", "cv_pct", "mean_ms_ci_low", "mean_ms_ci_high", "tps_ci_low",
@@ -81,6 +87,11 @@ def stationary_means(x: np.ndarray, block: float, reps: int = RESAMPLES,
     return sums / n
 
 
+NOT_COMPUTED = "not computed (not shown)"
+_NO_INTERVAL = {"mean_ms_ci_low": None, "mean_ms_ci_high": None, "tps_ci_low": None,
+                "tps_ci_high": None}
+
+
 def _interval(w: np.ndarray) -> dict[str, object]:
     """The 95% intervals of mean ms/token and of tok/s of one run's tokens."""
     none = {"mean_ms_ci_low": None, "mean_ms_ci_high": None, "tps_ci_low": None,
@@ -89,6 +100,12 @@ def _interval(w: np.ndarray) -> dict[str, object]:
         return {**none, "ci_method": f"no interval: {len(w)} token(s), under {CI_MIN_TOKENS}"}
     if w.sum() <= 0:
         return {**none, "ci_method": "no interval: no decode time"}
+    size, note = 1, ""
+    if len(w) > COARSE_ABOVE:      # means of `size` tokens; the last < size tokens left out
+        size = -(-len(w) // COARSE_POINTS)
+        groups = len(w) // size
+        w = w[:groups * size].reshape(groups, size).mean(axis=1)
+        note = f", over means of {size} consecutive tokens"
     b = block_length(w)
     means = stationary_means(w, b)
     tail = (1 - LEVEL) / 2 * 100
@@ -98,15 +115,19 @@ def _interval(w: np.ndarray) -> dict[str, object]:
     return {"mean_ms_ci_low": float(lo), "mean_ms_ci_high": float(hi),
             "tps_ci_low": float(tps_lo), "tps_ci_high": float(tps_hi),
             "ci_method": f"stationary block bootstrap, block {b:.0f} (Politis–White), "
-                         f"{RESAMPLES} resamples"}
+                         f"{RESAMPLES} resamples{note}"}
 
 
-def run_figures(wall_ms: np.ndarray, trim: int = 0, steady_from: float | None = None
-                ) -> dict[str, object]:
+def run_figures(wall_ms: np.ndarray, trim: int = 0, steady_from: float | None = None,
+                interval: bool = True) -> dict[str, object]:
     """The within-run figures of one run from its wall_ms in token order (all its tokens):
     first_token_ms and first5_mean_ms from the first tokens whatever the trim, the rest over
     the tokens after the first `trim`. `steady_from`: MSER-5's first steady token (1-based,
-    counted over all tokens; None/NaN when it found none), where the trend test starts."""
+    counted over all tokens; None/NaN when it found none), where the trend test starts.
+    interval=False: no bootstrap (the interval columns None, ci_method NOT_COMPUTED), for a
+    view that shows none of this run's intervals; every other figure is the same."""
+    from orchestrator.stats.settle import settling   # scipy: only where a run is tested
+
     w_all = np.asarray(wall_ms, dtype=float)
     w_all = w_all[~np.isnan(w_all)]
     w = w_all[trim:]
@@ -119,7 +140,7 @@ def run_figures(wall_ms: np.ndarray, trim: int = 0, steady_from: float | None = 
         "median_ms": float(np.median(pos)) if len(pos) else None,
         # sample stdev (n - 1) of ms/token over its mean
         "cv_pct": float(w.std(ddof=1) / mean * 100) if mean and n > 1 else None,
-        **_interval(w),
+        **(_interval(w) if interval else {**_NO_INTERVAL, "ci_method": NOT_COMPUTED}),
         "first_token_ms": float(w_all[0]) if len(w_all) else None,
         "first5_mean_ms": float(w_all[:5].mean()) if len(w_all) >= 5 else None,
     }
@@ -133,26 +154,31 @@ def run_figures(wall_ms: np.ndarray, trim: int = 0, steady_from: float | None = 
 
 
 def within_run_table(tokens: pd.DataFrame, trim: int = 0,
-                     steady_from: pd.Series | None = None) -> pd.DataFrame:
+                     steady_from: pd.Series | None = None,
+                     intervals: Collection[Any] | None = None) -> pd.DataFrame:
     """WITHIN_RUN_COLUMNS per run_id of `tokens` (run_id, wall_ms; each run's rows in token
     order, `seq` when present), for runs_table. `steady_from`: run_id -> MSER-5's first steady
-    token, counted over all tokens."""
+    token, counted over all tokens. `intervals`: the runs whose bootstrap intervals are
+    wanted (None: every run); the others get none (run_figures' interval=False)."""
     steady = steady_from.to_dict() if steady_from is not None else {}
     rows = {}
     for rid, group in tokens.groupby("run_id", sort=False):
         if "seq" in group and not group["seq"].is_monotonic_increasing:
             group = group.sort_values("seq", kind="stable")
         rows[rid] = run_figures(group["wall_ms"].to_numpy(dtype=float, na_value=np.nan), trim,
-                                steady.get(rid))
+                                steady.get(rid), interval=intervals is None or rid in intervals)
     frame = pd.DataFrame.from_dict(rows, orient="index", columns=list(WITHIN_RUN_COLUMNS))
     frame.index.name = "run_id"
     return frame
 
 
-def with_within_run(stats: pd.DataFrame, tokens: pd.DataFrame, trim: int = 0) -> pd.DataFrame:
+def with_within_run(stats: pd.DataFrame, tokens: pd.DataFrame, trim: int = 0,
+                    intervals: Collection[Any] | None = None) -> pd.DataFrame:
     """runs_table's frame with WITHIN_RUN_COLUMNS added, and no steady state claimed for a run
-    that had not settled (steady_mean and steady_from_token NaN, settle_note says why)."""
-    extra = within_run_table(tokens, trim, stats["steady_from_token"]).reindex(stats.index)
+    that had not settled (steady_mean and steady_from_token NaN, settle_note says why).
+    `intervals`: the runs to bootstrap (None: all; within_run_table)."""
+    extra = within_run_table(tokens, trim, stats["steady_from_token"],
+                             intervals).reindex(stats.index)
     out = stats.copy()
     unsettled = (extra["settled"] == False).to_numpy()      # an object column: None too
     out.loc[unsettled, ["steady_mean", "steady_from_token"]] = np.nan

@@ -133,8 +133,12 @@ class AdbTransport(PosixTransport):
             self._v2 = "shell_v2" in self._dev.get_features().split(",")
         except _NET as exc:
             raise self._error("features", exc) from None
-        result = self.run([self.shell, "-c", 'mkdir -p -- "$1" && cd -- "$1" && pwd', "sh",
-                             self.requested_workdir], self.timeout, cd=False)
+        # created and made absolute; exit 3: it exists but cannot be written (a read-only mount)
+        resolve = 'mkdir -p -- "$1" && cd -- "$1" && pwd && { [ -w . ] || exit 3; }'
+        result = self.run([self.shell, "-c", resolve, "sh", self.requested_workdir],
+                          self.timeout, cd=False)
+        if result.rc == 3 and (out := result.stdout.decode().split("\n")[0]):
+            raise TransportError(f"{self.name}: workdir {out} is not writable")
         if result.rc != 0 or not (out := result.stdout.decode().split("\n")[0]):
             raise TransportError(f"{self.name}: cannot create workdir {self.requested_workdir}: "
                                  f"{result.stderr.decode(errors='replace').strip()}")

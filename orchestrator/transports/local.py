@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Iterator, Literal
@@ -36,21 +37,37 @@ class LocalTransport(PosixTransport):
 
     def connect(self) -> None:
         self.workdir = str(Path(os.path.expanduser(self.workdir)).resolve())
-        Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TransportError(f"{self.name}: cannot create workdir {self.workdir}: "
+                                 f"{exc.strerror or exc}") from None
+        if not os.access(self.workdir, os.W_OK):   # a read-only mount says so for root too
+            raise TransportError(f"{self.name}: workdir {self.workdir} is not writable")
 
     def _env(self) -> dict[str, str]:
         return {**os.environ, **self.env}
 
     def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
+        """Run argv to its end. In a session of its own: a timeout, Ctrl-C or SIGTERM kills
+        its whole process group, not only the shell (whose `sha256sum` of a huge or endless
+        file would read on); what a command detaches on purpose (`setsid`) is not touched."""
         try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=timeout, env=self._env())
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=self._env(),
+                                    start_new_session=True)
         except FileNotFoundError as exc:
             raise TransportError(f"{self.name}: cannot run {argv[0]!r}: {exc.strerror}") from None
+        try:
+            out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _kill_group(proc)
             raise CommandTimedOut(f"{self.name}: {argv[0]} did not finish within {timeout:g} s") \
                 from None
-        return CommandResult(done.returncode, done.stdout, done.stderr)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        return CommandResult(proc.returncode, out, err)
 
     def stream(self, argv: list[str]) -> Iterator[bytes]:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -103,3 +120,12 @@ class LocalTransport(PosixTransport):
             raise RemoteFileNotFound(f"{self.name}: reading {remote}: no such file") from None
         except OSError as exc:
             raise TransportError(f"{self.name}: cannot read {remote}: {exc.strerror}") from None
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group `proc` leads, then reap it (its pipes closed)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.communicate()

@@ -67,9 +67,13 @@ _paramiko_log.propagate = False
 Progress = Callable[[int, int], None]
 _NET = (paramiko.SSHException, OSError, EOFError)
 
-# $1 resolved against $HOME, created; prints $HOME and the absolute path.
+# $1 resolved against $HOME, created; prints $HOME and the absolute path. One that exists but
+# cannot be written (a read-only mount, another user's folder) prints `unwritable` and its
+# path and exits 3, before a push into it fails with a misleading "no such file".
 _RESOLVE = ('d=$1; case $d in "~") d=$HOME;; "~/"*) d=$HOME/${d#"~/"};; /*) ;; *) d=$HOME/$d;; '
-            'esac; mkdir -p -- "$d" && cd -- "$d" && printf "%s\\n%s\\n" "$HOME" "$(pwd)"')
+            'esac; mkdir -p -- "$d" && cd -- "$d" || exit 1; '
+            '[ -w . ] || { printf "unwritable\\n%s\\n" "$(pwd)"; exit 3; }; '
+            'printf "%s\\n%s\\n" "$HOME" "$(pwd)"')
 
 
 class SshEntry(DeviceEntry):
@@ -155,6 +159,10 @@ class SshTransport(SshFiles, PosixTransport):
         conn.transport.set_keepalive(max(1, round(self.keepalive)))
         result = self._run([self.shell, "-c", _RESOLVE, "sh", self.requested_workdir],
                            self.connect_timeout + 30, conn=conn)
+        if result.rc == 3 and result.stdout.startswith(b"unwritable\n"):
+            self._drop()
+            where = result.stdout.decode(errors="replace").split("\n")[1] or self.requested_workdir
+            raise TransportError(f"{self.name}: workdir {where} is not writable")
         if result.rc != 0 or result.stdout.count(b"\n") < 2:
             self._drop()
             raise TransportError(f"{self.name}: cannot create workdir {self.requested_workdir}: "

@@ -1,0 +1,1 @@
+"""An engine that does nothing (bench/engine_overhead: the agent's per-cell CPU)."""
