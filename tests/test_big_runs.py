@@ -229,22 +229,37 @@ def _csv(folder: Path, rows: int) -> np.ndarray:
     return walls
 
 
+# Runs argv[1:] and prints its peak RSS (KiB) on stderr's last line. A child forked from
+# pytest starts with pytest's own high-water mark (Linux copies it at fork and keeps it across
+# exec), which after a few hundred tests is bigger than what is measured; a child of this
+# small process starts from this process's.
+_PEAK = ("import os, subprocess, sys\n"
+         "p = subprocess.Popen(sys.argv[1:])\n"
+         "_, status, usage = os.wait4(p.pid, 0)\n"
+         "print(usage.ru_maxrss, file=sys.stderr)\n"
+         "sys.exit(os.waitstatus_to_exitcode(status))\n")
+
+
 class _Measured(subprocess.Popen):
-    """Popen that keeps wait4's ru_maxrss of its own process (not the largest child's)."""
+    """Popen of argv under _PEAK: rusage_mib is the peak RSS of argv's process alone."""
 
     rusage_mib = float("nan")
 
-    def _try_wait(self, wait_flags):
-        pid, status, usage = os.wait4(self.pid, wait_flags)
-        if pid:
-            self.rusage_mib = usage.ru_maxrss / 1024
-        return pid, status
+    def __init__(self, argv: list[str], **kwargs) -> None:
+        super().__init__([sys.executable, "-c", _PEAK, *argv], stderr=subprocess.PIPE,
+                         **kwargs)
+
+    def communicate(self, *args, **kwargs):
+        out, err = super().communicate(*args, **kwargs)
+        text = err.decode() if isinstance(err, bytes) else err
+        self.rusage_mib = int(text.strip().splitlines()[-1]) / 1024
+        return out, text
 
 
 def _orch(*argv: str) -> tuple[str, float]:
     """(stdout, peak RSS MiB of that process alone) of one orch command."""
     proc = _Measured([sys.executable, "-m", "orchestrator.entry", *argv],
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     stdout=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     return out, proc.rusage_mib

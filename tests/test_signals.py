@@ -35,10 +35,18 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "ORCH_DB"}
 
 
+def _default_hangup() -> None:
+    # orch as a terminal starts it: SIGHUP at its default, even when the test suite itself
+    # runs under `nohup` (which would hand the ignored SIGHUP down to orch, and orch keeps
+    # an ignored SIGHUP ignored on purpose: test_an_ignored_sighup_stays_ignored)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _start(cwd: Path, *args: str) -> subprocess.Popen:
     return subprocess.Popen([str(ORCH), *args], cwd=cwd, env=_env(), text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=_default_hangup)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
