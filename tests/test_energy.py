@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -362,9 +363,15 @@ class RaplCounter(threading.Thread):
         os.replace(tmp, self.domain / "energy_uj")
 
     def run(self) -> None:
-        while not self.stop_.wait(0.01):     # the counter's own pace (step: changeable)
-            self.total += self.step
-            self.value = (self.value + self.step) % self.max_uj
+        # +step_uj per 10 ms of elapsed time, not per loop: a thread that a busy machine
+        # holds back still writes the energy of the time that passed (step: changeable)
+        last = time.monotonic()
+        while not self.stop_.wait(0.01):
+            now = time.monotonic()
+            add = round(self.step * (now - last) / 0.01)
+            last = now
+            self.total += add
+            self.value = (self.value + add) % self.max_uj
             self.cumulative[self.value] = self.total
             self._write()
 

@@ -119,6 +119,18 @@ def test_html_tables_scroll_sideways(db: str, tmp_path: Path) -> None:
     assert re.search(r"\.table-scroll \{[^}]*overflow-x: auto", page)
 
 
+def test_an_html_out_file_gets_an_html_page(db: str, tmp_path: Path) -> None:
+    """`-o r.html` without --format writes the HTML page (not markdown in an .html file);
+    any other name, markdown; --format still decides when given."""
+    orch_ok("report", "1", "--db", db, "--no-plots", "-o", str(tmp_path / "r.html"))
+    assert (tmp_path / "r.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    orch_ok("report", "1", "--db", db, "--no-plots", "-o", str(tmp_path / "r.md"))
+    assert (tmp_path / "r.md").read_text(encoding="utf-8").startswith("# ")
+    orch_ok("report", "1", "--db", db, "--no-plots", "--format", "md",
+            "-o", str(tmp_path / "plain.html"))
+    assert (tmp_path / "plain.html").read_text(encoding="utf-8").startswith("# ")
+
+
 # ---- caveats in the document ---------------------------------------------------------------
 
 def test_overlap_rows_carry_the_note(reports: dict[str, str]) -> None:

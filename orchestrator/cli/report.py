@@ -18,8 +18,9 @@ from orchestrator.cli.options import console, db_option, friendly, trim_option
 @click.option("--out", "-o", type=click.Path(dir_okay=False),
               help="Write the document here; figures go to <name>_files/ beside it "
                    "(default: print to stdout, no figures).")
-@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md",
-              show_default=True, help="Markdown, or the same document as a standalone HTML page.")
+@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default=None,
+              help="Markdown, or the same document as a standalone HTML page (default: html "
+                   "for an -o file ending .html or .htm, else md).")
 @click.option("--template", "-t", type=click.Path(exists=True),
               help="A template file (the main document) or a directory whose templates "
                    "replace the built-in ones of the same name (report.md.j2, header.md.j2, "
@@ -46,7 +47,7 @@ from orchestrator.cli.options import console, db_option, friendly, trim_option
 @db_option
 @friendly
 def report(session: str | None, matrix: str | None, devices: tuple[str, ...], out: str | None,
-           fmt: str, template: str | None, baselines: tuple[str, ...], no_plots: bool,
+           fmt: str | None, template: str | None, baselines: tuple[str, ...], no_plots: bool,
            quantile: str, with_comparison: bool, sessions: tuple[str, ...],
            columns: str | None, provenance: str, trim: int | None, db: str | None) -> None:
     """Render a benchmark document of a session (id or name; default: the newest) or of the
@@ -61,6 +62,8 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
 
     if out:
         check_out_file(Path(out))   # before rendering: no <name>_files/ left by a refusal
+    if fmt is None:    # `-o report.html` means an HTML page, not markdown in an .html file
+        fmt = "html" if out and Path(out).suffix.lower() in (".html", ".htm") else "md"
     store = Store.open(db, create=False)
     options = {"out": Path(out) if out else None, "fmt": fmt, "template": template,
                "plots": not no_plots, "quantile": quantile,
