@@ -112,11 +112,11 @@ class Stopper(threading.Thread):
 def _run_with_stopped_supervisor(workspace: Path, monkeypatch, timeout: str,
                                  stall_min_s: float | None = None,
                                  device: tuple[str, Path] | None = None):
-    from orchestrator.run import runner
+    from orchestrator.run import deadline
 
-    monkeypatch.setattr(runner, "DEADLINE_SLACK_S", 1.0)   # 30 s in earnest
+    monkeypatch.setattr(deadline, "DEADLINE_SLACK_S", 1.0)   # 30 s in earnest
     if stall_min_s is not None:
-        monkeypatch.setattr(runner, "STALL_MIN_S", stall_min_s)   # 60 s in earnest
+        monkeypatch.setattr(deadline, "STALL_MIN_S", stall_min_s)   # 60 s in earnest
     (workspace / "m.yaml").write_text(textwrap.dedent(MATRIX).replace("TIMEOUT", timeout))
     name, runs_dir = device or ("local", _runs_dir(workspace))
     stopper = Stopper(runs_dir)
@@ -176,10 +176,10 @@ def test_without_a_timeout_a_silent_stopped_supervisor_is_given_up(nothing_left,
 def test_a_slow_engine_with_a_live_supervisor_is_left_to_the_agent(nothing_left, monkeypatch):
     """No stop: the agent's own timeout ends the cell (`timeout`, its X line's cause), and
     orch's deadline never fires (its grace is past the agent's KILL)."""
-    from orchestrator.run import runner
+    from orchestrator.run import deadline
 
-    monkeypatch.setattr(runner, "DEADLINE_SLACK_S", 1.0)
-    monkeypatch.setattr(runner, "STALL_MIN_S", 1.0)
+    monkeypatch.setattr(deadline, "DEADLINE_SLACK_S", 1.0)
+    monkeypatch.setattr(deadline, "STALL_MIN_S", 1.0)
     (nothing_left / "m.yaml").write_text(textwrap.dedent(MATRIX).replace("TIMEOUT", "1s"))
     code, output = orch("run", "m.yaml", "--device", "local")
     assert code == 1, output
@@ -212,9 +212,9 @@ quality:
 def test_a_quality_probe_with_a_stopped_supervisor_hits_the_deadline(nothing_left, monkeypatch):
     """The quality probes are followed apart from the speed cells: the same deadline holds
     there (the probe is `timeout` with the cause, its engine and supervisor are gone)."""
-    from orchestrator.run import runner
+    from orchestrator.run import deadline
 
-    monkeypatch.setattr(runner, "DEADLINE_SLACK_S", 1.0)
+    monkeypatch.setattr(deadline, "DEADLINE_SLACK_S", 1.0)
     workspace = nothing_left
     (workspace / "m.yaml").write_text(QUALITY_MATRIX)
     (workspace / "probes.jsonl").write_text('{"id": "q1", "prompt": "Q1: x", "expected": "1"}\n')

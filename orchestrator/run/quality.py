@@ -22,8 +22,9 @@ from orchestrator.db.quality import answered_ok, start_probe, update_probe
 from orchestrator.db.store import now
 from orchestrator.engines import CellSpec
 from orchestrator.run.agent_client import Job
+from orchestrator.run.deadline import DeadlineWatch
 from orchestrator.run.progress import Progress
-from orchestrator.run.runner import STATUS_OK, DeadlineWatch, DeviceRunner, classify
+from orchestrator.run.runner import STATUS_OK, DeviceRunner, classify
 from orchestrator.run.stream import Exit, ProtocolError, parse_line
 from orchestrator.transports.base import Outage, TransportError
 

@@ -84,19 +84,7 @@ class RunRecorder:
                 and self.lines >= self.stored_lines:
             # the hot path, one per token: what the general path below does for a C line
             # that is not replayed, without its tag dispatch and per-row list
-            self.lines += 1
-            row = self._feed_row(line[2:])
-            if row is not None:
-                if self.decode_from_ms is None:   # the first token: the decode phase begins
-                    self.decode_from_ms = self.last_sample_t_ms or 0
-                self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
-                self.token_seq += 1
-                if self._on_token is not None:
-                    self._on_token(row, self.token_seq)
-            if not self.lines & 63 and (
-                    len(self._tokens) + len(self._samples) >= self._flush_rows
-                    or time.monotonic() - self._last_flush >= self._flush_seconds):
-                self.flush()
+            self.handle_csv(line[2:])
             return
         replay = self.lines < self.stored_lines
         self.lines += 1
