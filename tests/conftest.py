@@ -9,6 +9,26 @@ from pathlib import Path
 
 import pytest
 
+
+def _own_cache_home() -> None:
+    """The built-in `local` device's workdir is $XDG_CACHE_HOME/orch/devices/local: each test
+    process (each pytest-xdist worker) gets a cache home of its own, so two workers' runs on
+    `local` never meet (a device whose job is still busy refuses the next `start`), and no test
+    writes into the user's cache. orch's build caches (llama.cpp, probes) stay where they are,
+    pinned by their own variables before XDG_CACHE_HOME moves."""
+    import atexit
+    import tempfile
+
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    os.environ.setdefault("ORCH_LLAMA_CACHE", os.path.join(base, "orch", "llama.cpp"))
+    os.environ.setdefault("ORCH_PROBE_CACHE", os.path.join(base, "orch", "probes"))
+    home = tempfile.mkdtemp(prefix="orch-test-cache-")
+    os.environ["XDG_CACHE_HOME"] = home
+    atexit.register(shutil.rmtree, home, True)
+
+
+_own_cache_home()    # before anything imports orchestrator
+
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"

@@ -18,7 +18,9 @@ from sqlalchemy import text
 
 from orchestrator.db.store import Store
 
-pytestmark = pytest.mark.slow
+# One xdist worker runs this file's tests one after the other (scripts/test: --dist
+# loadgroup): they find a test's Celery consumers in /proc by worker name.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("lab")]
 _names = itertools.count()
 
 

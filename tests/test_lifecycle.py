@@ -243,11 +243,19 @@ SLOW = """\
     """
 
 
+def _default_signals() -> None:
+    # orch as a terminal starts it: a suite started in the background (`cmd &` in a script)
+    # hands its children an ignored SIGINT, and `nohup` an ignored SIGHUP, which orch keeps
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def _orch(workspace: Path, *args: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "ORCH_DB"}
     return subprocess.Popen([str(ORCH), *args], cwd=workspace, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=_default_signals)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str]:

@@ -1,10 +1,11 @@
 """Start-up stays lazy: the short commands import what they use, and nothing heavy.
 
-`orch --help`, `orch runs`, `orch show N`, `orch devices` (without --probe) and `orch lab
-status` are run as the console script runs them (orchestrator.entry:main) in a subprocess on a
-small store; the modules loaded by the end are checked, not the time (bench/startup measures
-that). The lazy command table (orchestrator/cli/__init__.py COMMANDS) must name every command
-with its own help. And the benches need no test runner: no bench imports pytest or a test
+`orch --help`, `orch runs`, `orch show N` (of a run that keeps its token figures: no numpy
+nor pydantic either), `orch devices` (without --probe) and `orch lab status` are run as the
+console script runs them (orchestrator.entry:main) in a subprocess on a small store; the
+modules loaded by the end are checked, not the time (bench/startup measures that). The lazy
+command table (orchestrator/cli/__init__.py COMMANDS) must name every command with its own
+help. And the benches need no test runner: no bench imports pytest or a test
 module that does (bench/run must work after the plain install).
 """
 from __future__ import annotations
@@ -86,6 +87,22 @@ def test_runs_imports_no_pandas_nor_numpy(db, tmp_path) -> None:
 def test_show_imports_no_pandas(db, tmp_path) -> None:
     """The figures an import keeps with each run (Runs.show_stats): no token frame."""
     assert offending(imported(db, tmp_path, "show", "1"), ("pandas",)) == []
+
+
+# what `orch show` of a run with kept figures does without (stats/run_figures.py): numpy's
+# vectorised statistics and pydantic's record models
+SHOW_LIGHT = ("pandas", "numpy", "scipy", "pydantic", "pydantic_core", "orchestrator.record",
+              "orchestrator.stats.statistics", "orchestrator.ingest")
+
+
+@pytest.mark.parametrize("run", ["1", "8"])
+def test_show_of_kept_figures_imports_no_numpy_nor_pydantic(run, db, tmp_path) -> None:
+    """Run 1 is the study's longest, 8 another config; both keep their token figures."""
+    from orchestrator.db.store import Store
+
+    row = Store.open(db, create=False).run_row(int(run))
+    assert row.summary["schema_version"] == 2 and row.summary["token_stats"]["n"] > 1000
+    assert offending(imported(db, tmp_path, "show", run), SHOW_LIGHT) == []
 
 
 def test_listing_figures_are_the_statistics_figures(db, tmp_path) -> None:

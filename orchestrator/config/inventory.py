@@ -122,7 +122,7 @@ class Inventory:
         entry = self.get(name)
         if entry.workdir:
             return entry.workdir
-        return device_kind(entry.kind).default_workdir.format(name=name)
+        return device_kind(entry.kind).workdir_for(name)
 
 
 def inventory_search_path(explicit: str | None) -> list[Path]:

@@ -123,6 +123,16 @@ class RunRow:
 
         return load_record(self.summary)
 
+    @cached_property
+    def record_fields(self) -> dict[str, Any]:
+        """`.record`'s fields as plain values (nested models as dicts), for `orch show`: read
+        without pydantic from a summary of the current format (stats/run_figures.py
+        read_fields, ~100 ms of a fresh process's imports), else from `.record`."""
+        from orchestrator.stats.run_figures import fields_of, read_fields
+
+        fields = read_fields(self.summary)
+        return fields if fields is not None else fields_of(self.record)
+
     @property
     def imported(self) -> bool:
         """Read from a study's files by `orch import`, not run by orch."""
@@ -417,7 +427,7 @@ class Runs:
         The same reductions on the same values (max, min, the first reading in time order,
         ties in seq order as the stable sort keeps them, a missing t_ms last), then the same
         one division, so the figures are pressure_by_run's to the bit."""
-        from orchestrator.record import KIB_PER_GIB
+        from orchestrator.stats.run_figures import KIB_PER_GIB   # record.py's, sans pydantic
 
         s = schema.sample
         rows = self.store.fetch(select(s.c.t_ms, s.c.hwm_kb, s.c.rss_kb, s.c.mem_avail_kb,
@@ -455,12 +465,13 @@ class Runs:
         re-import or `--resume` writes a new run; deleting a run deletes its rows). Rows added
         or removed afterwards anyway (a recorder that resumed, a store edited by hand) change
         the count, which is checked on every show, and the figures are then computed again."""
-        figures = row.record.token_stats
+        figures = row.record_fields["token_stats"]
         if not figures or figures.get("n") != self.token_count(row.id):
             return self.stats_dicts([row])[row.id]
-        from orchestrator.stats.statistics import one_run_stats
+        # neither numpy nor pydantic: `orch show` is a fresh process (stats/run_figures.py)
+        from orchestrator.stats.run_figures import one_run_stats
 
-        return one_run_stats(figures, row.record, self.pressure_of(row.id))
+        return one_run_stats(figures, row.record_fields, self.pressure_of(row.id))
 
 
 # ---- the token columns the statistics read ----------------------------------------------

@@ -31,6 +31,8 @@ class BmoeRunParser(RunParser):
         self._warnings: list[str] = []
         # feed("C", text) for the recorder's hot path: the row itself (or None), not a list
         self.feed_row = self.csv.feed
+        # ... and as the tuple of the row's fields, for a recorder that only stores it
+        self.feed_values = self.csv.feed_values
 
     def feed(self, tag: str, text: str) -> list[TokenRow]:
         if tag == "C":

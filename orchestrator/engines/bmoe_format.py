@@ -6,7 +6,9 @@ its token rows).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
+from operator import attrgetter
 from typing import Any
 
 from orchestrator.engines.base import TOKEN_COLUMNS, TokenRow
@@ -76,6 +78,16 @@ def parse_kv_tokens(text: str) -> dict[str, Any]:
     return out
 
 
+# where feed_values' tuple has these fields (TokenRow's field order)
+_FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
+_EXTRA, _HIT = _FIELDS.index("extra"), _FIELDS.index("cache_hit_pct")
+_row_values = attrgetter(*_FIELDS)
+
+
+def _values(row: TokenRow | None) -> tuple[Any, ...] | None:
+    return None if row is None else _row_values(row)
+
+
 class BmoeCsvParser:
     """Incremental parser of a bmoe per-token CSV, fed one line at a time (live tailing)."""
 
@@ -110,6 +122,14 @@ class BmoeCsvParser:
             self.errors.append(f"line {self._lineno}: {msg}")
 
     def feed(self, line: str) -> TokenRow | None:
+        """The line's token row, or None (not a data row, or a row dropped with an error)."""
+        values = self.feed_values(line)
+        return None if values is None else TokenRow(*values)
+
+    def feed_values(self, line: str) -> tuple[Any, ...] | None:
+        """feed's row as the tuple of its fields in TokenRow's order (db/writes.py TOKEN_KEYS
+        after run_id and seq), or None: the recorder's hot path stores the tuple as it is,
+        without a TokenRow to build and take apart again (2 us of the ~25 us a row costs)."""
         self._lineno += 1
         # Fast path, one per token: a data row under a known header. Anything unusual (a
         # comment, a header, a BOM, a bad field) takes the careful path below.
@@ -119,10 +139,10 @@ class BmoeCsvParser:
                 if self._built_for is not self.columns:
                     self._builder()
                 try:
-                    row = self._build_full(fields)
+                    values = self._build_full(fields)
                 except ValueError:
-                    row = None
-                if row is not None:
+                    values = None
+                if values is not None:
                     if self.steps_target is None and self._steps_index is not None:
                         self.steps_target = _extra_number(fields[self._steps_index])
                     # _SIGNED's characters, as `in` tests (each a C memchr: cheaper than the
@@ -130,19 +150,19 @@ class BmoeCsvParser:
                     signed = ("-" in line or "e" in line or "E" in line or "n" in line
                               or "N" in line or "i" in line or "I" in line
                               or max(map(len, fields)) > _SHORT)
-                    if not signed and row.extra is None and self._turn is None:
+                    if not signed and values[_EXTRA] is None and self._turn is None:
                         # what _checked and row_problem find for such a row, inline: no value
                         # can be negative or non-finite, so only a cache hit over 100 and the
                         # step's range and order are left; a row with a problem takes
                         # _checked, which names it
-                        step, hit, last = row.step, row.cache_hit_pct, self._last_step
+                        step, hit, last = values[0], values[_HIT], self._last_step
                         if 1 <= step <= STEP_MAX and (last is None or step > last) \
                                 and (hit is None or hit <= 100.0):
                             self._last_step = step
                             self.n_rows += 1
-                            return row
-                    return self._checked(row, signed)
-        return self._feed_careful(line)
+                            return values
+                    return _values(self._checked(TokenRow(*values), signed))
+        return _values(self._feed_careful(line))
 
     def _feed_careful(self, line: str) -> TokenRow | None:
         if len(line) > MAX_LINE:
@@ -211,11 +231,15 @@ class BmoeCsvParser:
             if extras:
                 parts.append("{" + ", ".join(f"{n!r}: _x(f[{idx[n]}])" for n in extras) + "}")
                 fast.append(parts[-1])
+            else:
+                parts.append("None")
+                fast.append("None")
             names = {"TokenRow": TokenRow, "_x": _extra_number}
             self._build = eval(f"lambda f: TokenRow({', '.join(parts)})", names)
-            # the fast path's: no empty field (float('') raises, and the row takes the
-            # careful path, which builds it with self._build)
-            self._build_full = eval(f"lambda f: TokenRow({', '.join(fast)})", names)
+            # the fast path's, as a tuple of TokenRow's fields (feed_values): no empty field
+            # (float('') raises, and the row takes the careful path, which builds it with
+            # self._build)
+            self._build_full = eval(f"lambda f: ({', '.join(fast)})", names)
             self._steps_index = idx.get("steps")
         return self._build
 

@@ -364,11 +364,19 @@ def _finish(store: Store, report: ImportReport, sid: int, new: bool, replaced: l
                          **({"device_facts": facts} if facts else {}), ended_at=now())
 
 
+_DIGEST_PIECE = 1 << 20      # characters of a CSV encoded at a time for its digest
+
+
 def _digest(plan: Planned) -> str:
     """What the run was imported from: its files' bytes, its stdout section, its entry state
     (a driver log or .state file added later changes the run)."""
     sha = hashlib.sha256()
-    sha.update((plan.csv_text or "").encode() + b"\0")
+    # the text's UTF-8 bytes and a NUL, piece by piece (a cut between two characters encodes
+    # to the same bytes): no 100 MB copy of a big CSV's bytes, then another with the NUL
+    text = plan.csv_text or ""
+    for at in range(0, len(text), _DIGEST_PIECE):
+        sha.update(text[at:at + _DIGEST_PIECE].encode())
+    sha.update(b"\0")
     for path, body in plan.sidecars:
         sha.update(path.name.encode() + b"\0" + body.encode() + b"\0")
     sha.update("\n".join(plan.stdout).encode() + b"\0")

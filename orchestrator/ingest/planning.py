@@ -15,6 +15,7 @@ from orchestrator.engines.bmoe_format import BOM, parse_kv_tokens, parse_metrics
 from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
 from orchestrator.ingest import sections as import_sections
 from orchestrator.ingest.checks import csv_reason, read_regular, text_reason
+from orchestrator.ingest.lines import lines
 from orchestrator.ingest.scan import RunFiles, Scan
 from orchestrator.ingest.state import driver_log_entries, parse_state
 from orchestrator.ingest.write import Planned
@@ -90,7 +91,7 @@ def _plan_run(files: RunFiles, skip: Skip, refused: Mapping[Path, str]) -> Plann
 def _preamble(text: str) -> dict[str, Any]:
     """The CSV preamble's settings (`# model=... arch=...` lines before the header)."""
     settings: dict[str, Any] = {}
-    for line in text.splitlines():
+    for line in lines(text):       # lazily: the header comes first, not after 2M split lines
         if line.startswith("step,"):
             break
         body = line.lstrip("#").strip()

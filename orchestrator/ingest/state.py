@@ -19,9 +19,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from orchestrator.db.runs import RunRow
 from orchestrator.engines.bmoe_format import BOM
-from orchestrator.record import EntryState
 
 _SECTION = re.compile(r"^=+ (\S.*?) =+$")
 _ENTRY_ITEM = re.compile(r"(\w+)=(-?\d+)\s*(dC|kB|s)?")
@@ -126,55 +124,3 @@ def _is_number(value: Any) -> bool:
 
 def _first(*values: Any) -> Any:
     return next((v for v in values if _is_number(v)), None)
-
-
-def start_facts(row: RunRow, entry: EntryState | None) -> list[str]:
-    """What `orch show` prints about a run's start: temperatures, free RAM, cooldown, and an
-    imported run's driver entry state and `.state` BEFORE/AFTER blocks (the record's
-    entry_state). Empty when the run has none of them."""
-    out = []
-    temps = row.temp_start or {}
-    bits = [f"{k} {v}" for k, v in sorted(temps.items())]
-    if row.mem_avail_start_kb is not None:
-        bits.append(f"MemAvailable {row.mem_avail_start_kb} kB")
-    if row.cooldown_s is not None:
-        bits.append(f"cooldown waited {row.cooldown_s:g} s")
-    if bits:
-        out.append("start: " + ", ".join(bits))
-    driver = (entry.driver if entry else None) or {}
-    for when, values in (("entry", driver), ("exit", driver.get("exit") or {})):
-        line = _state_line(values)
-        if line:
-            out.append(f"driver {when} ({driver.get('log')}): {line}")
-    state = (entry.state if entry else None) or {}
-    for when in ("before", "after"):
-        block = state.get(when)
-        if block:
-            out.append(f"{when} ({state.get('file')}): " + _block_line(block))
-    return out
-
-
-# (key, label, unit, divisor) of a driver log's ENTRY/EXIT state line
-_STATE_SHOWN = (("cpu_khz", "CPU", "kHz", 1), ("cpu_temp_mC", "CPU", "°C", 1000),
-                ("batt_temp_dC", "battery", "°C", 10), ("batt_level_pct", "battery level", "%", 1),
-                ("mem_avail_kb", "MemAvailable", "kB", 1), ("waited_s", "waited", "s", 1))
-
-
-def _state_line(values: dict[str, Any]) -> str:
-    """A driver log's entry or exit state as `orch show` prints it ("" when it has none)."""
-    bits = []
-    for key, label, unit, divisor in _STATE_SHOWN:
-        value = values.get(key)
-        if _is_number(value):
-            shown = f"{value / divisor:g}" if divisor != 1 else str(value)
-            bits.append(f"{label} {shown} {unit}".replace(" %", "%"))
-    return ", ".join(bits)
-
-
-def _block_line(block: dict[str, Any]) -> str:
-    caps = ", ".join(f"{p} cap {v.get('scaling_max')}/{v.get('hw_max')} kHz cur {v.get('cur')}"
-                     for p, v in sorted(block.get("policies", {}).items()))
-    parts = [f"thermal status {block.get('thermal_status')}",
-             f"MemAvailable {block.get('mem_avail_kb')} kB", caps,
-             f"battery {block.get('batt_temp_dC')} dC"]
-    return "; ".join(p for p in parts if p and "None" not in p)

@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import re
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from orchestrator.engines.bmoe_format import (
 )
 from orchestrator.engines.route_trace import RouteTrace
 from orchestrator.ingest.checks import Refused, impossible_reason
+from orchestrator.ingest.figures import watch
 from orchestrator.ingest.lines import lines
 from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord
 from orchestrator.run.recorder import RunRecorder
@@ -162,6 +164,7 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     parser = adapter.new_parser()
     recorder = RunRecorder(store, run_id, parser,
                            on_token=memory if _has_extra(plan.csv_text) else None)
+    figures = watch(recorder)     # the kept token figures, from the rows as they are stored
     # streamed: the CSV's lines one at a time into the recorder's batches, never a list of
     # them all
     csv_lines, unmeasured = not_measured(plan.csv_text or "")
@@ -171,9 +174,9 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     if plan.csv_text is not None and not isinstance(check, BmoeCsvParser):
         check = BmoeCsvParser()
         csv_lines = _fed(csv_lines, check.feed)
-    handle_csv = recorder.handle_csv      # = handle("C\t" + line), without that string
-    for line in csv_lines:
-        handle_csv(line)
+    # = handle("C\t" + line) for each line, without that string; consumed by a 0-length
+    # deque: the per-line loop in C, not 2M turns of a Python for loop
+    deque(map(recorder.handle_csv, csv_lines), maxlen=0)
     if check is not None and (why := impossible_reason(check)) is not None:
         raise Refused(plan.source, why)      # write_run deletes the run: nothing is kept
     for line in out_lines:
@@ -201,7 +204,8 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
         record.route_trace = plan.trace.meta()
         store.insert_route(run_id, plan.trace.rows)
     record.extra["import_key"] = plan.key
-    record.token_stats = Runs(store).token_figures(run_id)    # every row stored: `orch show`'s
+    # every row stored: the figures `orch show` reads (db/runs.py Runs.show_stats)
+    record.token_stats = figures.figures(store)
     status, cause = _status(plan, record)
     started, ended, source = _times(plan, record)
     temps, free_kb = start(sidecar, plan.entry, plan.state)

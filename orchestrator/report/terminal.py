@@ -5,6 +5,7 @@ which header, is report/columns.py (SESSION, LISTING, SHOW), written by the one 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -128,9 +129,7 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
         console.print(visible(line), highlight=False, markup=False)
-    from orchestrator.ingest.state import start_facts
-
-    for line in start_facts(row, row.record.entry_state):
+    for line in start_facts(row, row.record_fields["entry_state"]):
         console.print(visible(line), highlight=False, markup=False)
     table = Table(show_header=False)
     table.add_column("metric")
@@ -144,6 +143,60 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     if row.status != "ok":
         for line in failure_details(store, row):
             console.print(visible(line), highlight=False, markup=False)
+
+
+def start_facts(row: RunRow, entry: Mapping[str, Any] | None) -> list[str]:
+    """What `orch show` prints about a run's start: temperatures, free RAM, cooldown, and an
+    imported run's driver entry state and `.state` BEFORE/AFTER blocks (the record's
+    entry_state, as RunRow.record_fields gives it: {driver, state}). Empty when the run has
+    none of them. Here, not beside the parsers in ingest/state.py: that module imports the
+    record's pydantic models and the bmoe parsers, which `orch show` need not load."""
+    out = []
+    temps = row.temp_start or {}
+    bits = [f"{k} {v}" for k, v in sorted(temps.items())]
+    if row.mem_avail_start_kb is not None:
+        bits.append(f"MemAvailable {row.mem_avail_start_kb} kB")
+    if row.cooldown_s is not None:
+        bits.append(f"cooldown waited {row.cooldown_s:g} s")
+    if bits:
+        out.append("start: " + ", ".join(bits))
+    driver = (entry or {}).get("driver") or {}
+    for moment, values in (("entry", driver), ("exit", driver.get("exit") or {})):
+        line = _state_line(values)
+        if line:
+            out.append(f"driver {moment} ({driver.get('log')}): {line}")
+    state = (entry or {}).get("state") or {}
+    for moment in ("before", "after"):
+        block = state.get(moment)
+        if block:
+            out.append(f"{moment} ({state.get('file')}): " + _block_line(block))
+    return out
+
+
+# (key, label, unit, divisor) of a driver log's ENTRY/EXIT state line
+_STATE_SHOWN = (("cpu_khz", "CPU", "kHz", 1), ("cpu_temp_mC", "CPU", "°C", 1000),
+                ("batt_temp_dC", "battery", "°C", 10), ("batt_level_pct", "battery level", "%", 1),
+                ("mem_avail_kb", "MemAvailable", "kB", 1), ("waited_s", "waited", "s", 1))
+
+
+def _state_line(values: dict[str, Any]) -> str:
+    """A driver log's entry or exit state as `orch show` prints it ("" when it has none)."""
+    bits = []
+    for key, label, unit, divisor in _STATE_SHOWN:
+        value = values.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            shown = f"{value / divisor:g}" if divisor != 1 else str(value)
+            bits.append(f"{label} {shown} {unit}".replace(" %", "%"))
+    return ", ".join(bits)
+
+
+def _block_line(block: dict[str, Any]) -> str:
+    caps = ", ".join(f"{p} cap {v.get('scaling_max')}/{v.get('hw_max')} kHz cur {v.get('cur')}"
+                     for p, v in sorted(block.get("policies", {}).items()))
+    parts = [f"thermal status {block.get('thermal_status')}",
+             f"MemAvailable {block.get('mem_avail_kb')} kB", caps,
+             f"battery {block.get('batt_temp_dC')} dC"]
+    return "; ".join(p for p in parts if p and "None" not in p)
 
 
 # what recorded an imported run's start, in `orch show`'s words (run.time_source)

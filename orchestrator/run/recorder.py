@@ -55,9 +55,16 @@ class RunRecorder:
         self._last_flush = time.monotonic()
         self._on_token = on_token
         self._on_sample = on_sample
+        # given each batch of token tuples (TOKEN_KEYS order) once the store has it, as it
+        # was inserted (ingest/figures.py keeps an import's token figures from them)
+        self.on_stored: Callable[[list[tuple[Any, ...]]], None] | None = None
         # a parser's C-line hot path (a token row or None), when it has one (engines/bmoe.py)
         self._feed_row: Callable[[str], TokenRow | None] | None = getattr(parser, "feed_row",
                                                                            None)
+        # ... and as the tuple of its fields (TokenRow's order, which is TOKEN_KEYS' after
+        # run_id and seq) when no callback wants the row: stored as it is
+        self._feed_values: Callable[[str], tuple[Any, ...] | None] | None = (
+            getattr(parser, "feed_values", None) if on_token is None else None)
 
     def handle_csv(self, text: str) -> None:
         """handle("C\t" + text) without building that line: the importer's hot path
@@ -66,13 +73,18 @@ class RunRecorder:
             self.handle("C\t" + text)
             return
         self.lines += 1
-        row = self._feed_row(text)
-        if row is not None:
+        row = None
+        if self._feed_values is not None:
+            values = self._feed_values(text)
+        else:
+            row = self._feed_row(text)
+            values = None if row is None else _ROW_VALUES(row)
+        if values is not None:
             if self.decode_from_ms is None:   # the first token: the decode phase begins
                 self.decode_from_ms = self.last_sample_t_ms or 0
-            self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
+            self._tokens.append((self.run_id, self.token_seq) + values)
             self.token_seq += 1
-            if self._on_token is not None:
+            if self._on_token is not None:   # then _feed_values is None: a row was built
                 self._on_token(row, self.token_seq)
         if not self.lines & 63 and (
                 len(self._tokens) + len(self._samples) >= self._flush_rows
@@ -162,5 +174,7 @@ class RunRecorder:
             return
         write_batch(self.store, self.run_id, self._tokens, self._samples, self._outputs,
                     self.lines)
+        if self.on_stored is not None:
+            self.on_stored(self._tokens)
         self.stored_lines = self.lines
         self._tokens, self._samples, self._outputs = [], [], []

@@ -21,25 +21,14 @@ import numpy as np
 
 from orchestrator.record import KIB_PER_GIB, PRESSURE_FIELDS, RunRecord, load_record
 from orchestrator.stats.energy import ENERGY_FIELDS, energy_note
+from orchestrator.stats.run_figures import STAT_COLUMNS, TOKEN_FIGURES
 from orchestrator.stats.trim import drop_first, trimmed
 from orchestrator.stats.values import is_missing, plain
 
-if TYPE_CHECKING:   # imported where a frame is made: one run's figures (one_run_stats) need none
+if TYPE_CHECKING:   # imported where a frame is made: token_figures of one run needs none
     import pandas as pd
 
 QUANTILE_METHODS = ("linear", "lower")
-
-STAT_COLUMNS: tuple[str, ...] = (
-    "n", "mean", "min", "max", "median", "p5", "p95", "prefill_tps", "ttft_s",
-    "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
-    "io_s_per_token", "majflt_per_token", "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
-    "steady_from_token", "steady_mean", "streaming", "complete", "cache_budget_mib", "cache_resident_mib",
-    "cache_resizes", "spec_read_mib", "spec_read_mib_per_token", "spec_experts", "spec_useful",
-    "spec_useful_pct", "spec_recall_pct", "spec_auto_off",
-    *PRESSURE_FIELDS,
-    *ENERGY_FIELDS, "energy_note",
-)
-
 
 # ---- token-level (vectorised) --------------------------------------------------------------
 
@@ -253,7 +242,8 @@ _get_fields = attrgetter(*_FIELDS)
 def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None],
              tok: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Vectorised over runs: the per-run columns that come from the records and pressure.
-    tok: the token statistics' columns (a frame, or one_run_stats' arrays)."""
+    tok: the token statistics' columns (a frame). run_figures.one_run_stats is this for one run,
+    in plain Python: a change here is a change there."""
     table = np.array([_get_fields(r) for r in records], dtype=object).reshape(
         len(records), len(_FIELDS))
     field = {name: table[:, i] for i, name in enumerate(_FIELDS)}
@@ -367,13 +357,8 @@ def runs_table(tokens: pd.DataFrame,
 
 
 # ---- one run's figures, kept with the run (db/runs.py Runs.show_stats) -----------------------
-
-# what _token_stats gives a run (the internal sums and the last hit included): all runs_table
-# reads of its token rows at trim 0
-TOKEN_FIGURES = ("n", "mean", "min", "max", "median", "p5", "p95", "latency_p50_ms",
-                 "latency_p90_ms", "latency_p99_ms", "steady_from_token", "steady_mean",
-                 "stall_ms_per_token", "_majflt", "_read_bytes", "_last_hit")
-
+# TOKEN_FIGURES and STAT_COLUMNS are stats/run_figures.py's, with one_run_stats: the row of
+# runs_table that `orch show` computes from the kept figures without numpy
 
 def token_figures(tokens: pd.DataFrame, totals: pd.DataFrame | None = None) -> dict[str, Any]:
     """One run's token statistics (TOKEN_FIGURES, trim 0, linear quantiles) as plain JSON
@@ -384,29 +369,6 @@ def token_figures(tokens: pd.DataFrame, totals: pd.DataFrame | None = None) -> d
         return {key: 0 if key == "n" else None for key in TOKEN_FIGURES}
     return {key: int(tok["n"].iloc[0]) if key == "n" else plain(float(tok[key].iloc[0]))
             for key in TOKEN_FIGURES}
-
-
-def one_run_stats(figures: Mapping[str, Any], record: RunRecord | Mapping[str, Any] | None,
-                  pressure: Mapping[str, Any] | None) -> dict[str, Any]:
-    """runs_table's row of one run at trim 0 with linear quantiles, as Runs.stats_dicts gives
-    it (plain values, None for missing), from the run's token_figures, its record and its
-    samples' pressure (None: the run has no samples), without pandas: the same numpy
-    operations on arrays of one, so every figure is the same to the bit
-    (tests/test_big_runs.py)."""
-    tok = {key: np.array([np.nan if figures.get(key) is None else figures[key]], dtype=float)
-           for key in TOKEN_FIGURES}
-    n = int(figures.get("n") or 0)
-    tok["_n_all"] = np.array([float(n)])
-    rec = _as_record(record)
-    if not pressure:
-        pressure = rec.pressure.__dict__ if rec.pressure else None
-    scal = _scalars([rec], [pressure], tok)
-    out: dict[str, Any] = {key: tok[key][0] for key in TOKEN_FIGURES}
-    out.update((key, value[0]) for key, value in scal.items())
-    out["n"] = n
-    if not n:   # engines without per-token rows: the engine's own tok/s
-        out["mean"] = scal["_decode_tps"][0]
-    return {key: plain(out[key]) for key in STAT_COLUMNS}
 
 
 def _as_record(value: RunRecord | Mapping[str, Any] | None) -> RunRecord:

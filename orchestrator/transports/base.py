@@ -163,6 +163,11 @@ class Transport(abc.ABC):
     # `{name}` is the device's name in the inventory
     default_workdir: ClassVar[str] = "~/.cache/orch/devices/{name}"
 
+    @classmethod
+    def workdir_for(cls, name: str) -> str:
+        """The workdir of device `name` when its inventory entry gives none."""
+        return cls.default_workdir.format(name=name)
+
     def __init__(self, name: str, workdir: str, shell: str = "sh") -> None:
         self.name = name
         self.workdir = workdir

@@ -29,6 +29,14 @@ class LocalTransport(PosixTransport):
     default_workdir = "~/.cache/orch/devices/{name}"
 
     @classmethod
+    def workdir_for(cls, name: str) -> str:
+        """$XDG_CACHE_HOME/orch/devices/NAME when XDG_CACHE_HOME is set (this machine's cache,
+        as for orch's llama.cpp builds), else ~/.cache/orch/devices/NAME."""
+        cache = os.environ.get("XDG_CACHE_HOME")
+        return os.path.join(cache, "orch", "devices", name) if cache else \
+            super().workdir_for(name)
+
+    @classmethod
     def address(cls, entry: DeviceEntry) -> str:
         return "this machine"
 
