@@ -30,11 +30,13 @@ class LocalTransport(PosixTransport):
 
     @classmethod
     def workdir_for(cls, name: str) -> str:
-        """$XDG_CACHE_HOME/orch/devices/NAME when XDG_CACHE_HOME is set (this machine's cache,
-        as for orch's llama.cpp builds), else ~/.cache/orch/devices/NAME."""
-        cache = os.environ.get("XDG_CACHE_HOME")
-        return os.path.join(cache, "orch", "devices", name) if cache else \
-            super().workdir_for(name)
+        """The default workdir; one under ~/.cache (this kind's: ~/.cache/orch/devices/NAME)
+        moves to $XDG_CACHE_HOME when that is set, as orch's llama.cpp builds do. A subclass's
+        own default elsewhere (a plugin's) stays as it is."""
+        path, cache = super().workdir_for(name), os.environ.get("XDG_CACHE_HOME")
+        home_cache = "~/.cache/"
+        return os.path.join(cache, path[len(home_cache):]) if cache and \
+            path.startswith(home_cache) else path
 
     @classmethod
     def address(cls, entry: DeviceEntry) -> str:
