@@ -23,8 +23,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
-SCHEMA_VERSION = 2
-KIB_PER_GIB = 1048576          # the published tables' "GB" is GiB: kB / 1024²
+from orchestrator.record_versions import KIB_PER_GIB, SCHEMA_VERSION, v1_as_v2
+
+__all__ = ["KIB_PER_GIB", "SCHEMA_VERSION", "RunRecord", "Pressure", "EntryState",
+           "load_record", "trailer_fields", "ttft", "PRESSURE_FIELDS"]
 
 
 class Pressure(BaseModel):
@@ -111,10 +113,6 @@ class RunRecord(BaseModel):
     energy: dict[str, Any] | None = None        # joules over decode (stats/energy.py: summarise)
     route_trace: dict[str, Any] | None = None   # a stored trace's preamble and layer sizes
     entry_state: EntryState | None = None       # an imported run's recorded start state
-    # the run's token statistics as orch computed them once its token rows were stored
-    # (stats/statistics.py token_figures; db/runs.py Runs.show_stats reads them while the run
-    # still has their `n` token rows)
-    token_stats: dict[str, Any] | None = None
     extra: dict[str, Any] = Field(default_factory=dict)      # engine-specific, free form
 
     def stored(self) -> dict[str, Any]:
@@ -129,21 +127,9 @@ def load_record(stored: Mapping[str, Any] | None) -> RunRecord:
         return RunRecord()
     if "schema_version" in stored:
         if (stored.get("schema_version") or 0) < 2:
-            return RunRecord.model_validate(_v1_as_v2(stored))
+            return RunRecord.model_validate(v1_as_v2(stored))
         return RunRecord.model_validate(stored)
     return _from_v0(stored)
-
-
-def _v1_as_v2(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A version-1 record's orch facts moved from `extra` to their own fields."""
-    extra = dict(stored.get("extra") or {})
-    out = {**stored, "extra": extra, "schema_version": SCHEMA_VERSION}
-    out["validity"] = extra.pop("validity", None)
-    out["route_trace"] = extra.pop("route_trace", None)
-    driver, state = extra.pop("driver", None), extra.pop("state", None)
-    if driver is not None or state is not None:
-        out["entry_state"] = {"driver": driver, "state": state}
-    return out
 
 
 # ---- the `# summary` trailer vocabulary (docs/formats.md §2, §3) -----------------------------

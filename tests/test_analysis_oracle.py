@@ -21,8 +21,9 @@ import pytest
 
 from orchestrator.engines.bmoe import BmoeRunParser
 from orchestrator.engines.bmoe_format import parse_metrics_sidecar
-from orchestrator.record import Pressure, RunRecord
+from orchestrator.record import Pressure, RunRecord, load_record
 from orchestrator.stats import statistics as analysis
+from orchestrator.stats.statistics import RunInput
 from orchestrator.report import tables
 from orchestrator.stats.statistics import pressure_by_run
 
@@ -87,11 +88,31 @@ def load_folder(folder: Path) -> tuple[pd.DataFrame, dict]:
     return pd.DataFrame(tokens), records
 
 
+def runs_table(tokens: pd.DataFrame, records: Mapping[Any, Any] | None = None,
+               pressure: Mapping[Any, Any] | None = None, quantile_method: str = "linear",
+               trim: int = 0) -> pd.DataFrame:
+    """statistics.table (the vectorised part: no within-run bootstrap) of every run in tokens
+    or records; `records`: run id -> RunRecord or stored dict, `pressure`: run id -> the
+    pressure figures that replace its record's."""
+    records, pressure = records or {}, pressure or {}
+    seen = set(tokens["run_id"]) if len(tokens) else set()
+    ids = list(dict.fromkeys(tokens["run_id"])) + [r for r in records if r not in seen]
+    inputs = {}
+    for rid in ids:
+        rec = records.get(rid)
+        rec = rec if isinstance(rec, RunRecord) else load_record(rec)
+        if pressure.get(rid):
+            rec = rec.model_copy(update={"pressure": Pressure(**pressure[rid])})
+        inputs[rid] = RunInput(rec)
+    return analysis.table(tokens, inputs, quantile_method=quantile_method, trim=trim,
+                          within_run=False)
+
+
 def run_stats(tokens: pd.DataFrame, record, pressure=None) -> dict:
     """One run's row of runs_table (token frame without run_id), missing values as None."""
     t = tokens.assign(run_id=0) if len(tokens) else pd.DataFrame(
         {"run_id": pd.Series([], dtype=int), "wall_ms": pd.Series([], dtype=float)})
-    row = analysis.runs_table(t, {0: record}, {0: pressure}).iloc[0].to_dict()
+    row = runs_table(t, {0: record}, {0: pressure}).iloc[0].to_dict()
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
@@ -192,7 +213,7 @@ def summary_section(stats: pd.DataFrame, title: str, labels: Mapping[Any, str] |
 
 def build_jul13() -> str:
     tokens, records = load_folder(FIX / "2026-07-13")
-    stats = analysis.runs_table(tokens, records)
+    stats = runs_table(tokens, records)
     parts = []
     for title, prefix in JUL13_SECTIONS:
         labels = {f"{prefix}_{sfx}": lab for sfx, lab in JUL13_SUFFIX_LABEL.items()}
@@ -221,7 +242,7 @@ def test_jul13_summary_md_reproduced_exactly() -> None:
 
 def build_pr23(method: str) -> str:
     tokens, records = load_folder(FIX / "2026-07-12-pr23")
-    stats = analysis.runs_table(tokens, records, quantile_method=method)
+    stats = runs_table(tokens, records, quantile_method=method)
     parts = []
     for title, rows in PR23_SECTIONS:
         labels = dict(rows)
@@ -269,7 +290,7 @@ def test_pr23_p95_is_not_the_section6_method() -> None:
 
 def test_one_run_matches_numpy_and_runs_table() -> None:
     tokens, records = load_folder(FIX / "2026-07-17")
-    table = analysis.runs_table(tokens, records)
+    table = runs_table(tokens, records)
     assert len(table) == 9
     for rid, grp in tokens.groupby("run_id"):
         one = run_stats(grp.drop(columns="run_id"), records[rid])
@@ -320,7 +341,7 @@ def test_killed_run_falls_back_to_rows() -> None:
 def test_speculative_rows_and_empty_runs() -> None:
     tokens = pd.DataFrame({"run_id": ["a"] * 4 + ["b"], "wall_ms": [300.0, 0, 0, 100.0, 0.0],
                            "stall_ms": [1.0, 0, 0, 3.0, 0]})
-    t = analysis.runs_table(tokens, {"c": {"tokens": 0}})
+    t = runs_table(tokens, {"c": {"tokens": 0}})
     a = t.loc["a"]
     assert a.n == 4 and a["mean"] == pytest.approx(4 / 0.4)     # rows with wall 0 count in n
     assert (a["min"], a["max"], a["median"]) == pytest.approx((1000 / 300, 10.0, (10 + 1000 / 300) / 2))
@@ -330,7 +351,7 @@ def test_speculative_rows_and_empty_runs() -> None:
     empty = run_stats(pd.DataFrame({"wall_ms": []}), None)
     assert empty["n"] == 0 and empty["mean"] is None and empty["complete"] is None
     with pytest.raises(ValueError):
-        analysis.runs_table(tokens, quantile_method="hazen")
+        runs_table(tokens, quantile_method="hazen")
 
 
 def test_pressure_by_run() -> None:
@@ -373,7 +394,7 @@ def test_spread_and_delta() -> None:
 
 def test_csv_and_json_tables() -> None:
     tokens, records = load_folder(FIX / "2026-07-13")
-    stats = analysis.runs_table(tokens, records)
+    stats = runs_table(tokens, records)
     labels = {"qwen_base_ov": "ref", "qwen_sg_ov": "sg"}
     order = ["ref", "sg", "not measured"]
     for kind in ("throughput", "detail", "pressure", "adaptive", "variants"):
@@ -402,7 +423,7 @@ def test_runs_table_of_a_thousand_runs() -> None:
     summaries = {i: {"trailer": {"tokens": n, "read_MiB": 5e4, "prefill_tps": 5.0,
                                  "load_s": 10.0, "prefill_s": 5.0, "cache_hit_pct": 70.0}}
                  for i in range(runs)}
-    table = analysis.runs_table(tokens, summaries)
+    table = runs_table(tokens, summaries)
     assert len(table) == runs
 
 
@@ -415,8 +436,8 @@ def test_row_order_and_unequal_lengths_do_not_matter() -> None:
         "cache_hit_pct": np.arange(lengths.sum(), dtype=float),
     })
     tokens["step"] = tokens.groupby("run_id").cumcount() + 1
-    ordered = analysis.runs_table(tokens)
-    shuffled = analysis.runs_table(tokens.sample(frac=1, random_state=3).sort_values(
+    ordered = runs_table(tokens)
+    shuffled = runs_table(tokens.sample(frac=1, random_state=3).sort_values(
         "step", kind="stable"))           # interleaved runs, each still in step order
     pd.testing.assert_frame_equal(ordered, shuffled.loc[ordered.index], rtol=1e-12)
     valid = tokens[tokens.wall_ms > 0].assign(tps=lambda d: 1000 / d.wall_ms).groupby("run_id").tps
@@ -427,7 +448,7 @@ def test_row_order_and_unequal_lengths_do_not_matter() -> None:
     assert (ordered.loc[last.index, "cache_hit_pct"] == last).all()
     # one very long run takes the general (argsort) path and must agree too
     big = pd.concat([tokens, pd.DataFrame({"run_id": "long", "wall_ms": rng.gamma(3.0, 80.0, 90_000)})])
-    t = analysis.runs_table(big)
+    t = runs_table(big)
     tps = np.sort(1000 / big[big.run_id == "long"].wall_ms.to_numpy())
     assert t.loc["long", "p95"] == pytest.approx(np.percentile(tps, 95), rel=1e-12)
     assert np.allclose(t.loc[ordered.index, "p95"], ordered.p95, rtol=1e-12)
@@ -457,7 +478,7 @@ def mser5(wall: np.ndarray) -> tuple[int, float] | None:
 def test_latency_and_steady_state_match_their_definitions() -> None:
     frames = [load_folder(FIX / f) for f in ("2026-07-13", "2026-07-17", "2026-07-14")]
     tokens = pd.concat([t for t, _ in frames], ignore_index=True)
-    table = analysis.runs_table(tokens, {k: v for _, r in frames for k, v in r.items()})
+    table = runs_table(tokens, {k: v for _, r in frames for k, v in r.items()})
     for rid, grp in tokens.groupby("run_id", sort=False):
         w = grp.wall_ms.to_numpy()
         row = table.loc[rid]
@@ -491,7 +512,7 @@ def test_steady_state_on_ragged_interleaved_runs() -> None:
                                    "wall_ms": 200 + warm + rng.gamma(2.0, 10.0, n)}))
     tokens = pd.concat(parts, ignore_index=True)
     shuffled = tokens.sample(frac=1, random_state=1).sort_values("step", kind="stable")
-    table = analysis.runs_table(shuffled)
+    table = runs_table(shuffled)
     for rid, grp in tokens.groupby("run_id"):
         want = mser5(grp.wall_ms.to_numpy())
         row = table.loc[rid]

@@ -1,6 +1,6 @@
-"""Big runs in bounded memory (issue 27, item 2): the read model's statistics read only the
+"""Big runs in bounded memory (issue 27, item 2): the figures (db/figures.py) read only the
 token columns they need, in chunks, with the same figures to the bit as a frame of every
-row; the within-run bootstrap of a long run works on means of consecutive tokens; import
+row, and stored figures are read without any token row; the within-run bootstrap of a long run works on means of consecutive tokens; import
 streams its CSV through the recorder line by line (ingest/write.py lines())."""
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from orchestrator.db import runs as runs_module
+from orchestrator.db import figures as figures_module
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.engines.bmoe import BmoeRunParser
@@ -62,51 +61,68 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     device = s.upsert_device("d", "local")
     session = s.create_session(kind="run", name="big", matrix_name="big")
     for run, tokens in enumerate((1500, 9000, 40, 0, 2600)):
-        _record(s, session, device, run, tokens, wide=run % 2 == 1)
+        run_id = _record(s, session, device, run, tokens, wide=run % 2 == 1)
+        # ended as the runner ends a run: its figures computed once and stored
+        s.update_run(run_id, figures=figures_module.compute_run(s, s.run_row(run_id)))
     return s
 
 
-def _by_frame(store: Store, rows, **kw) -> pd.DataFrame:
-    """The statistics as computed before: from a frame of every token column."""
+def _by_frame(store: Store, rows, **kw) -> dict:
+    """The figures computed from a frame of every token and sample column."""
     ids = [r.id for r in rows]
-    return statistics.runs_table(
-        store.frame("token", ids), {r.id: r.record for r in rows},
-        statistics.pressure_by_run(store.frame("sample", ids)), **kw).reindex(ids)
+    inputs = {r.id: figures_module.run_input(r) for r in rows}
+    return statistics.compute(store.frame("token", ids), inputs, store.frame("sample", ids),
+                              **kw)
 
 
 @pytest.mark.parametrize("kw", [{}, {"trim": 25}, {"quantile_method": "lower"},
-                                {"within_run": True}, {"within_run": True, "trim": 100}])
+                                {"trim": 100}])
 def test_the_narrow_read_gives_every_figure_to_the_bit(store: Store, kw) -> None:
     rows = store.runs()
-    got = Runs(store).stats(rows, **kw)
-    pd.testing.assert_frame_equal(got, _by_frame(store, rows, **kw), check_exact=True)
+    got = Runs(store).figures(rows, **kw)
+    assert repr(got) == repr(_by_frame(store, rows, **kw))
+
+
+def test_stored_figures_are_the_computed_ones_and_read_without_token_rows(
+        store: Store, monkeypatch) -> None:
+    rows = store.runs()
+    computed = _by_frame(store, rows)
+
+    def no_rows(*_a, **_k):
+        raise AssertionError("the token rows were read")
+
+    monkeypatch.setattr(figures_module, "read_tokens", no_rows)
+    monkeypatch.setattr(Store, "frame", no_rows)
+    stored = Runs(store).figures(rows)
+    assert repr(stored) == repr(computed)       # every value and type, to the bit
+    assert sorted(stored[r.id].n for r in rows) == [0, 40, 1500, 2600, 9000]
 
 
 def test_one_run_alone_and_among_others_agrees(store: Store) -> None:
     rows = store.runs()
-    alone = Runs(store).stats([rows[1]])
-    pd.testing.assert_frame_equal(alone, _by_frame(store, [rows[1]]), check_exact=True)
+    alone = Runs(store).figures([rows[1]], trim=10)
+    assert alone[rows[1].id] == Runs(store).figures(rows, trim=10)[rows[1].id]
 
 
-def test_the_statistics_never_read_a_frame_of_every_token_column(store: Store,
-                                                                 monkeypatch) -> None:
+def test_the_figures_never_read_a_frame_of_every_token_column(store: Store,
+                                                              monkeypatch) -> None:
     """Behaviour, not time: Store.frame("token") is never called, and the rows arrive in
-    chunks of STAT_CHUNK, so no list of every row exists."""
+    chunks of CHUNK_ROWS, so no list of every row exists."""
     real = Store.frame
 
     def frame(self, table, ids):
-        assert table != "token", "the statistics read a frame of every token column"
+        assert table != "token", "the figures read a frame of every token column"
         return real(self, table, ids)
 
     monkeypatch.setattr(Store, "frame", frame)
-    monkeypatch.setattr(runs_module, "STAT_CHUNK", 257)
-    tokens, _ = runs_module.stat_tokens(store.engine, [r.id for r in store.runs()])
-    assert "extra" not in tokens and "cache_hit_pct" not in tokens
+    monkeypatch.setattr(figures_module, "CHUNK_ROWS", 257)
+    with store.engine.connect() as conn:
+        tokens = figures_module.read_tokens(conn, [r.id for r in store.runs()])
+    assert "extra" not in tokens and "io_ms" not in tokens
     assert len(tokens) == 1500 + 9000 + 40 + 2600
-    Runs(store).stats(store.runs(), within_run=True)
+    Runs(store).figures(store.runs(), trim=5)
 
 
-# -- `orch show`'s figures kept with the run (Runs.show_stats) -------------------------------
 @pytest.fixture
 def copy(store: Store, tmp_path: Path) -> Store:
     """A copy of the store, to change."""
@@ -118,50 +134,19 @@ def copy(store: Store, tmp_path: Path) -> Store:
     return Store.open(str(path), create=False)
 
 
-def _kept(store: Store, run_id: int):
-    """The run as the runner's _finish and the importer leave it: its token figures in its
-    record."""
-    row = store.run_row(run_id)
-    store.update_run(run_id, summary={**row.summary,
-                                      "token_stats": Runs(store).token_figures(run_id)})
-    return store.run_row(run_id)
+def test_a_run_without_stored_figures_is_computed_and_not_stored(copy: Store) -> None:
+    """A run still recording (or stored by another FIGURES_VERSION) has its figures computed
+    when read, by the same function; only ending or importing a run writes them."""
+    row = copy.runs()[0]
+    want = Runs(copy).figures([row])[row.id]
+    copy.update_run(row.id, figures={**row.figures, "version": -1})
+    row = copy.run_row(row.id)
+    assert row.stored_figures is None
+    assert Runs(copy).figures([row])[row.id] == want
+    assert copy.run_row(row.id).figures["version"] == -1
 
 
-def test_kept_figures_are_the_computed_figures_to_the_bit(copy: Store, monkeypatch) -> None:
-    rows = copy.runs()
-    assert any(r.record.token_stats is None for r in rows)     # stored before: computed
-    for r in rows:
-        assert Runs(copy).show_stats(r) == Runs(copy).stats_dicts([r])[r.id]
-    computed = {r.id: Runs(copy).stats_dicts([r])[r.id] for r in rows}
-    kept = [_kept(copy, r.id) for r in rows]
-
-    def no_rows(*_a, **_k):
-        raise AssertionError("the token rows were read")
-
-    monkeypatch.setattr(runs_module, "stat_tokens", no_rows)
-    monkeypatch.setattr(Runs, "stats", no_rows)
-    for row in kept:
-        assert row.record.token_stats["n"] == Runs(copy).token_count(row.id)
-        shown = Runs(copy).show_stats(row)
-        assert list(shown) == list(computed[row.id])
-        assert repr(shown) == repr(computed[row.id])      # every value and type, to the bit
-    assert {row.record.token_stats["n"] for row in kept} == {1500, 9000, 40, 0, 2600}
-
-
-def test_a_run_whose_tokens_changed_is_computed_again(copy: Store) -> None:
-    from sqlalchemy import text
-
-    row = _kept(copy, copy.runs()[-1].id)
-    assert row.record.token_stats["n"] > 1000
-    with copy.engine.begin() as conn:
-        conn.execute(text("DELETE FROM token WHERE run_id = :r AND seq > 1000"), {"r": row.id})
-    shown = Runs(copy).show_stats(row)
-    assert shown == Runs(copy).stats_dicts([row])[row.id]
-    assert shown["n"] == Runs(copy).token_count(row.id) < row.record.token_stats["n"]
-    assert shown["median"] != row.record.token_stats["median"]
-
-
-def test_one_runs_pressure_is_the_samples_pressure_to_the_bit(copy: Store) -> None:
+def test_pressure_figures_from_samples(copy: Store) -> None:
     """Ties in time, times missing, readings missing, a run without HWM."""
     from sqlalchemy import text
 
@@ -183,9 +168,10 @@ def test_one_runs_pressure_is_the_samples_pressure_to_the_bit(copy: Store) -> No
                               "(:r, :s, :t, :rss, :hwm, :a, :c, :b)"),
                          dict(zip(("r", "s", "t", "rss", "hwm", "a", "c", "b"), values)))
     frame = statistics.pressure_by_run(copy.frame("sample", ids))
-    for rid in ids:
-        assert repr(Runs(copy).pressure_of(rid)) == repr(frame.get(rid))
-    assert Runs(copy).pressure_of(ids[2]) is None and ids[2] not in frame
+    got = Runs(copy).figures(copy.runs(), trim=1)       # computed again from the rows
+    for rid in ids[:2]:
+        assert {k: got[rid].get(k) for k in frame[rid]} == frame[rid]
+    assert got[ids[2]].peak_rss_gib is None and ids[2] not in frame
     assert frame[ids[0]]["peak_rss_gib"] == 7340099 / 1048576         # no HWM: the max RSS
     assert frame[ids[0]]["cpu_temp_start_c"] == 51.234   # t 3 has none; of t 5, seq first
 
@@ -273,7 +259,7 @@ def test_a_300k_token_run_imported_and_shown(tmp_path: Path) -> None:
     _orch("import", str(tmp_path / "study"), "--db", db, "-d", "dev")
     store = Store.open(db, create=False)
     row = store.runs()[0]
-    stats = Runs(store).stats([row]).iloc[0]
+    stats = Runs(store).figures([row])[row.id]
     tps = np.sort(1000.0 / walls)
     assert stats["n"] == rows
     assert stats["mean"] == rows / (np.cumsum(walls)[-1] / 1000.0)      # n / decode s, exactly

@@ -14,6 +14,7 @@ from cli_helpers import orch
 from test_baselines_by_name import DESIGN, FIX, QWEN, store_session
 
 from orchestrator.results.pivot import pivots
+from orchestrator.stats.figures import RunFigures
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def test_pivot_pairs_by_name_then_settings_then_label():
                 ("q", "dense_weights=anon", "model=q.gguf n_layer=40 cache_mb=3000 dw=anon"),
                 ("g", "anon-3000", "model=g.gguf n_layer=36 cache_mb=3000 dw=anon"),
                 ("q", "x", None), ("g", "y", None), ("g", "alone", None)], 1)]
-    stats = {r.id: {"mean": float(r.id)} for r in runs}
+    stats = {r.id: RunFigures(mean=float(r.id)) for r in runs}
     design = SimpleNamespace(config_label=lambda c: "the long pair" if c in ("x", "y") else None)
     (pivot,) = pivots(runs, stats, design)
     assert pivot.models == ["q", "g"]

@@ -1,65 +1,52 @@
-"""An import keeps each run's token figures (RunRecord.token_stats) computed from its rows as
-they were stored (ingest/figures.py), without reading them back: to the bit what
-Runs.token_figures computes from the stored rows, on every fixture folder; and whatever the
-figures could not be modelled for falls back to reading the rows."""
+"""An import stores each run's figures (db/figures.py) computed from its token rows as they
+were stored (ingest/figures.py TokenColumns), without reading them back: to the bit what the
+same function computes from the stored rows, on every fixture folder; and a run whose rows
+were not all seen, in order, as numbers, is computed from the stored rows instead."""
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from orchestrator.db import figures as figures_module
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.db.writes import write_batch
-from orchestrator.ingest.figures import TokenFigures
+from orchestrator.ingest.figures import TokenColumns
 from orchestrator.ingest.importer import import_dir
-from orchestrator.record import load_record
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "bigmoe"
 FOLDERS = sorted(p.name for p in FIX.iterdir() if p.is_dir())
 
 
-def _same(kept: dict[str, Any], read: dict[str, Any]) -> bool:
-    """Equal to the bit: the same keys, None where the other has None, floats of the same
-    repr (which tells -0.0 from 0.0 and round-trips every double)."""
-    return kept == read and json.dumps(kept, sort_keys=True) == json.dumps(read, sort_keys=True)
-
-
 @pytest.fixture
-def reread_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The run ids Runs.token_figures (the re-read) was called for."""
-    calls: list[int] = []
-    original = Runs.token_figures
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
+    """The run ids each read of stored token rows was for."""
+    calls: list[list[int]] = []
+    original = figures_module.read_tokens
 
-    def spy(self: Runs, run_id: int) -> dict[str, Any]:
-        calls.append(run_id)
-        return original(self, run_id)
+    def spy(conn: Any, ids: Any) -> Any:
+        calls.append(list(ids))
+        return original(conn, ids)
 
-    monkeypatch.setattr(Runs, "token_figures", spy)
+    monkeypatch.setattr(figures_module, "read_tokens", spy)
     return calls
 
 
 @pytest.mark.parametrize("folder", FOLDERS)
-def test_kept_figures_are_the_stored_rows_figures(tmp_path, reread_calls, folder):
+def test_stored_figures_are_the_stored_rows_figures(tmp_path, reads, folder):
     store = Store.open(str(tmp_path / "orch.db"))
     import_dir(store, FIX / folder)
     runs = store.runs()
-    assert runs
-    during = list(reread_calls)
-    streamed = 0
+    assert runs and all(r.stored_figures is not None for r in runs)
+    during = [rid for ids in reads for rid in ids]
     for run in runs:
-        kept = load_record(run.summary).token_stats
-        read = Runs(store).token_figures(run.id)
-        assert _same(kept, read), (run.config, kept, read)
-        if read["n"]:
-            streamed += run.id not in during
-    # the figures were streamed, not re-read, for the runs with token rows (only runs without
-    # any are read: nothing to read)
-    with_rows = sum(1 for r in runs if Runs(store).token_count(r.id))
-    assert streamed == with_rows
+        read = figures_module.compute_rows(store.engine, [run])[run.id]
+        assert repr(run.stored_figures) == repr(read), run.config
+    # the rows were watched, not read back, for every run that has token rows
+    with_rows = {r.id for r in runs if Runs(store).token_count(r.id)}
+    assert with_rows and not with_rows & set(during)
 
 
 def _run(store: Store) -> int:
@@ -76,68 +63,58 @@ def _row(run_id: int, seq: int, wall: Any, stall: Any = 1.25, read: Any = 4096,
     return (run_id, seq, seq + 1, wall, 1.0, 2.0, stall, 0.5, read, hit, majflt, 3.0, None)
 
 
-def _stored_and_streamed(store: Store, batches: list[list[tuple[Any, ...]]]
-                         ) -> tuple[TokenFigures, dict[str, Any], dict[str, Any]]:
+def _watched(store: Store, batches: list[list[tuple[Any, ...]]]) -> TokenColumns:
     run_id = batches[0][0][0]
-    figures = TokenFigures(run_id)
+    columns = TokenColumns(run_id)
     for i, batch in enumerate(batches):
         write_batch(store, run_id, batch, [], [], i + 1)
-        figures.add(batch)
-    return figures, figures.figures(store), Runs(store).token_figures(run_id)
+        columns.add(batch)
+    return columns
 
 
-def test_nulls_nans_and_ints_are_modelled_as_the_store_reads_them(tmp_path):
+def test_watched_rows_are_the_stored_rows_nulls_and_ints_included(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
     run_id = _run(store)
     rows = [_row(run_id, i, 100.0 + (i * 37 % 11) / 7, stall=(i % 3) * 0.1) for i in range(60)]
     rows[3] = _row(run_id, 3, None, stall=None, read=None, majflt=None)
-    rows[7] = _row(run_id, 7, math.nan, stall=math.nan, majflt=math.nan)
     rows[9] = _row(run_id, 9, 120, stall=2, majflt=1)           # ints into REAL columns
     rows[11] = _row(run_id, 11, 0.0)                             # no tok/s from it
     rows[-1] = _row(run_id, 59, 101.5, hit=None)                 # the last hit: NULL
-    figures, streamed, read = _stored_and_streamed(store, [rows[:25], rows[25:]])
-    assert figures.regular
-    assert _same(streamed, read), (streamed, read)
+    columns = _watched(store, [rows[:25], rows[25:]])
+    assert columns.usable(Runs(store).token_count(run_id))
+    with store.engine.connect() as conn:
+        stored = figures_module.read_tokens(conn, [run_id])
+    watched = columns.tokens()
+    assert list(watched.columns) == list(stored.columns)
+    assert repr(watched.to_dict("list")) == repr(stored.to_dict("list"))
 
 
-@pytest.mark.parametrize("odd", [
-    {"wall": -0.0},                 # SQLite keeps 0.0
-    pytest.param({"wall": math.inf},     # the statistics' own warnings about inf
-                 marks=pytest.mark.filterwarnings("ignore::RuntimeWarning")),
-    {"stall": "1.5"},               # another type: what the store makes of it is not modelled
-    {"read": 1.5},                  # a float in the INTEGER column
-    {"read": -4},
-    {"read": 2 ** 53},              # its sum is no longer exact as a double
-    {"hit": "50"},
-])
-def test_what_is_not_modelled_is_read_from_the_rows(tmp_path, odd):
+def test_a_value_that_is_no_number_is_read_from_the_rows(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
     run_id = _run(store)
     rows = [_row(run_id, i, 100.0 + i) for i in range(30)]
-    rows[-1] = _row(run_id, 29, **{"wall": 110.0, **odd})
-    figures, streamed, read = _stored_and_streamed(store, [rows])
-    assert not figures.regular
-    assert _same(streamed, read)
+    rows[-1] = _row(run_id, 29, 110.0, stall="fast")
+    columns = _watched(store, [rows])
+    assert not columns.usable(Runs(store).token_count(run_id))
 
 
-def test_rows_the_figures_did_not_see_are_read(tmp_path):
+def test_rows_it_did_not_see_make_it_unusable(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
     run_id = _run(store)
     rows = [_row(run_id, i, 100.0 + i) for i in range(30)]
-    figures = TokenFigures(run_id)
+    columns = TokenColumns(run_id)
     write_batch(store, run_id, rows, [], [], 1)
-    figures.add(rows[:20])                     # ten stored rows never given to it
-    assert figures.regular and figures.rows == 20
-    assert _same(figures.figures(store), Runs(store).token_figures(run_id))
-    assert figures.figures(store)["n"] == 30
+    columns.add(rows[:20])                     # ten stored rows never given to it
+    assert columns.regular and columns.rows == 20
+    assert not columns.usable(Runs(store).token_count(run_id))
 
 
-def test_a_batch_that_is_not_the_next_rows_is_read(tmp_path):
+def test_a_batch_that_is_not_the_next_rows_makes_it_unusable(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
     run_id = _run(store)
     rows = [_row(run_id, i, 100.0 + i) for i in range(30)]
-    figures = TokenFigures(run_id)
+    columns = TokenColumns(run_id)
     write_batch(store, run_id, rows, [], [], 1)
-    figures.add(rows[10:])                     # not from seq 0
-    assert not figures.regular
-    assert _same(figures.figures(store), Runs(store).token_figures(run_id))
+    columns.add(rows[10:])                     # not from seq 0
+    assert not columns.regular
+    assert not columns.usable(Runs(store).token_count(run_id))

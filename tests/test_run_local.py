@@ -13,7 +13,7 @@ from sqlalchemy import func, select, text
 from waiting import wait_for
 
 from orchestrator.db import schema
-from orchestrator.db.runs import Runs
+from orchestrator.db.figures import compute_rows
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 
@@ -45,9 +45,9 @@ def test_moe_probe_matrix_end_to_end(workspace):
                               .where(schema.sample.c.run_id == run.id))[0][0]
         assert samples >= 1
         assert load_record(run.summary).tokens == 12
-        # `orch show`'s figures, kept by the runner's _finish: the computed ones
-        assert load_record(run.summary).token_stats["n"] == 12
-        assert Runs(store).show_stats(run) == Runs(store).stats_dicts([run])[run.id]
+        # the run's figures, stored by the runner's _finish: the computed ones
+        assert run.stored_figures is not None and run.stored_figures.n == 12
+        assert run.stored_figures == compute_rows(store.engine, [run])[run.id]
     device = store.device_by_name("local")
     assert int(device.facts["cores"]) >= 1
     code, out = orch("runs")

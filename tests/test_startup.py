@@ -78,60 +78,26 @@ def test_short_commands_import_nothing_heavy(argv, db, tmp_path) -> None:
 
 
 def test_runs_imports_no_pandas_nor_numpy(db, tmp_path) -> None:
-    """The listing's n and mean tok/s come from one aggregate query (Runs.listing_stats)."""
+    """The listing's n and mean tok/s are the runs' stored figures (stats/figures.py)."""
     modules = imported(db, tmp_path, "runs")
     assert offending(modules, ("pandas", "numpy", "scipy")) == []
     assert offending(imported(db, tmp_path, "runs", "--format", "json"), ("pandas",)) == []
 
 
-def test_show_imports_no_pandas(db, tmp_path) -> None:
-    """The figures an import keeps with each run (Runs.show_stats): no token frame."""
-    assert offending(imported(db, tmp_path, "show", "1"), ("pandas",)) == []
-
-
-# what `orch show` of a run with kept figures does without (stats/run_figures.py): numpy's
-# vectorised statistics and pydantic's record models
+# what `orch show` of a run with stored figures does without: numpy's vectorised statistics
+# and pydantic's record models
 SHOW_LIGHT = ("pandas", "numpy", "scipy", "pydantic", "pydantic_core", "orchestrator.record",
               "orchestrator.stats.statistics", "orchestrator.ingest")
 
 
 @pytest.mark.parametrize("run", ["1", "8"])
-def test_show_of_kept_figures_imports_no_numpy_nor_pydantic(run, db, tmp_path) -> None:
-    """Run 1 is the study's longest, 8 another config; both keep their token figures."""
+def test_show_of_stored_figures_imports_no_numpy_nor_pydantic(run, db, tmp_path) -> None:
+    """Run 1 is the study's longest, 8 another config; both have stored figures."""
     from orchestrator.db.store import Store
 
     row = Store.open(db, create=False).run_row(int(run))
-    assert row.summary["schema_version"] == 2 and row.summary["token_stats"]["n"] > 1000
+    assert row.stored_figures is not None and row.stored_figures.n > 1000
     assert offending(imported(db, tmp_path, "show", run), SHOW_LIGHT) == []
-
-
-def test_listing_figures_are_the_statistics_figures(db, tmp_path) -> None:
-    """Also for a run without token rows (the engine's own tok/s) and one whose rows have no
-    wall time (no mean), on a copy of the store."""
-    import sqlite3
-
-    from sqlalchemy import text
-
-    from orchestrator.db.runs import Runs
-    from orchestrator.db.store import Store
-
-    copy = tmp_path / "copy.db"
-    with sqlite3.connect(db) as source, sqlite3.connect(copy) as target:
-        source.backup(target)
-    store = Store.open(str(copy))
-    rows = store.runs()
-    with store.engine.begin() as conn:
-        conn.execute(text("DELETE FROM token WHERE run_id = :a"), {"a": rows[0].id})
-        conn.execute(text("UPDATE token SET wall_ms = NULL WHERE run_id = :b"), {"b": rows[1].id})
-    rows = store.runs()
-    listed, full = Runs(store).listing_stats(rows), Runs(store).stats_dicts(rows)
-    assert rows
-    for r in rows:    # SQL's SUM may add in another order (SQLite >= 3.43: compensated)
-        assert listed[r.id]["n"] == full[r.id]["n"]
-        want = full[r.id]["mean"]
-        assert listed[r.id]["mean"] == (None if want is None else pytest.approx(want, rel=1e-12))
-    assert listed[rows[0].id]["n"] == 0 and listed[rows[0].id]["mean"] is not None
-    assert listed[rows[1].id]["n"] > 0 and listed[rows[1].id]["mean"] is None
 
 
 def _top_level_commands() -> dict[str, click.Command]:

@@ -32,6 +32,9 @@ from sqlalchemy import Engine, Select, func, select
 
 from orchestrator.db import schema
 from orchestrator.errors import ConfigError
+from orchestrator.stats.config_key import ConfigKey, build_label
+from orchestrator.stats.figures import RunFigures
+from orchestrator.stats.overlap import overlapped
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -110,6 +113,7 @@ class RunRow:
     superseded: bool
     time_source: str | None = None
     source_file: str | None = None
+    figures: Any = None                 # RunFigures.stored(): read through `stored_figures`
     device: str = ""
     matrix_name: str | None = None
     session_name: str | None = None
@@ -124,14 +128,34 @@ class RunRow:
         return load_record(self.summary)
 
     @cached_property
-    def record_fields(self) -> dict[str, Any]:
-        """`.record`'s fields as plain values (nested models as dicts), for `orch show`: read
-        without pydantic from a summary of the current format (stats/run_figures.py
-        read_fields, ~100 ms of a fresh process's imports), else from `.record`."""
-        from orchestrator.stats.run_figures import fields_of, read_fields
+    def stored_figures(self) -> RunFigures | None:
+        """The figures stored when the run ended or was imported (stats/figures.py), None
+        while it runs or when they are of another FIGURES_VERSION (Runs.figures computes
+        them then)."""
+        return RunFigures.from_stored(self.figures)
 
-        fields = read_fields(self.summary)
-        return fields if fields is not None else fields_of(self.record)
+    @property
+    def overlapped(self) -> bool | None:
+        """Whether its flash I/O ran beside compute (stats/overlap.py): an import's settings,
+        else its argv and flags."""
+        return overlapped(self.settings, self.argv, self.flags, self.engine)
+
+    def overlapped_with(self, record: RunRecord) -> bool | None:
+        """`overlapped` with `record` as its record (a run being ended or imported, whose
+        record is not stored yet)."""
+        settings = (dict(record.settings) or parse_settings(self.flags)) if self.imported \
+            else None
+        return overlapped(settings, self.argv, self.flags, self.engine)
+
+    @property
+    def build(self) -> str | None:
+        """The engine build it measured (stats/config_key.py build_label)."""
+        return build_label(self.binary_path, self.engine_build)
+
+    @property
+    def config_key(self) -> ConfigKey:
+        """What config it measured (stats/config_key.py: model, name, settings, build)."""
+        return ConfigKey.of(self.model, self.config, self.flags, self.model_sha256, self.build)
 
     @property
     def imported(self) -> bool:
@@ -233,7 +257,8 @@ class Runs:
     """Reads of stored runs; `Runs(store)` is cheap (no query until asked)."""
 
     def __init__(self, store: "Store") -> None:
-        self.store = store
+        # transitional: report/context.py hands its frame cache, which wraps the store
+        self.store = getattr(store, "store", store)
 
     def _fetch(self, stmt: Select) -> list[RunRow]:
         return [RunRow.of(r) for r in self.store.fetch(stmt)]
@@ -323,90 +348,23 @@ class Runs:
             return [r.line for r in reversed(rows)]
         return [r.line for r in self.store.fetch(stmt.order_by(out.c.seq))]
 
-    # -- per-run statistics ----------------------------------------------------------------
-    def stats(self, rows: Sequence[Any], quantile_method: str = "linear", trim: int = 0,
-              within_run: bool = False) -> "pd.DataFrame":
-        """statistics.runs_table for these runs, indexed by run id (every row present).
+    # -- per-run figures (stats/figures.py RunFigures) -------------------------------------
+    def figures(self, rows: Sequence[RunRow], trim: int = 0,
+                quantile_method: str = "linear") -> dict[int, RunFigures]:
+        """Each run's figures, by run id in the rows' order: those stored when it ended or was
+        imported (trim 0, linear quantiles); computed by the same function (db/figures.py,
+        stats/statistics.py compute) for a run without stored figures of this version (one
+        still running) and for every run when another trim or quantile method is asked for.
+        A run computed here is not stored: only ending or importing a run writes figures."""
+        stored = trim == 0 and quantile_method == "linear"
+        out: dict[int, RunFigures | None] = {
+            r.id: r.stored_figures if stored else None for r in rows}
+        missing = [r for r in rows if out[r.id] is None]
+        if missing:
+            from orchestrator.db.figures import compute_rows
 
-        Each run's record is read back with `load_record` (any schema version); its device
-        pressure comes from the agent's samples when orch measured the run, else from the
-        record (the `.metrics` sidecar an imported run brought along). trim: per-token
-        statistics over the tokens after each run's first `trim`. within_run: with the
-        within-run columns (stats/within_run.py: a block bootstrap per run, and the
-        not-settled rule): what a published table shows (orch table, the report, export);
-        off by default since the block length needs `arch`, whose import alone costs seconds
-        that `orch runs`, drift checks and adaptive repeats need not pay."""
-        import pandas as pd
-
-        from orchestrator.record import load_record
-        from orchestrator.stats import statistics
-        from orchestrator.stats.within_run import WITHIN_RUN_COLUMNS
-
-        ids = [r.id for r in rows]
-        if not ids:
-            return pd.DataFrame(columns=list(statistics.STAT_COLUMNS)
-                                + (list(WITHIN_RUN_COLUMNS) if within_run else []))
-        if isinstance(getattr(self.store, "engine", None), Engine):
-            tokens, totals = stat_tokens(self.store.engine, ids)
-        else:   # a frame source (the report's cache, which keeps the whole frame for plots)
-            tokens, totals = self.store.frame("token", ids), None
-        records = {row.id: (row.record if isinstance(row, RunRow) else load_record(row.summary))
-                   for row in rows}
-        stats = statistics.runs_table(tokens, records,
-                                      statistics.pressure_by_run(self.store.frame("sample", ids)),
-                                      quantile_method=quantile_method, trim=trim,
-                                      within_run=within_run, totals=totals)
-        return stats.reindex(ids)
-
-    def wall_frame(self, ids: Sequence[int]) -> "pd.DataFrame":
-        """run_id and wall_ms of these runs' tokens in token order (stat_tokens' frame): what
-        the within-run figures read (stats/within_run.py), without a frame of every column."""
-        return stat_tokens(self.store.engine, ids)[0]
-
-    def listing_stats(self, rows: Sequence[Any]) -> dict[int, dict[str, Any]]:
-        """`orch runs`' two figures per run id, `n` and `mean` (tok/s), from one aggregate
-        query: the values stats_dicts gives them (statistics.runs_table, trim 0: n is the
-        run's token rows, mean n / their decode seconds, None when those sum to 0; a run
-        without token rows has the engine's own decode tok/s), without reading every token
-        row into a frame, so the listing imports no pandas (tests/test_startup.py checks both)."""
-        import math
-
-        tok = schema.token
-        ids = [r.id for r in rows]
-        found: dict[int, tuple[int, float | None]] = {}
-        if ids:
-            stmt = (select(tok.c.run_id, func.count(), func.sum(tok.c.wall_ms))
-                    .where(tok.c.run_id.in_(ids)).group_by(tok.c.run_id))
-            found = {r[0]: (int(r[1]), r[2]) for r in self.store.fetch(stmt)}
-        out: dict[int, dict[str, Any]] = {}
-        for row in rows:
-            n, wall = found.get(row.id, (0, None))
-            if n:
-                mean = n / (float(wall) / 1000.0) if wall is not None and wall > 0 else None
-            else:   # the engine's own figure: its record (pydantic) only for such a run
-                from orchestrator.record import load_record
-
-                record = row.record if isinstance(row, RunRow) else load_record(row.summary)
-                tps = record.decode_tps
-                mean = None if tps is None or math.isnan(tps) else float(tps)
-            out[row.id] = {"n": n, "mean": mean}
-        return out
-
-    def stats_dicts(self, rows: Sequence[Any], trim: int = 0) -> dict[int, dict[str, Any]]:
-        """Per-run statistics as plain dicts (None for missing), keyed by run id."""
-        from orchestrator.stats.values import plain
-
-        return {rid: {k: plain(v) for k, v in rec.items()}
-                for rid, rec in self.stats(rows, trim=trim).to_dict("index").items()}
-
-    # -- one run's statistics for `orch show`, from the figures kept with the run ------------
-    def token_figures(self, run_id: int) -> dict[str, Any]:
-        """The run's token statistics (statistics.token_figures) as Runs.stats computes them,
-        for the run's record (`RunRecord.token_stats`): the runner's _finish and the
-        importer's write_run keep them once the run's token rows are all stored."""
-        from orchestrator.stats.statistics import token_figures
-
-        return token_figures(*stat_tokens(self.store.engine, [run_id]))
+            out.update(compute_rows(self.store.engine, missing, trim, quantile_method))
+        return {r.id: out[r.id] or RunFigures() for r in rows}
 
     def walls(self, run_id: int) -> Iterable[float | None]:
         """The run's stored wall_ms values in token order, streamed (a REAL reads back as
@@ -422,178 +380,28 @@ class Runs:
         stmt = select(func.count()).select_from(tok).where(tok.c.run_id == run_id)
         return int(self.store.fetch(stmt)[0][0])
 
-    def pressure_of(self, run_id: int) -> dict[str, Any] | None:
-        """statistics.pressure_by_run of one run, without pandas: None when it has no samples.
-        The same reductions on the same values (max, min, the first reading in time order,
-        ties in seq order as the stable sort keeps them, a missing t_ms last), then the same
-        one division, so the figures are pressure_by_run's to the bit."""
-        from orchestrator.stats.run_figures import KIB_PER_GIB   # record.py's, sans pydantic
+    # -- transitional: the frame and dict forms of `figures` that views still read ----------
+    def stats(self, rows: Sequence[Any], quantile_method: str = "linear", trim: int = 0,
+              within_run: bool = False) -> "pd.DataFrame":
+        """`figures` as a frame indexed by run id (columns: RunFigures' fields)."""
+        from orchestrator.stats.figures import frame
 
-        s = schema.sample
-        rows = self.store.fetch(select(s.c.t_ms, s.c.hwm_kb, s.c.rss_kb, s.c.mem_avail_kb,
-                                       s.c.cpu_temp_mC, s.c.batt_temp_dC)
-                                .where(s.c.run_id == run_id).order_by(s.c.seq))
-        if not rows:
-            return None
-        rows.sort(key=lambda r: (r.t_ms is None, r.t_ms or 0))     # stable
+        return frame(self.figures(list(rows), trim, quantile_method))
 
-        def agg(column: str, how: Any, scale: float) -> float | None:
-            values = [float(v) for v in (getattr(r, column) for r in rows) if v is not None]
-            return how(values) / scale if values else None
+    def stats_dicts(self, rows: Sequence[Any], trim: int = 0) -> dict[int, dict[str, Any]]:
+        """`figures` as plain dicts by run id."""
+        return {rid: f.as_dict() for rid, f in self.figures(list(rows), trim).items()}
 
-        def first(values: list[float]) -> float:
-            return values[0]
+    def stats_dicts_q(self, rows: Sequence[Any], trim: int = 0,
+                      quantile_method: str = "linear") -> dict[int, dict[str, Any]]:
+        return {rid: f.as_dict()
+                for rid, f in self.figures(list(rows), trim, quantile_method).items()}
 
-        peak = agg("hwm_kb", max, KIB_PER_GIB)
-        return {"peak_rss_gib": peak if peak is not None else agg("rss_kb", max, KIB_PER_GIB),
-                "mem_floor_gib": agg("mem_avail_kb", min, KIB_PER_GIB),
-                "cpu_temp_start_c": agg("cpu_temp_mC", first, 1000),
-                "cpu_temp_max_c": agg("cpu_temp_mC", max, 1000),
-                "batt_temp_max_c": agg("batt_temp_dC", max, 10)}
+    def listing_stats(self, rows: Sequence[Any]) -> dict[int, dict[str, Any]]:
+        return self.stats_dicts(rows)
 
     def show_stats(self, row: RunRow) -> dict[str, Any]:
-        """stats_dicts' figures of one run (trim 0), for `orch show`: from the token figures
-        its record keeps (`RunRecord.token_stats`) when they were computed from as many token
-        rows as the run has now, without reading the rows (a 2M-token run: a count over the
-        primary key instead of 3 s of reads) nor importing pandas; else computed as
-        stats_dicts does (a run stored before the figures were kept, one still running).
-
-        Why the kept figures cannot go stale: a run's token rows are written only while it is
-        recorded (the runner's RunRecorder, an import's write_run), and its figures are
-        computed after the last of them is stored, from those rows, in the same write of the
-        summary that ends the run; nothing in orch changes a finished run's token rows (a
-        re-import or `--resume` writes a new run; deleting a run deletes its rows). Rows added
-        or removed afterwards anyway (a recorder that resumed, a store edited by hand) change
-        the count, which is checked on every show, and the figures are then computed again."""
-        figures = row.record_fields["token_stats"]
-        if not figures or figures.get("n") != self.token_count(row.id):
-            return self.stats_dicts([row])[row.id]
-        # neither numpy nor pydantic: `orch show` is a fresh process (stats/run_figures.py)
-        from orchestrator.stats.run_figures import one_run_stats
-
-        return one_run_stats(figures, row.record_fields, self.pressure_of(row.id))
-
-
-# ---- the token columns the statistics read ----------------------------------------------
-
-STAT_CHUNK = 65536      # token rows per fetchmany: bounded Python objects whatever the run
-_SUMMED = ("stall_ms", "majflt")      # runs_table's per-run float sums (in token order)
-_EXACT_INT_SUM = 2 ** 53              # integer sums below this are exact as float sums too
-
-
-def _sequential_sum(dialect: str) -> bool:
-    """Whether the store's SUM() of a REAL column adds in double, one row after the other:
-    SQLite before 3.43 does (3.43 brought Kahan-Babuska-Neumaier summation), which over the
-    (run_id, seq) index is exactly np.bincount's sum in token order."""
-    if dialect != "sqlite":
-        return False
-    import sqlite3
-
-    return sqlite3.sqlite_version_info < (3, 43, 0)
-
-
-def stat_tokens(engine: Engine, ids: Sequence[int]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """What statistics.runs_table reads of these runs' token rows, without a frame of every
-    column (the JSON `extra` alone made a 2M-token run 2 GB): (tokens, totals).
-
-    tokens: run_id and wall_ms (and stall_ms, majflt, read_bytes where SQL cannot give their
-    sums exactly), in (run_id, seq) order as Store.frame gives them, fetched through the DBAPI
-    cursor STAT_CHUNK rows at a time into preallocated float arrays: the values read_sql
-    gives, so every figure is the same to the bit. totals, per run id: runs_table's whole-run
-    aggregates of the other columns from one GROUP BY: `_read_bytes` (SUM when the values are
-    non-negative integers summing below 2^53, where it equals the float sum),
-    `_stall_sum`/`_majflt_sum` with their counts (where SUM adds sequentially, see
-    _sequential_sum), and `_last_hit` (cache_hit_pct of the run's last row). The counts and
-    the rows are read in one SQLite read transaction, so a run being recorded cannot add rows
-    in between."""
-    import itertools
-
-    import numpy as np
-    import pandas as pd
-
-    tok = schema.token
-    if not ids:
-        return pd.DataFrame({"run_id": pd.Series([], dtype="int64"),
-                             "wall_ms": pd.Series([], dtype=float)}), None
-    in_ids = tok.c.run_id.in_(list(ids))
-    aggregates = [func.count()]
-    for c in _SUMMED:
-        aggregates += [func.count(tok.c[c]), func.sum(tok.c[c])]
-    aggregates += [func.count(tok.c.read_bytes), func.min(tok.c.read_bytes),
-                   func.sum(tok.c.read_bytes)]
-    head = (select(tok.c.run_id, *aggregates).where(in_ids).group_by(tok.c.run_id)
-            .order_by(tok.c.run_id))
-    # the last row of each run by an index seek (a GROUP BY max(seq) would scan them all)
-    last = (select(tok.c.cache_hit_pct).where(tok.c.run_id == schema.run.c.id)
-            .order_by(tok.c.seq.desc()).limit(1).scalar_subquery())
-    hits = select(schema.run.c.id, last).where(schema.run.c.id.in_(list(ids)))
-    with engine.connect() as conn:
-        dbapi = conn.connection.driver_connection
-        cursor = dbapi.cursor()
-        sqlite = conn.dialect.name == "sqlite"
-        exact_sums = _sequential_sum(conn.dialect.name)
-
-        def run(stmt: Any) -> Any:
-            sql = stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
-            cursor.execute(str(sql))
-            return cursor
-
-        try:
-            if sqlite and not dbapi.in_transaction:
-                cursor.execute("BEGIN")         # one snapshot for the counts and the rows
-            try:
-                counts = run(head).fetchall()
-            except conn.dialect.loaded_dbapi.Error:
-                # SUM's integer overflow: counted again without it, read_bytes fetched
-                dbapi.rollback()
-                if sqlite:
-                    cursor.execute("BEGIN")
-                counts = [(*r, None) for r in run(head.with_only_columns(
-                    *head.selected_columns[:-1])).fetchall()]
-            run_ids = np.array([r[0] for r in counts], dtype=np.int64)
-            n = np.array([r[1] for r in counts], dtype=np.int64)
-            rb_sql = all(isinstance(r[8], int) and r[7] is not None and r[7] >= 0
-                         and r[8] < _EXACT_INT_SUM for r in counts if r[6])
-            fetched = ["wall_ms"] + ([] if exact_sums else
-                                     [c for i, c in enumerate(_SUMMED)
-                                      if any(r[2 + 2 * i] for r in counts)])
-            fetched += [] if rb_sql else ["read_bytes"]
-            total, width = int(n.sum()), len(fetched)
-            values = np.empty(total * width)
-            at = 0
-            cur = run(select(*(tok.c[c] for c in fetched)).where(in_ids)
-                      .order_by(tok.c.run_id, tok.c.seq))
-            while rows := cur.fetchmany(STAT_CHUNK):
-                if at + len(rows) * width > len(values):
-                    raise RuntimeError("token rows changed while read")
-                try:
-                    chunk = np.fromiter(itertools.chain.from_iterable(rows), float,
-                                        count=len(rows) * width)
-                except TypeError:      # a NULL: NaN, as read_sql's float columns have it
-                    chunk = np.array(rows, dtype=float).ravel()
-                values[at:at + len(rows) * width] = chunk
-                at += len(rows) * width
-            if at != len(values):
-                raise RuntimeError("token rows changed while read")
-            last_hit = dict(run(hits).fetchall())
-        finally:
-            if sqlite and dbapi.in_transaction:
-                dbapi.rollback()
-            cursor.close()
-    grid = values.reshape(total, width)
-    tokens = pd.DataFrame({"run_id": np.repeat(run_ids, n),
-                           **{c: np.ascontiguousarray(grid[:, j]) for j, c in enumerate(fetched)}})
-    index = pd.Index(run_ids, name="run_id")
-    totals = pd.DataFrame({"_last_hit": [last_hit.get(int(r)) for r in run_ids]}, index=index,
-                          dtype=float)
-    if rb_sql:
-        totals["_read_bytes"] = [float(r[8]) if r[6] else np.nan for r in counts]
-    if exact_sums:
-        for i, c in enumerate(_SUMMED):
-            totals[f"_{c}_count"] = [float(r[2 + 2 * i]) for r in counts]
-            totals[f"_{c}_sum"] = [np.nan if r[3 + 2 * i] is None else float(r[3 + 2 * i])
-                                   for r in counts]
-    return tokens, totals
+        return self.figures([row])[row.id].as_dict()
 
 
 class Sessions:

@@ -72,7 +72,7 @@ run = Table(
     Column("argv", JSON),
     Column("repeat_index", Integer, default=0),
     Column("order_index", Integer, default=0),
-    Column("status", String(20), nullable=False),   # running ok failed killed oom timeout interrupted
+    Column("status", String(20), nullable=False),   # stats/status.py Status
     Column("cause", Text),
     Column("rc", Integer),
     Column("signal", Integer),
@@ -99,6 +99,9 @@ run = Table(
     # naive) or "mtime" (the file's modification time, UTC: a guess).
     Column("time_source", String(20)),
     Column("source_file", Text),                     # an import's file, relative to the study
+    # the run's figures (stats/figures.py RunFigures.stored(), with their version), computed
+    # once when it ended or was imported (db/figures.py); NULL while it runs
+    Column("figures", JSON),
 )
 Index("ix_run_session", run.c.session_id, run.c.cell_key)
 

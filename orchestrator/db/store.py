@@ -83,8 +83,10 @@ def _first_line(exc: BaseException) -> str:
     return (str(inner).strip().splitlines() or [type(inner).__name__])[0]
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to Alembic's head (a no-op when it is there already).
+def migrate(engine: Engine) -> bool:
+    """Bring the schema to Alembic's head (a no-op when it is there already); True when this
+    call upgraded it (the caller then computes the stored runs' figures: db/figures.py
+    backfill).
 
     A store already at the head is recognised by one query against `alembic_version` and the
     newest migration file's revision, without importing Alembic (a third of a short command's
@@ -99,7 +101,7 @@ def migrate(engine: Engine) -> None:
     head = known[-1]
     stamped = current_revision(engine)
     if stamped == head:
-        return
+        return False
     if stamped is not None and stamped not in known:
         raise StoreError(f"{engine.url.render_as_string(hide_password=True)}: written by a "
                          f"newer orch (schema revision {stamped}; this orch knows up to "
@@ -115,18 +117,19 @@ def migrate(engine: Engine) -> None:
 
     for attempt in range(3):
         if current() == head:
-            return
+            return False
         try:
             with engine.begin() as conn:
                 config.attributes["connection"] = conn
                 command.upgrade(config, "head")
-            return
+            return True
         except (OperationalError, IntegrityError, ProgrammingError):
-            if current() == head:   # a concurrent opener migrated it
-                return
+            if current() == head:   # a concurrent opener migrated it (and computes figures)
+                return False
             if attempt == 2:
                 raise
             time.sleep(0.2 * (attempt + 1))
+    return False
 
 
 def revisions() -> list[str]:
@@ -228,8 +231,14 @@ class Store:
                              f"{type(exc).__name__}: {_first_line(exc)}") from None
         if engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_pragmas)
+        store = cls(engine)
         try:
-            migrate(engine)
+            if migrate(engine):
+                # the stored runs' figures of this orch (a new FIGURES_VERSION comes with a
+                # migration, so this is where stores written before it get them, once)
+                from orchestrator.db.backfill import backfill
+
+                backfill(store)
         except StoreError:
             engine.dispose()
             raise
@@ -237,7 +246,7 @@ class Store:
             engine.dispose()
             raise StoreError(f"--db {parsed.render_as_string(hide_password=True)}: cannot open "
                              f"the store: {_first_line(exc)}") from None
-        return cls(engine)
+        return store
 
     @property
     def url(self) -> str:

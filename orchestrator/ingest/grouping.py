@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.ingest.naming import name_time, repeat_index, without_time
+from orchestrator.stats.config_key import without_model_keys
 
 # Words a timestamped file name may carry besides the stamp without meaning a config
 MEANINGLESS = {"", "bmoe", "bmoe-cli", "run", "bench", "metrics", "result", "results", "out",
                "log", "llama", "llama-bench", "llama-cli", "csv", "trace"}
-# Settings that say which model file ran, not how it was run
-IDENTITY_KEYS = {"model", "engine", "llama_cpp_python"}
 
 
 @dataclass
@@ -117,7 +116,7 @@ def _repeats(members: list[Member], put: Any) -> list[Member]:
 
 
 def _comparable(settings: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in settings.items() if k not in IDENTITY_KEYS}
+    return without_model_keys(settings)
 
 
 def _varying_keys(members: Sequence[Member]) -> list[str]:

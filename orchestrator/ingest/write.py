@@ -33,6 +33,7 @@ from orchestrator.engines.bmoe_format import (
 )
 from orchestrator.engines.route_trace import RouteTrace
 from orchestrator.ingest.checks import Refused, impossible_reason
+from orchestrator.db.figures import compute_run
 from orchestrator.ingest.figures import watch
 from orchestrator.ingest.lines import lines
 from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord
@@ -164,7 +165,7 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     parser = adapter.new_parser()
     recorder = RunRecorder(store, run_id, parser,
                            on_token=memory if _has_extra(plan.csv_text) else None)
-    figures = watch(recorder)     # the kept token figures, from the rows as they are stored
+    columns = watch(recorder)     # the figures' token columns, from the rows as they are stored
     # streamed: the CSV's lines one at a time into the recorder's batches, never a list of
     # them all
     csv_lines, unmeasured = not_measured(plan.csv_text or "")
@@ -204,8 +205,6 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
         record.route_trace = plan.trace.meta()
         store.insert_route(run_id, plan.trace.rows)
     record.extra["import_key"] = plan.key
-    # every row stored: the figures `orch show` reads (db/runs.py Runs.show_stats)
-    record.token_stats = figures.figures(store)
     status, cause = _status(plan, record)
     started, ended, source = _times(plan, record)
     temps, free_kb = start(sidecar, plan.entry, plan.state)
@@ -215,7 +214,13 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     flags = plan.flags if plan.flags is not None else \
         " ".join(f"{k}={v}" for k, v in record.settings.items()) or None
     build = record.engine_build or build_of(plan.trailer, out_lines) or plan.engine_build
+    # every row stored: the run's figures, computed once (db/figures.py), from the rows the
+    # recorder stored when they are all the run has, else read back
+    row = Runs(store).get(run_id).replace(flags=flags, engine_build=build)
+    tokens = columns.tokens() if columns.usable(Runs(store).token_count(run_id)) else None
+    figures = compute_run(store, row, record, tokens)
     store.update_run(run_id, status=status, cause=cause, summary=record.stored(),
+                     figures=figures,
                      text=record.text or None, engine_build=build, model_size=plan.model_size,
                      flags=flags, started_at=started, ended_at=ended, time_source=source,
                      temp_start=temps, mem_avail_start_kb=free_kb, warnings=warnings or None,

@@ -24,10 +24,10 @@ from orchestrator.report.tables import group_title
 from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
 from orchestrator.results.query import by_model_and_device, labelled
 from orchestrator.results.trim import resolve_trim
-from orchestrator.stats.statistics import STAT_COLUMNS, spread
+from orchestrator.stats.figures import FIELDS as STAT_COLUMNS
+from orchestrator.stats.statistics import spread
 from orchestrator.stats.uncertainty import mean_interval
 from orchestrator.stats.values import is_missing, plain
-from orchestrator.stats.within_run import with_within_run
 
 # How a config's repeats combine into one row. Throughput columns average the runs' values
 # (mean = mean of the runs' means, the figure the spread is about); extremes and device
@@ -291,19 +291,11 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
     cache = _FrameCache(store)
     trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
-    # without plots the statistics read only the columns they need (db/runs.py stat_tokens)
-    stats = Runs(cache if keep_frames else store).stats(           # type: ignore[arg-type]
-        rows, quantile_method=quantile,
-                              trim=trim)
-    # the within-run figures (stats/within_run.py): the not-settled rule for every run, but
-    # the block-bootstrap intervals (seconds for hundreds of runs) only where the report shows
-    # them: the A/B row of a config with a single ok run (results/ab.py _within_run)
-    tokens = cache.frames.get("token")      # the plots' frame, when there is one
-    if tokens is None:                      # else run_id and wall_ms only, as the statistics
-        tokens = Runs(store).wall_frame([r.id for r in rows])
-    stats = with_within_run(stats, tokens, trim, intervals=_single_ok_runs(rows))
-    records = {rid: {k: plain(v) for k, v in rec.items()}
-               for rid, rec in stats.to_dict("index").items()}
+    # the runs' figures, as stored (or, with a trim or another quantile method, computed)
+    records = Runs(store).stats_dicts_q(rows, trim=trim, quantile_method=quantile)
+    if keep_frames:     # the plots' token rows and samples
+        cache.frame("token", [r.id for r in rows])
+        cache.frame("sample", [r.id for r in rows])
     sids = list(dict.fromkeys(r.session_id for r in rows))
     sessions = Sessions(store).by_ids(sids)
     parsed = {s.id: s.matrix for s in sessions}

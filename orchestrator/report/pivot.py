@@ -53,9 +53,8 @@ def pivot_text(store: Store, session_id: int, fmt: str = "md",
     rows = store.runs(session_id)
     if not rows:
         return f"session {session_id} has no runs\n"
-    stats = Runs(store).stats(rows, quantile_method=quantile)
-    by_run = {int(rid): rec for rid, rec in stats.to_dict("index").items()}
-    found = pivots(rows, by_run, session_design(store.session_row(session_id)))
+    figures = Runs(store).figures(rows, quantile_method=quantile)
+    found = pivots(rows, figures, session_design(store.session_row(session_id)))
     if fmt == "md":
         return "\n".join(markdown(p) for p in found)
     out = records(_records(found))

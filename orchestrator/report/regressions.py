@@ -73,8 +73,7 @@ def _section(store: Store, sid: int, device: str, matrix: str, current: list[Any
              last: int, first: int) -> dict[str, Any]:
     bases = [last] if last == first else [last, first]
     sides = [current] + [_side(store, b, device) for b in bases]
-    stats = Runs(store).stats([r for side in sides for r in side])
-    values = stats["mean"].to_dict() if len(stats) else {}
+    values = Runs(store).figures([r for side in sides for r in side])
     labels = config_labels([r for side in sides for r in side])
     keyed = [_by_key(side, labels) for side in sides]
     samples = [{k: point_samples(v, values, "mean")[0] for k, v in side.items()}

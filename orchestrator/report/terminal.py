@@ -16,6 +16,7 @@ from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.escape import visible
 from orchestrator.report.columns import LISTING, SESSION, SHOW
+from orchestrator.record_versions import entry_state
 from orchestrator.report.formatting import when
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
@@ -129,7 +130,7 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
         console.print(visible(line), highlight=False, markup=False)
-    for line in start_facts(row, row.record_fields["entry_state"]):
+    for line in start_facts(row, entry_state(row.summary)):
         console.print(visible(line), highlight=False, markup=False)
     table = Table(show_header=False)
     table.add_column("metric")

@@ -24,14 +24,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.results.measured import config_labels
 from orchestrator.results.query import Side
 from orchestrator.results.trim import resolve_trim
-from orchestrator.stats.uncertainty import (
-    Comparison,
-    Interval,
-    compare,
-    correct,
-    mean_interval,
-)
-from orchestrator.stats.values import plain
+from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine_all
+from orchestrator.stats.status import Status
+from orchestrator.stats.uncertainty import Comparison, Interval, compare, correct
 
 Key = tuple[str, str]          # (model, config)
 
@@ -148,7 +143,7 @@ def build(store: Store, sides: Sequence[Side], matches: Sequence[str] = (),
     rows = [r for side in sides for r in side.rows]
     trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
     # run means only: within-run intervals never feed the config-level test
-    stats = Runs(store).stats(rows, trim=trim, within_run=False)
+    figures = Runs(store).figures(rows, trim=trim)
     # configs pair by name *and* settings: the same name measured another way on one side is
     # its own row (results/measured.py), present on that side only
     labels = config_labels(rows)
@@ -170,36 +165,28 @@ def build(store: Store, sides: Sequence[Side], matches: Sequence[str] = (),
         renamed[i, (model, ref_key[a][1])] = r.config
         return (model, ref_key[a][1])
 
-    means = stats["mean"].to_dict() if len(stats) else {}
-    per_side: list[dict[Key, list[tuple[int, float | None]]]] = []
+    per_side: list[dict[Key, list[RunResult]]] = []
     left_out: list[tuple[Side, Any]] = []
     for i, side in enumerate(sides):
-        configs: dict[Key, list[tuple[int, float | None]]] = {}
+        configs: dict[Key, list[RunResult]] = {}
         for r in side.rows:
-            if r.status == "ok":
-                configs.setdefault(key_of(i, r), []).append(
-                    (r.id, plain(means.get(r.id))))
-            else:
+            configs.setdefault(key_of(i, r), []).append(RunResult(r.id, r.status, figures[r.id]))
+            if r.status != Status.OK:
                 left_out.append((side, r))
         per_side.append(configs)
-    per_side = _unknown_models_matched(per_side)
-    failed: list[dict[Key, list[int]]] = [
-        {} for _ in sides]     # per side: the runs of a config that did not end ok
-    for i, side in enumerate(sides):
-        for r in side.rows:
-            if r.status != "ok":
-                failed[i].setdefault(key_of(i, r), []).append(r.id)
-    keys = list(dict.fromkeys(k for configs in per_side for k in configs))
-    raw = [[compare([m for _, m in per_side[0][key]], [m for _, m in c[key]], paired=False)
-            if key in per_side[0] and key in c else None for c in per_side[1:]]
+    combined = [combine_all(configs) for configs in _unknown_models_matched(per_side)]
+    keys = list(dict.fromkeys(k for configs in combined for k, c in configs.items() if c.ok))
+    # a side's config figure: its ConfigFigures (stats/config_figures.py); tested on the runs'
+    # means, Welch on the logs (two sessions' runs are not paired)
+    raw = [[compare(combined[0][key].of_runs("mean"), c[key].of_runs("mean"), paired=False)
+            if _has(combined[0], key) and _has(c, key) else None for c in combined[1:]]
            for key in keys]
     corrected = iter(correct([c for row in raw for c in row if c is not None]))
     table = [ConfigRow(model=key[0], config=key[1],
-                       means=[mean_interval([m for _, m in c[key]]) if key in c else None
-                              for c in per_side],
-                       run_ids=[[rid for rid, _ in c.get(key, [])] for c in per_side],
+                       means=[c[key].mean if _has(c, key) else None for c in combined],
+                       run_ids=[list(c[key].ok) if key in c else [] for c in combined],
                        vs_reference=[next(corrected) if c is not None else None for c in row],
-                       failed=[f.get(key, []) for f in failed],
+                       failed=[list(c[key].not_ok) if key in c else [] for c in combined],
                        matched=[renamed.get((i, key)) for i in range(len(sides))])
              for key, row in zip(keys, raw)]
     summary, counts = [], []
@@ -235,6 +222,11 @@ def build_side(store: Store, build: str, device: str | None = None,
     where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
                                 device and f" on {device}") if x)
     raise ConfigError(f"no runs of build {build}{where} in {store.url}")
+
+
+def _has(configs: dict[Key, ConfigFigures], key: Key) -> bool:
+    """Whether a side has ok runs of the config: a figure to show and test."""
+    return key in configs and bool(configs[key].ok)
 
 
 def geometric_mean(values: Sequence[float]) -> float | None:

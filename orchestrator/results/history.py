@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,26 +26,23 @@ from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.results.measured import config_labels
+from orchestrator.stats import config_key
 from orchestrator.stats.changepoints import Step, detect
+from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
+from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.uncertainty import Interval, mean_interval
-from orchestrator.stats.values import plain
 
-_CACHE_PATH = re.compile(r"/llama\.cpp/([^/]+)/bin/[^/]+$")
 METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
 
 
 def build_label(row: RunRow) -> str | None:
-    """The engine build a run measured: the build cache's version, else run.engine_build."""
-    m = _CACHE_PATH.search(getattr(row, "binary_path", None) or "")
-    return m.group(1) if m else (getattr(row, "engine_build", None) or None)
+    """The engine build a run measured (stats/config_key.py build_label)."""
+    return config_key.build_label(row.binary_path, row.engine_build)
 
 
 def base_config(row: RunRow) -> str:
-    """The config a run measured without its build: a `builds:` matrix names its cells
-    `t1@0.3.30`, and across builds (history, `compare --builds`) they are one config `t1`."""
-    label = build_label(row)
-    suffix = f"@{label}"
-    return row.config[:-len(suffix)] if label and row.config.endswith(suffix) else row.config
+    """The config a run measured without its build (stats/config_key.py: ConfigKey.name)."""
+    return row.config_key.name
 
 
 def build_matches(row: RunRow, build: str) -> bool:
@@ -114,16 +111,16 @@ def _runs(store: Store, matrix: str, device: str | None, config: str | None) -> 
     return [r for r in rows if config in (None, r.config, base_config(r))]
 
 
-def point_samples(rows: list[RunRow], values: dict[int, Any],
+def config_of(rows: Sequence[RunRow], figures: Mapping[int, RunFigures]) -> ConfigFigures:
+    """The config figures of these runs (stats/config_figures.py)."""
+    return combine([RunResult(r.id, r.status, figures[r.id]) for r in rows])
+
+
+def point_samples(rows: list[RunRow], figures: Mapping[int, RunFigures],
                   metric: str) -> tuple[list[float], str]:
-    """The measurements behind one point: the runs' figures, or one run's repetitions."""
-    ok = [r for r in rows if r.status == "ok" and plain(values.get(r.id)) is not None]
-    if len(ok) == 1 and metric == "mean":
-        reps = (ok[0].record.extra or {}).get("repetitions") or []
-        reps = [float(v) for v in reps if isinstance(v, (int, float)) and math.isfinite(v)]
-        if len(reps) >= 2:
-            return reps, "repetitions"
-    return [float(values[r.id]) for r in ok], "runs" if len(ok) > 1 else "run"
+    """The measurements behind one point: the runs' figures, or one run's repetitions
+    (ConfigFigures.samples)."""
+    return config_of(rows, figures).samples(metric)
 
 
 def history(store: Store, matrix: str, config: str | None = None, device: str | None = None,
@@ -137,8 +134,7 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
         what = " ".join(x for x in (f"matrix {matrix!r}", config and f"config {config!r}",
                                     device and f"on {device}") if x)
         raise ConfigError(f"no runs of {what} in {store.url}")
-    stats = Runs(store).stats(rows)
-    values = stats[metric].to_dict() if len(stats) else {}
+    figures = Runs(store).figures(rows)
     groups: dict[tuple[str, str, str], dict[tuple[int, str | None], list[Any]]] = {}
     # one series per config *as measured*: an edited config under the same name is another
     # series (results/measured.py), never a step in this one
@@ -153,7 +149,7 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
     for (dev, model, cfg), by_point in groups.items():
         series = Series(dev, model, cfg, metric)
         for (sid, build), point_rows in by_point.items():
-            samples, basis = point_samples(point_rows, values, metric)
+            samples, basis = point_samples(point_rows, figures, metric)
             first = point_rows[0]
             series.points.append(Point(
                 sid, first.session_name, first.session_started, build,

@@ -3,27 +3,21 @@ that the models share, one column per model (its mean decode tok/s).
 
 Configs of two models share a row when they have the same name, else the same settings (an
 imported run's `flags` as key=value pairs, db/runs.parse_settings) once the keys that only
-say which model ran (MODEL_KEYS) are set aside, else the same label in the import's design
+say which model ran (stats/config_key.py MODEL_KEYS) are set aside, else the same label in the import's design
 file. Matches are tried in that order, and never put two configs of one model in one row (a
 row is one config per model). A config no other model matches keeps a row of its own.
-A cell is the mean of the config's ok runs' mean tok/s, as `orch table`'s throughput pivot.
+A cell is the config's mean tok/s (stats/config_figures.py: the mean of its ok runs' means).
 """
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from orchestrator.config.design import Design
 from orchestrator.db.runs import RunRow, parse_settings
-from orchestrator.stats.values import is_missing
-
-# settings that name or describe the model file rather than how it was run: two models'
-# runs differ in them by construction (the importer's preamble keys)
-MODEL_KEYS = frozenset({"model", "model_path", "model_file", "gguf", "arch", "quant",
-                        "n_layer", "n_expert", "n_expert_used", "n_embd", "n_head",
-                        "n_vocab", "size_bytes"})
+from orchestrator.stats.config_figures import RunResult, combine
+from orchestrator.stats.config_key import without_model_keys
+from orchestrator.stats.figures import RunFigures
 
 
 @dataclass(frozen=True)
@@ -52,31 +46,30 @@ class Pivot:
 
 
 def _settings(flags: str | None) -> frozenset[tuple[str, str]]:
-    return frozenset((k, v) for k, v in parse_settings(flags).items() if k not in MODEL_KEYS)
+    return frozenset(without_model_keys(parse_settings(flags)).items())
 
 
-def pivots(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
+def pivots(runs: Sequence[RunRow], figures: Mapping[int, RunFigures],
            design: Design | None = None) -> list[Pivot]:
-    """One pivot per device of the session's runs (`stats`: run id -> its statistics)."""
+    """One pivot per device of the session's runs (`figures`: run id -> its figures)."""
     out = []
     for device in dict.fromkeys(r.device for r in runs):
         mine = [r for r in runs if r.device == device]
-        out.append(_pivot(device, mine, stats, design))
+        out.append(_pivot(device, mine, figures, design))
     return out
 
 
-def _pivot(device: str, runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
+def _pivot(device: str, runs: Sequence[RunRow], figures: Mapping[int, RunFigures],
            design: Design | None) -> Pivot:
     models = list(dict.fromkeys(r.model or "-" for r in runs))
     keys = list(dict.fromkeys((r.model or "-", r.config) for r in runs))
     cells, settings, labels = {}, {}, {}
     for model, config in keys:
         members = [r for r in runs if (r.model or "-", r.config) == (model, config)]
-        ok = [r for r in members if r.status == "ok"
-              and not is_missing(stats.get(r.id, {}).get("mean"))]
-        means = [float(stats[r.id]["mean"]) for r in ok]
-        cells[model, config] = Cell(model, config, statistics.fmean(means) if means else None,
-                                    tuple(r.id for r in ok))
+        combined = combine([RunResult(r.id, r.status, figures[r.id]) for r in members])
+        cells[model, config] = Cell(model, config, combined.get("mean"),
+                                    tuple(rid for rid in combined.ok
+                                          if figures[rid].mean is not None))
         # a config whose runs disagree in settings has none to match by
         found = {_settings(r.flags) for r in members}
         settings[model, config] = found.pop() if len(found) == 1 else frozenset()

@@ -2,9 +2,9 @@
 enough yet? Phoronix's dynamic run count, judged by the 95% interval of the mean instead of a
 standard-deviation threshold.
 
-The judgement uses the same per-run tok/s (the read model's Runs.stats) and the same interval
-(stats.uncertainty.mean_interval) that the report prints, or a session could stop on a figure
-the report then contradicts.
+The judgement reads the same figure the report prints, the config's mean tok/s with its 95%
+interval (stats/config_figures.py ConfigFigures.mean, over the runs' stored figures), or a
+session could stop on a figure the report then contradicts.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from orchestrator.config.matrix_values import RepeatPolicy
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.stats.uncertainty import mean_interval
+from orchestrator.stats.config_figures import RunResult, combine_all
 
 
 @dataclass(frozen=True)
@@ -39,21 +39,18 @@ class Verdict:
 def judge(store: Store, session_id: int, policy: RepeatPolicy) -> Verdict:
     """The session's ok runs, per (model, config): is every 95% interval of the mean tok/s
     within `policy.until` percent of the mean?"""
-    rows = store.runs(session_id)
-    ok = [r for r in rows if r.status == "ok"]
-    means = Runs(store).stats(ok)["mean"].to_dict() if ok else {}
-    values: dict[str, list[float | None]] = {}
+    rows = Runs(store).current(session=session_id)
+    figures = Runs(store).figures(rows)
+    groups: dict[str, list[RunResult]] = {}
     for r in rows:
         name = r.config if (r.model or "-") == "-" else f"{r.model}/{r.config}"
-        values.setdefault(name, [])
-        if r.status == "ok":
-            values[name].append(means.get(r.id))
+        groups.setdefault(name, []).append(RunResult(r.id, r.status, figures[r.id]))
     widths: dict[str, float] = {}
-    for name, xs in values.items():
-        if xs:
-            half = mean_interval(xs).half_width_pct
+    for name, config in combine_all(groups).items():
+        if config.ok:
+            half = config.mean.half_width_pct
             widths[name] = math.inf if half is None else half
-    unjudged = tuple(n for n in values if n not in widths)
+    unjudged = tuple(n for n in groups if n not in widths)
     if not widths:
         return Verdict(False, math.inf, None, unjudged)
     widest_config = max(widths, key=lambda n: widths[n])

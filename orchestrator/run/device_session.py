@@ -104,7 +104,8 @@ class DeviceSession:
         state, _ = job_state(self.client, jobdir)
         stopped = (earlier.cause or "").startswith((USER_STOP, STORE_STOP))
         if state in ("running", "done") and not stopped:
-            self.store.update_run(earlier.id, status="running", cause=None)
+            # running again: its figures go until it ends again (db/figures.py)
+            self.store.update_run(earlier.id, status="running", cause=None, figures=None)
             return runner.follow(earlier.id, jobdir, earlier.spool_lines or 0, cell)
         if state in ("running", "orphan"):   # ours to end: stopped by the user, or unspooled
             self.progress.note(f"run #{earlier.id}: its engine still ran on the device "

@@ -15,7 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell
-from orchestrator.db.runs import Runs
+from orchestrator.db.figures import compute_run
 from orchestrator.db.store import Store, now
 from orchestrator.engines import CellSpec, EngineAdapter
 from orchestrator.errors import StoreWriteError
@@ -418,8 +418,6 @@ class DeviceRunner:
                 warnings.append(f"energy not measured: {record.energy['not_measured']}")
         if trace_warning:
             warnings.append(trace_warning)
-        # `orch show`'s figures: every token row is stored (flushed before _finish)
-        record.token_stats = Runs(self.store).token_figures(run_id)
         first = recorder.first_sample or {}
         temps = {k: v for k, v in first.items() if k.endswith(("_mC", "_dC"))}
         values: dict[str, Any] = {
@@ -430,6 +428,9 @@ class DeviceRunner:
             values["temp_start"] = temps  # no cooldown reading: the first sample's
         if recorder.exit is not None:
             values.update(rc=recorder.exit.rc, signal=recorder.exit.signal)
+        # the run's figures, computed once: every token row and sample is stored (flushed
+        # before _finish); db/figures.py, stats/statistics.py compute
+        values["figures"] = compute_run(self.store, self.store.run_row(run_id), record)
         self.store.update_run(run_id, **values)
         self.progress.cell_done(status, recorder.token_seq)
         return CellOutcome(run_id, status, recorder.token_seq, cause)

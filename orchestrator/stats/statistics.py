@@ -1,31 +1,38 @@
-"""Per-run statistics exactly as docs/formats.md §6 defines them (the published tables'
-method).
+"""THE computation of a run's figures (stats/figures.py RunFigures), exactly as
+docs/formats.md §6 defines the published ones: `compute` is the one function that turns token
+rows, agent samples and engine records into RunFigures, for one run when it ends or is
+imported (db/figures.py stores them) and for many at once when a view asks for other
+figures than the stored ones (`--trim N`, the `lower` quantile method) or a store is
+migrated to a new FIGURES_VERSION.
 
 Token-level numbers come from the token rows; scalar ones from the run's record (a RunRecord:
 the engine's trailer, or its stdout summary lines when a run was killed before writing its
 trailer), and then from the token rows where the record has nothing. Everything for many runs
-is computed at once (`runs_table`): per-run Python work is limited to reading each record's
-typed fields.
+is computed at once (`table`): per-run Python work is limited to reading each record's typed
+fields and the within-run bootstrap (stats/within_run.py).
 
 Beyond the published tables: per-token latency percentiles (ms, as serving benchmarks report
-them) and the warm-up truncation point with the steady-state mean (`_steady_state`, MSER-5).
+them), the warm-up truncation point with the steady-state mean (`_steady_state`, MSER-5), and
+the within-run figures (a block-bootstrap interval of the run's own rate, whether it settled).
 """
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from orchestrator.record import KIB_PER_GIB, PRESSURE_FIELDS, RunRecord, load_record
+from orchestrator.record import KIB_PER_GIB, PRESSURE_FIELDS, RunRecord
 from orchestrator.stats.energy import ENERGY_FIELDS, energy_note
-from orchestrator.stats.run_figures import STAT_COLUMNS, TOKEN_FIGURES
+from orchestrator.stats.figures import FIELDS, RunFigures
 from orchestrator.stats.trim import drop_first, trimmed
 from orchestrator.stats.values import is_missing, plain
 
-if TYPE_CHECKING:   # imported where a frame is made: token_figures of one run needs none
+if TYPE_CHECKING:   # imported where a frame is made
     import pandas as pd
 
 QUANTILE_METHODS = ("linear", "lower")
@@ -53,8 +60,7 @@ def _sorted_tps(codes: np.ndarray, n: np.ndarray, w: np.ndarray) -> tuple[np.nda
     return tps[order], starts
 
 
-def _token_stats(tokens: pd.DataFrame, q_method: str,
-                 totals: pd.DataFrame | None = None) -> pd.DataFrame:
+def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
     """Per run_id: n, mean, min, max, median, p5, p95, stall mean, read bytes, last hit pct.
 
     Hand-vectorised on purpose: the same figures through pandas (`groupby().quantile(q,
@@ -140,20 +146,11 @@ def _token_stats(tokens: pd.DataFrame, q_method: str,
     majflt = col("majflt")
     out["stall_ms_per_token"] = mean_sum(stall)[0] if stall is not None else nan
     out["_majflt"] = mean_sum(majflt)[0] if majflt is not None else nan
-    for name, key in (("stall_ms", "stall_ms_per_token"), ("majflt", "_majflt")):
-        if totals is not None and f"_{name}_sum" in totals:    # summed in SQL, in token order
-            s = totals[f"_{name}_sum"].reindex(out.index).to_numpy(dtype=float)
-            k = totals[f"_{name}_count"].reindex(out.index).to_numpy(dtype=float)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                out[key] = np.where(k > 0, s / k, np.nan)
     out["_read_bytes"] = mean_sum(rb)[1] if rb is not None else nan
     if hit is not None and g:     # cumulative over the session: the run's last row is the total
         out["_last_hit"] = hit[np.cumsum(n) - 1]
     else:
         out["_last_hit"] = nan
-    for key in ("_read_bytes", "_last_hit"):     # the read model's SQL aggregates of them
-        if totals is not None and key in totals:
-            out[key] = totals[key].reindex(out.index).to_numpy(dtype=float)
     return out
 
 
@@ -230,6 +227,14 @@ def _steady_state(n: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 # ---- scalar (from the records) -------------------------------------------------------------
 
+@dataclass(frozen=True)
+class RunInput:
+    """What compute needs of a run besides its token rows and samples."""
+
+    record: RunRecord                 # the engine's report (any stored version, load_record)
+    overlapped: bool | None = None    # stats/overlap.py: False (serial) leaves its stall out
+
+
 # The record fields the tables read, fetched from every record in one pass.
 _FIELDS = ("decode_tps", "prefill_tps", "ttft_s", "cache_hit_pct", "read_mib",
            "compute_s_per_token", "io_s_per_token", "stall_s_per_token", "majflt_per_token",
@@ -239,11 +244,11 @@ _FIELDS = ("decode_tps", "prefill_tps", "ttft_s", "cache_hit_pct", "read_mib",
 _get_fields = attrgetter(*_FIELDS)
 
 
-def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None],
+def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
              tok: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Vectorised over runs: the per-run columns that come from the records and pressure.
-    tok: the token statistics' columns (a frame). run_figures.one_run_stats is this for one run,
-    in plain Python: a change here is a change there."""
+    tok: the token statistics' columns (a frame)."""
+    records = [i.record for i in inputs]
     table = np.array([_get_fields(r) for r in records], dtype=object).reshape(
         len(records), len(_FIELDS))
     field = {name: table[:, i] for i, name in enumerate(_FIELDS)}
@@ -265,8 +270,9 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
     streaming[unknown] = rb[unknown] > 0
     is_stream = streaming == True  # noqa: E712  (object array with None)
     # a plain mmap run measures no flash reads and no stall (its columns are written as 0):
-    # not measured, not zero
-    mmap = streaming == False
+    # not measured, not zero; nor does a serial run measure an overlapped stall (overlap.py)
+    mmap = streaming == False  # noqa: E712
+    serial = np.array([i.overlapped is False for i in inputs], dtype=bool)
     stall = np.asarray(tok["stall_ms_per_token"], dtype=float)
     stall = np.where(np.isnan(stall), num("stall_s_per_token") * 1000.0, stall)
     majflt = num("majflt_per_token")
@@ -281,11 +287,12 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
             "prefill_tps": num("prefill_tps"), "ttft_s": num("ttft_s"),
             "cache_hit_pct": np.where(hit < 0, np.nan, hit),
             "read_mib_per_token": np.where(mmap, np.nan, read / n),
-            "stall_ms_per_token": np.where(mmap, np.nan, stall),
+            "stall_ms_per_token": np.where(mmap | serial, np.nan, stall),
             "majflt_per_token": majflt,
             "compute_s_per_token": np.where(is_stream, num("compute_s_per_token"), np.nan),
             "io_s_per_token": np.where(is_stream, num("io_s_per_token"), np.nan),
             "streaming": streaming, "complete": field["complete"],
+            "overlapped": np.array([i.overlapped for i in inputs], dtype=object),
             "_decode_tps": num("decode_tps"),
             "cache_budget_mib": num("cache_budget_mib"),
             "cache_resident_mib": num("cache_resident_mib"),
@@ -294,6 +301,8 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
             "spec_experts": experts, "spec_useful": useful,
             "spec_useful_pct": np.where(experts > 0, 100.0 * useful / experts, np.nan),
             "spec_recall_pct": recall, "spec_auto_off": auto_off.astype(object),
+            "repetitions": np.array([_repetitions(r) for r in records] + [None],
+                                    dtype=object)[:-1],
         }
     for key in PRESSURE_FIELDS:     # a key a run's pressure lacks, or None: NaN
         out[key] = np.array([(p or {}).get(key) for p in pressures], dtype=object).astype(float)
@@ -305,45 +314,50 @@ def _scalars(records: list[RunRecord], pressures: list[Mapping[str, Any] | None]
     return out
 
 
+def _repetitions(record: RunRecord) -> tuple[float, ...] | None:
+    """An engine's own per-repetition tok/s (llama-bench -r N: its samples_ts), finite ones."""
+    reps = (record.extra or {}).get("repetitions")
+    if not isinstance(reps, list):
+        return None
+    kept = tuple(float(v) for v in reps
+                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+    return kept or None
+
+
 # ---- public --------------------------------------------------------------------------------
 
-def runs_table(tokens: pd.DataFrame,
-               records: Mapping[Any, RunRecord | Mapping[str, Any] | None] | None = None,
-               pressure: Mapping[Any, Mapping[str, Any] | None] | None = None,
-               quantile_method: str = "linear", trim: int = 0,
-               within_run: bool = False, totals: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per-run stats (columns STAT_COLUMNS) for every run_id in tokens or records.
+def table(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
+          samples: pd.DataFrame | None = None, quantile_method: str = "linear", trim: int = 0,
+          within_run: bool = True) -> pd.DataFrame:
+    """Every run's figures as a frame indexed by run id, columns RunFigures' fields (FIELDS).
 
     tokens: one row per token with run_id, wall_ms and optionally stall_ms, read_bytes,
-    cache_hit_pct, majflt; each run's rows in token order (runs may interleave). records: run_id -> RunRecord (a stored dict is read with load_record).
-    pressure: run_id -> the agent samples' pressure (query.pressure_by_run: PRESSURE_FIELDS);
-    a run without it takes its record's (an imported run's `.metrics` sidecar).
-    quantile_method: "linear" (docs/formats.md §6, numpy's default) or "lower" (no interpolation).
-    trim: the per-token statistics (n, mean, distribution, latency, steady state) over each
-    run's tokens after its first `trim` (stats/trim.py); steady_from_token still counts every
-    token. within_run: add stats/within_run.py's WITHIN_RUN_COLUMNS (a bootstrap per run, so
-    only the read model asks for them) and claim no steady state for a run that had not
-    settled. totals: per run_id, `_read_bytes` (the sum of read_bytes) and `_last_hit` (the
-    last row's cache_hit_pct), `_stall_ms_sum`/`_stall_ms_count` and `_majflt_sum`/`_majflt_count`
-    when the caller aggregated them in SQL (db/runs.py stat_tokens): then tokens need not
-    carry those columns.
+    cache_hit_pct, majflt, seq; each run's rows in token order (runs may interleave).
+    inputs: run_id -> RunInput (every run to compute; a run without token rows has n 0 and
+    the engine's own tok/s). samples: the runs' agent samples (run_id, t_ms, hwm_kb, ...):
+    their pressure (pressure_by_run); a run without samples takes its record's (an imported
+    run's `.metrics` sidecar). quantile_method: "linear" (docs/formats.md §6, numpy's
+    default) or "lower" (no interpolation). trim: the per-token figures over each run's
+    tokens after its first `trim` (stats/trim.py); steady_from_token still counts every
+    token. within_run: the within-run figures (stats/within_run.py, a bootstrap per run) and
+    no steady state claimed for a run that had not settled; False only for bench/analysis,
+    which times the vectorised part alone.
     """
     import pandas as pd
 
-    records = records or {}
-    pressure = pressure or {}
-    tok = _token_stats(tokens, quantile_method, totals)
+    tok = _token_stats(tokens, quantile_method)
     tok["_n_all"] = tok["n"]
     if trim:
         tok = trimmed(tok, _token_stats(drop_first(tokens, trim), quantile_method), trim)
-    ids = list(tok.index) + [r for r in records if r not in tok.index]
+    ids = list(inputs)
     tok = tok.reindex(ids)
     tok["n"] = tok["n"].fillna(0).astype(int)
     tok["_n_all"] = tok["_n_all"].fillna(0)
-    recs = [_as_record(records.get(rid)) for rid in ids]
-    pressures = [pressure.get(rid) or (rec.pressure.__dict__ if rec.pressure else None)
-                 for rid, rec in zip(ids, recs)]
-    scal = pd.DataFrame(_scalars(recs, pressures, tok), index=tok.index)
+    runs = [inputs[rid] for rid in ids]
+    measured = pressure_by_run(samples) if samples is not None else {}
+    pressures = [measured.get(rid) or (i.record.pressure.__dict__ if i.record.pressure else None)
+                 for rid, i in zip(ids, runs)]
+    scal = pd.DataFrame(_scalars(runs, pressures, tok), index=tok.index)
     out = pd.concat([tok.drop(columns=["_read_bytes", "_last_hit", "_majflt",
                                        "stall_ms_per_token"]), scal], axis=1)
     # engines without per-token rows (llama-bench, llama-cli): the engine's own tok/s; a run
@@ -352,27 +366,18 @@ def runs_table(tokens: pd.DataFrame,
     if within_run:
         from orchestrator.stats.within_run import with_within_run
 
-        return with_within_run(out[list(STAT_COLUMNS)], tokens, trim)
-    return out[list(STAT_COLUMNS)]
+        out = with_within_run(out, tokens, trim)
+    return out.reindex(columns=list(FIELDS))
 
 
-# ---- one run's figures, kept with the run (db/runs.py Runs.show_stats) -----------------------
-# TOKEN_FIGURES and STAT_COLUMNS are stats/run_figures.py's, with one_run_stats: the row of
-# runs_table that `orch show` computes from the kept figures without numpy
-
-def token_figures(tokens: pd.DataFrame, totals: pd.DataFrame | None = None) -> dict[str, Any]:
-    """One run's token statistics (TOKEN_FIGURES, trim 0, linear quantiles) as plain JSON
-    values (None for NaN; floats round-trip JSON exactly): what runs_table computes of the
-    run's token rows. tokens and totals as db/runs.py stat_tokens gives them for that run."""
-    tok = _token_stats(tokens, "linear", totals)
-    if not len(tok):        # no token rows: runs_table's reindexed row (n 0, the rest NaN)
-        return {key: 0 if key == "n" else None for key in TOKEN_FIGURES}
-    return {key: int(tok["n"].iloc[0]) if key == "n" else plain(float(tok[key].iloc[0]))
-            for key in TOKEN_FIGURES}
-
-
-def _as_record(value: RunRecord | Mapping[str, Any] | None) -> RunRecord:
-    return value if isinstance(value, RunRecord) else load_record(value)
+def compute(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
+            samples: pd.DataFrame | None = None, quantile_method: str = "linear",
+            trim: int = 0) -> dict[Any, RunFigures]:
+    """Each run's RunFigures (the arguments as `table`'s): what the store keeps (trim 0,
+    linear quantiles) and what a view asks for otherwise."""
+    frame = table(tokens, inputs, samples, quantile_method, trim)
+    return {rid: RunFigures.of({k: plain(v) for k, v in rec.items()})
+            for rid, rec in zip(frame.index, frame.to_dict("records"))}
 
 
 def spread(values: Iterable[float | None]) -> dict[str, Any]:

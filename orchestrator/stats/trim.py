@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from orchestrator.stats.figures import PER_TOKEN
+
 if TYPE_CHECKING:   # the functions take frames; trim_words (the terminal's captions) needs none
     import pandas as pd
 
@@ -42,9 +44,7 @@ def trim_words(trim: int) -> str:
     return f"first {trim} token{'s' if trim != 1 else ''} left out"
 
 
-# the per-token statistics of statistics._token_stats that a trim changes
-PER_TOKEN = ("n", "mean", "min", "max", "median", "p5", "p95", "latency_p50_ms",
-             "latency_p90_ms", "latency_p99_ms", "steady_from_token", "steady_mean")
+# the per-token figures a trim changes: stats/figures.py's PER_TOKEN
 
 
 def trimmed(whole: pd.DataFrame, cut: pd.DataFrame, trim: int) -> pd.DataFrame:
