@@ -14,6 +14,7 @@ from orchestrator.cli.options import (
     friendly,
     inventory_option,
 )
+from orchestrator.stats.status import Status
 
 
 @click.command()
@@ -97,7 +98,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
             ok = False
             continue
         print_session_table(console, store, result.session_id)
-        ok = ok and all(o.status == "ok" for o in result.outcomes)
+        ok = ok and all(o.status == Status.OK for o in result.outcomes)
     sys.exit(0 if ok else 1)
 
 

@@ -6,12 +6,24 @@ from __future__ import annotations
 
 import itertools
 import shlex
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from orchestrator.config.matrix_values import ConfigSpec
 
-if TYPE_CHECKING:
-    from orchestrator.config.matrix import Matrix
+
+class ConfigSource(Protocol):
+    """What the expansion reads of a matrix (config/matrix.py Matrix is one): declared here
+    so that this module needs nothing of the model and the model can use it."""
+
+    @property
+    def configs(self) -> Mapping[str, str | ConfigSpec]: ...
+
+    @property
+    def grid(self) -> Mapping[str, Sequence[Any]]: ...
+
+    @property
+    def route_trace(self) -> bool: ...
 
 
 def flag_value(flag: str, value: object) -> tuple[str, list[str]]:
@@ -22,19 +34,19 @@ def flag_value(flag: str, value: object) -> tuple[str, list[str]]:
     return (f"{short}={value}", [flag, str(value)])
 
 
-def expand_configs(matrix: Matrix) -> list[tuple[str, str]]:
+def expand_configs(matrix: ConfigSource) -> list[tuple[str, str]]:
     """(name, flag string) pairs: `configs` as written, crossed with the `grid` product."""
     return [(name, flags) for name, flags, _ in expand_config_specs(matrix)]
 
 
-def _flags_and_trace(matrix: Matrix, spec: str | ConfigSpec) -> tuple[str, bool]:
+def _flags_and_trace(matrix: ConfigSource, spec: str | ConfigSpec) -> tuple[str, bool]:
     if isinstance(spec, ConfigSpec):
         own = spec.route_trace
         return spec.flags, matrix.route_trace if own is None else own
     return spec, matrix.route_trace
 
 
-def expand_config_specs(matrix: Matrix) -> list[tuple[str, str, bool]]:
+def expand_config_specs(matrix: ConfigSource) -> list[tuple[str, str, bool]]:
     """(name, flag string, route_trace) triples, in `expand_configs`' order: a grid-crossed
     config traces as its `configs` entry says, a grid-only one as the matrix says."""
     grid_items: list[tuple[str, str]] = []

@@ -123,6 +123,10 @@ class Matrix(BaseModel):
         (`orch engines build llama.cpp --version V`) for this engine."""
         if not (isinstance(value, dict) and "build" in value):
             return value
+        if (info.context or {}).get("stored"):
+            # a stored session's matrix says what it ran, on any machine that reads it: the
+            # build, not this machine's cache path (the run rows keep the path that ran)
+            return {"device": f"build {value['build']}"}
         from orchestrator.tools.llamacpp_build import cached_binary
 
         return {"device": cached_binary(str(value["build"]), info.data.get("engine"))}
@@ -470,6 +474,7 @@ def stored_matrix(text: str | None) -> Matrix | None:
         return None
     try:
         data = yaml.safe_load(text)
-        return Matrix.model_validate(data) if isinstance(data, dict) else None
+        return Matrix.model_validate(data, context={"stored": True}) \
+            if isinstance(data, dict) else None
     except (yaml.YAMLError, ValidationError):
         return None

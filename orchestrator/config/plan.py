@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from orchestrator.config.configs import expand_config_specs
 from orchestrator.config.matrix import Matrix
+from orchestrator.stats.config_key import ConfigKey
 
 
 @dataclass(frozen=True)
@@ -24,9 +25,14 @@ class Cell:
     binary: str | None = None  # ... and that build's cached binary (else the matrix's binary)
 
     @property
+    def config_key(self) -> ConfigKey:
+        """The config this cell measures (stats/config_key.py)."""
+        return ConfigKey.of(self.model, self.config, self.flags, build=self.build)
+
+    @property
     def key(self) -> str:
         """Identifies the cell within its matrix: the unit --resume works on."""
-        return f"{self.model}|{self.config}|{self.repeat}"
+        return self.config_key.cell(self.repeat)
 
     @property
     def matrix_config(self) -> str:

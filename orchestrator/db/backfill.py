@@ -13,6 +13,7 @@ from orchestrator.db import schema
 from orchestrator.db.figures import compute_rows, write
 from orchestrator.db.runs import Runs
 from orchestrator.stats.figures import FIGURES_VERSION
+from orchestrator.stats.status import Status
 
 if TYPE_CHECKING:
     from orchestrator.db.store import Store
@@ -24,7 +25,7 @@ BACKFILL_SAY = 100          # a backfill of more runs than this says so on stder
 def stale_runs(conn: Connection) -> list[int]:
     """Runs that ended without figures of this version (every run, before migration 0010)."""
     run = schema.run
-    rows = conn.execute(select(run.c.id, run.c.figures).where(run.c.status != "running")
+    rows = conn.execute(select(run.c.id, run.c.figures).where(run.c.status != Status.RUNNING)
                         .order_by(run.c.id)).fetchall()
     return [r.id for r in rows
             if not isinstance(r.figures, dict) or r.figures.get("version") != FIGURES_VERSION]

@@ -14,6 +14,7 @@ from sqlalchemy import func, select, update
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store, now
+from orchestrator.stats.status import RESUMABLE
 
 PENDING = ("queued", "delivered")          # a cell that has not ended
 GOOD = ("ok", "kept")                      # ended well (`kept`: it was ok already)
@@ -161,7 +162,7 @@ def own_job_dirs(store: Store, device: str) -> set[str]:
     rows = store.fetch(select(run.c.remote_dir).join(
         cell, (cell.c.session_id == run.c.session_id) & (cell.c.cell_key == run.c.cell_key))
         .where(cell.c.device == device, cell.c.state == "delivered",
-               run.c.status.in_(("running", "interrupted"))))
+               run.c.status.in_(sorted(RESUMABLE))))
     return {r.remote_dir for r in rows if r.remote_dir}
 
 

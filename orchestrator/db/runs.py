@@ -35,6 +35,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.stats.config_key import ConfigKey, build_label
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.overlap import overlapped
+from orchestrator.stats.status import Status
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -185,8 +186,10 @@ class RunRow:
         return dict(self.record.settings) or parse_settings(self.flags)
 
     def as_dict(self) -> dict[str, Any]:
-        """The stored columns and names, without the parsed record (export)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """The stored columns and names, without the parsed record and the stored figures
+        (export: its `stat_` columns are the figures, Runs.figures)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "figures"}
 
     def replace(self, **values: Any) -> "RunRow":
         """A copy with some fields changed (a view's relabelled config, say)."""
@@ -310,7 +313,7 @@ class Runs:
     def running_on(self, device_id: int) -> list[RunRow]:
         """Runs of a device still marked running (a controller that died mid-run)."""
         return self._fetch(_run_select().where(schema.run.c.device_id == device_id,
-                                               schema.run.c.status == "running"))
+                                               schema.run.c.status == Status.RUNNING))
 
     def latest_per_cell(self, session_id: int) -> dict[str, RunRow]:
         """The newest current run of each cell key of a session (`--resume`)."""

@@ -64,6 +64,7 @@ from orchestrator.engines.base import (
     TokenRow,
 )
 from orchestrator.record import RunRecord, trailer_fields
+from orchestrator.stats.figures import rate
 
 STDERR_TAIL = 50
 MAX_STDOUT_LINES = 100_000
@@ -325,7 +326,7 @@ class GenericRunParser(RunParser):
             # group's later rows carry wall 0, an unreadable wall time adds no time)
             wall = self._sums["wall_ms"]
             t["s/tok"] = wall / self.n_rows / 1000.0
-            t["tok/s"] = self.n_rows / (wall / 1000.0) if wall > 0 else None
+            t["tok/s"] = rate(self.n_rows, wall)
         for field, key, scale in (("io_ms", "io_s/tok", 1e-3), ("stall_ms", "stall_s/tok", 1e-3),
                                   ("mgmt_ms", "mgmt_s/tok", 1e-3), ("cpu_ms", "cpu_s/tok", 1e-3),
                                   ("compute_ms", "compute_s/tok", 1e-3),

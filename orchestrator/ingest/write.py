@@ -39,6 +39,7 @@ from orchestrator.ingest.lines import lines
 from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.stats import energy
+from orchestrator.stats.status import Status
 
 _MIB_PER_GIB = KIB_PER_GIB / 1024
 
@@ -153,7 +154,7 @@ def _create(store: Store, adapter: Any, session_id: int, device_id: int, plan: P
     return store.create_run(uid=uuid.uuid4().hex[:16], session_id=session_id,
                             device_id=device_id, cell_key=cell.key, model=plan.model,
                             config=plan.config, flags=None, repeat_index=plan.repeat,
-                            order_index=plan.order, status="running", engine=adapter.name,
+                            order_index=plan.order, status=Status.RUNNING, engine=adapter.name,
                             superseded=False, remote_dir=str(plan.source),
                             source_file=plan.shown)
 
@@ -335,10 +336,10 @@ def _zero(text: str) -> bool:
 
 def _status(plan: Planned, record: RunRecord) -> tuple[str, str | None]:
     if record.complete:
-        return "ok", None
+        return Status.OK, None
     if plan.csv_text is None:
-        return "interrupted", "no 'generation:' line in its section: the run did not finish"
-    return "interrupted", "no '# summary' trailer: the run was killed or the file cut"
+        return Status.INTERRUPTED, "no 'generation:' line in its section: the run did not finish"
+    return Status.INTERRUPTED, "no '# summary' trailer: the run was killed or the file cut"
 
 
 def _times(plan: Planned, record: RunRecord

@@ -32,6 +32,7 @@ from orchestrator.run.progress import Progress
 from orchestrator.run.runner import CellOutcome
 from orchestrator.run.session import run_or_collect
 from orchestrator.transports.base import LinkPolicy, TransportError
+from orchestrator.stats.status import Status
 
 log = logging.getLogger("orch.lab")
 FINAL_SKIP = ("ok", "kept")
@@ -194,7 +195,7 @@ class DeviceConsumer:
                 return self._end(row, "failed", None, f"cell {row.cell_key} is not in the "
                                                       f"submitted matrix's plan")
             earlier = self._earlier(row, cell)
-            if earlier is not None and earlier.status == "ok":
+            if earlier is not None and earlier.status == Status.OK:
                 return self._end(row, "kept", earlier.id)
             lab_db.update_device(self.store, self.device, current_cell_id=row.id)
             try:
@@ -217,7 +218,7 @@ class DeviceConsumer:
     def _lost_link(self, outcome: CellOutcome) -> bool:
         """An interrupted run that the user did not stop: the device went away for longer
         than the link grace. Its job may still run there: collected once it is back."""
-        return outcome.status == "interrupted" and not (outcome.cause or "").startswith(USER_STOP)
+        return outcome.status == Status.INTERRUPTED and not (outcome.cause or "").startswith(USER_STOP)
 
     def _earlier(self, row: Any, cell: Cell) -> Any | None:
         runs = Runs(self.store).current(session=row.session_id, cell_key=row.cell_key)

@@ -18,6 +18,7 @@ from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.cooldown import run_agent_cooldown
 from orchestrator.run.device_jobs import live_jobs
 from orchestrator.transports.base import TransportError
+from orchestrator.stats.status import Status
 
 log = logging.getLogger("orch.lab")
 
@@ -79,7 +80,7 @@ class HealthGate:
         """A cell ended with `status`. Runs stopped at the matrix's thermal ceiling (status
         `aborted`, the agent's `abort:`) `after` times in a row quarantine the device with
         that reason: a device that cannot stay below the ceiling measures nothing."""
-        self.aborts = self.aborts + 1 if status == "aborted" else 0
+        self.aborts = self.aborts + 1 if status == Status.ABORTED else 0
         if self.aborts >= self.limits.after:
             reason = (f"aborted at the thermal ceiling {self.aborts} times in a row "
                       f"(last: {cause or 'aborted'})")

@@ -22,6 +22,8 @@ from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.record import KIB_PER_GIB, load_record
 from orchestrator.run.validity import RunValidity, ghz
+from orchestrator.stats.config_key import without_model_keys
+from orchestrator.stats.status import Status
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ def _frame(rows: Iterable[RunRow], means: Mapping[int, Any]) -> pd.DataFrame:
         "mean": means.get(r.id), "cooldown_met": r.cooldown_met,
         "temp": _start_temp(r.temp_start), "free_kb": r.mem_avail_start_kb,
         "validity": RunValidity.from_stored(load_record(r.summary).validity),
-    } for r in rows if r.status == "ok"],
+    } for r in rows if r.status == Status.OK],
         columns=["id", "device", "model", "config", "session_id", "order_index", "mean",
                  "cooldown_met", "temp", "free_kb", "validity"])
 
@@ -220,17 +222,13 @@ def caveats(rows: Iterable[RunRow], means: Mapping[int, Any],
     return out + confounds(rows)
 
 
-# Settings that name the model file or the build, not how it was run
-_NOT_SETTINGS = {"model", "engine", "llama_cpp_python"}
-
-
 def confounds(rows: Iterable[RunRow]) -> list[Caveat]:
     """A config whose runs disagree on a setting (the engine's resolved settings, and the
     cache budget it chose): its rows average over two setups, and a reader must see which.
     Its own name's setting cannot disagree (the runs were grouped by it)."""
     groups: dict[tuple[str, str, str], list[RunRow]] = {}
     for r in rows:
-        if r.status == "ok":
+        if r.status == Status.OK:
             groups.setdefault((r.device, r.model or "-", r.config or ""), []).append(r)
     # (load_record, not RunRow.record: callers pass row-likes with a summary)
     out = []
@@ -240,7 +238,8 @@ def confounds(rows: Iterable[RunRow]) -> list[Caveat]:
         seen = []
         for r in runs:
             record = load_record(r.summary)
-            got = {k: str(v) for k, v in record.settings.items() if k not in _NOT_SETTINGS}
+            # the settings that say how it ran, not which model file (config_key.py)
+            got = {k: str(v) for k, v in without_model_keys(record.settings).items()}
             if record.cache_budget_mib is not None:
                 got["cache budget"] = f"{record.cache_budget_mib:.0f} MiB"
             seen.append(got)
@@ -259,7 +258,7 @@ def confounds(rows: Iterable[RunRow]) -> list[Caveat]:
 
 
 def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()) -> list[Caveat]:
-    rows = [r for r in store.runs(session_id) if r.status == "ok"]
+    rows = [r for r in store.runs(session_id) if r.status == Status.OK]
     if not rows:
         return []
     stats = Runs(store).stats(rows)

@@ -31,6 +31,7 @@ from orchestrator.stats.changepoints import Step, detect
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.uncertainty import Interval, mean_interval
+from orchestrator.stats.status import Status
 
 METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
 
@@ -154,8 +155,8 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
             series.points.append(Point(
                 sid, first.session_name, first.session_started, build,
                 mean_interval(samples), basis,
-                [r.id for r in point_rows if r.status == "ok"],
-                sum(1 for r in point_rows if r.status != "ok"), _log_se(samples)))
+                [r.id for r in point_rows if r.status == Status.OK],
+                sum(1 for r in point_rows if r.status != Status.OK), _log_se(samples)))
         series.points.sort(key=lambda p: _order_key(p, order, first_seen))
         series.change_points = change_points(series.points)
         out.append(series)

@@ -1,39 +1,25 @@
 """What a run measured, as comparisons across sessions and builds key it (history, the
-report's regressions section, `orch compare`).
-
-A config's name is what a person typed; what was measured is the config's settings (its
-engine flags) and the model file (its sha256). A config edited under the same name, or run
-on another quantisation of the model, is another measurement: comparing the two would call
-the edit a regression. So runs are keyed by name *and* settings, and where one name covers
-several settings the label says which is which ("t1 (flags -t 4)"). The engine build is not
-part of the key: it is what history and `compare --builds` put side by side.
+report's regressions section, `orch compare`): the config as stats/config_key.py defines it
+(its name *and* its settings: flags and model file), labelled for readers where one name
+covers several settings ("t1 (flags -t 4)"). The engine build is not part of it: it is what
+history and `compare --builds` put side by side.
 
 A model that was never hashed (an import, a device path orch did not read) is unknown, not
-different: it joins the variant there is, and is labelled apart ("model unknown") only when
-the name has runs of several known model files. Flags are compared as recorded (an import
-records none).
+different (Settings.matches): it joins the variant there is, and is labelled apart ("model
+unknown") only when the name has runs of several known model files. Flags are compared as
+recorded (an import records none).
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from orchestrator.db.runs import RunRow
+from orchestrator.stats.config_key import UNKNOWN, Settings
 
-UNKNOWN = ""
 
-
-@dataclass(frozen=True, order=True)
-class Settings:
-    """The settings of a run beyond its name: flags (whitespace normalised) and model sha256."""
-
-    flags: str
-    model_sha256: str
-
-    @classmethod
-    def of(cls, row: RunRow) -> "Settings":
-        flags = " ".join(str(getattr(row, "flags", None) or "").split())
-        return cls(flags, str(getattr(row, "model_sha256", None) or ""))
+def settings_of(row: RunRow) -> Settings:
+    """A run's settings beyond its name (stats/config_key.py Settings)."""
+    return Settings.of(getattr(row, "flags", None), getattr(row, "model_sha256", None))
 
 
 def _variant_text(s: Settings, flags_differ: bool, models_differ: bool) -> str:
@@ -52,7 +38,7 @@ def config_labels(rows: Iterable[RunRow],
     rows = list(rows)
     variants: dict[tuple[str, str], set[Settings]] = {}
     for r in rows:
-        variants.setdefault((r.model or "-", config(r)), set()).add(Settings.of(r))
+        variants.setdefault((r.model or "-", config(r)), set()).add(settings_of(r))
     out: dict[int, str] = {}
     for r in rows:
         name = config(r)
@@ -63,6 +49,6 @@ def config_labels(rows: Iterable[RunRow],
         if not (flags_differ or models_differ):
             out[r.id] = name
             continue
-        text = _variant_text(Settings.of(r), flags_differ, models_differ)
+        text = _variant_text(settings_of(r), flags_differ, models_differ)
         out[r.id] = f"{name} ({text})" if text else name
     return out

@@ -8,6 +8,7 @@ import time
 
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.transports.base import Outage
+from orchestrator.stats.status import Status
 
 # orch's own deadline for a followed job (docs/reliability.md, "A stopped supervisor"): the
 # cell timeout is the agent's to enforce, but a supervisor that is stopped (SIGSTOP, a frozen
@@ -24,7 +25,7 @@ DEADLINE_SLACK_S = 30.0
 STALL_MIN_S = 60.0
 STALL_INTERVALS = 30
 WATCH_TICK_S = 0.5
-TIMEOUT = "timeout"
+TIMEOUT = Status.TIMEOUT
 
 
 class DeadlineWatch:
@@ -86,7 +87,7 @@ class DeadlineWatch:
         elif now_ - self.last_line >= self.stall_s:
             sup = self.client.supervisor_state(self.jobdir)
             if sup is not None and sup[1] in ("T", "t"):
-                self._give_up("failed", f"the agent's supervisor (pid {sup[0]}) is stopped "
+                self._give_up(Status.FAILED, f"the agent's supervisor (pid {sup[0]}) is stopped "
                                         f"(state {sup[1]}) and its spool sent nothing for "
                                         f"{self.stall_s:g} s; killed by orch")
             else:

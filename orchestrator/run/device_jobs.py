@@ -14,6 +14,7 @@ from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.lifecycle import DeviceBusy
 from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import TransportError
+from orchestrator.stats.status import Status
 
 STATES = ("done", "running", "orphan", "dead", "absent", "full")
 
@@ -123,7 +124,7 @@ def settle_orphaned_runs(store: Store, device_id: int, live: set[str],
             continue
         try:
             with session_lock(store, row.session_id):
-                store.update_run(row.id, status="interrupted",
+                store.update_run(row.id, status=Status.INTERRUPTED,
                                  cause="orch ended before this run did; `orch run --resume` of "
                                        "its session collects it")
         except SessionBusy:

@@ -26,6 +26,7 @@ from orchestrator.run.prepare import PreparedDevice
 from orchestrator.run.progress import Progress
 from orchestrator.run.runner import CellOutcome, DeviceRunner
 from orchestrator.transports.base import LinkPolicy, TransportError
+from orchestrator.stats.status import Status
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class DeviceSession:
         stopped = (earlier.cause or "").startswith((USER_STOP, STORE_STOP))
         if state in ("running", "done") and not stopped:
             # running again: its figures go until it ends again (db/figures.py)
-            self.store.update_run(earlier.id, status="running", cause=None, figures=None)
+            self.store.update_run(earlier.id, status=Status.RUNNING, cause=None, figures=None)
             return runner.follow(earlier.id, jobdir, earlier.spool_lines or 0, cell)
         if state in ("running", "orphan"):   # ours to end: stopped by the user, or unspooled
             self.progress.note(f"run #{earlier.id}: its engine still ran on the device "

@@ -13,6 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, TextColumn
 from rich.progress import Progress as RichProgress
 
 from orchestrator.escape import visible
+from orchestrator.stats.figures import rate
+from orchestrator.stats.status import Status
 
 
 class Progress:
@@ -89,8 +91,9 @@ class DeviceProgress(Progress):
     def _status(self, extra: str = "") -> str:
         parts = []
         if self.count:
-            mean = self.count / (self.wall / 1000.0) if self.wall else 0.0
-            parts.append(f"{self.current:6.2f} tok/s now, {mean:6.2f} mean")
+            mean = rate(self.count, self.wall)
+            parts.append(f"{self.current:6.2f} tok/s now, "
+                         + (f"{mean:6.2f} mean" if mean is not None else "mean —"))
         if self.temp_c is not None:
             parts.append(f"{self.temp_c:.1f}°C")
         if self.free_gib is not None:
@@ -159,11 +162,12 @@ class DeviceProgress(Progress):
         self.done += 1
         took = time.monotonic() - getattr(self, "_cell_clock", self.started)
         self.cell_times.append(took)
-        mean = tokens / (self.wall / 1000.0) if self.wall else 0.0
-        colour = "green" if status == "ok" else "red"
-        rate = (f"{tokens} tokens, {mean:.2f} tok/s mean" if tokens
+        mean = rate(tokens, self.wall)
+        colour = "green" if status == Status.OK else "red"
+        shown = (f"{tokens} tokens, " + (f"{mean:.2f} tok/s mean" if mean is not None
+                                         else "no decode time recorded") if tokens
                  else "no per-token rows (the engine reports totals)")
-        self.board.print(f"{self.device} {self.prefix}: [{colour}]{_shown(status)}[/] {rate} "
+        self.board.print(f"{self.device} {self.prefix}: [{colour}]{_shown(status)}[/] {shown} "
                          f"({took:.1f} s)")
         if self.board.bar is not None and self.task is not None:
             self.board.bar.remove_task(self.task)

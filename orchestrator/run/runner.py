@@ -35,8 +35,9 @@ from orchestrator.transports.base import (
     Transport,
     TransportError,
 )
+from orchestrator.stats.status import Status
 
-STATUS_OK = "ok"
+STATUS_OK = Status.OK     # what the quality probes call an ok end (run/quality.py)
 
 
 # Re-attaches in a row while the follower keeps ending without the X line but the agent
@@ -72,27 +73,27 @@ def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[st
     garbled = getattr(recorder, "garbled", None)
     spool_full = getattr(recorder, "spool_full", None)
     if exit_ is None and spool_full:
-        return "failed", spool_full
+        return Status.FAILED, spool_full
     if exit_ is None and garbled:
-        return "failed", f"the engine ended but the agent's X line is unreadable ({garbled})"
+        return Status.FAILED, f"the engine ended but the agent's X line is unreadable ({garbled})"
     if exit_ is None:
-        return "interrupted", "the stream ended without the agent's X line"
+        return Status.INTERRUPTED, "the stream ended without the agent's X line"
     if exit_.cause == "timeout":
-        return "timeout", "exceeded the cell timeout"
+        return Status.TIMEOUT, "exceeded the cell timeout"
     if exit_.cause == "aborted":
-        return "aborted", aborted_cause(exit_.fields)
+        return Status.ABORTED, aborted_cause(exit_.fields)
     if exit_.cause == "oom":
         oom = next((w for w in recorder.warnings if w.startswith("oom: ")), "oom: kernel log")
-        return "oom", f"killed for memory ({oom[5:].strip()[:300]})"
+        return Status.OOM, f"killed for memory ({oom[5:].strip()[:300]})"
     last_free = (recorder.last_sample or {}).get("mem_avail_kb")
     if exit_.signal == 9 and mem_total_kb and last_free is not None \
             and last_free < OOM_FREE_FRACTION * mem_total_kb:
-        return "oom", (f"SIGKILL with {last_free / 1024:.0f} MiB free of "
+        return Status.OOM, (f"SIGKILL with {last_free / 1024:.0f} MiB free of "
                        f"{mem_total_kb / 1048576:.1f} GiB at the last sample")
     if exit_.signal:
-        return "killed", f"signal {exit_.signal}"
+        return Status.KILLED, f"signal {exit_.signal}"
     if exit_.rc != 0:
-        return "failed", f"exit code {exit_.rc}"
+        return Status.FAILED, f"exit code {exit_.rc}"
     return STATUS_OK, None
 
 
@@ -200,7 +201,7 @@ class DeviceRunner:
         run_id = self.store.create_run(
             uid=uid, session_id=self.session_id, device_id=self.device_id, cell_key=cell.key,
             model=cell.model, config=cell.config, flags=cell.flags, argv=argv,
-            repeat_index=cell.repeat, order_index=cell.order, status="running",
+            repeat_index=cell.repeat, order_index=cell.order, status=Status.RUNNING,
             started_at=now(), cooldown_s=cooldown_s, cooldown_met=cooldown_met,
             temp_start=cooldown_temps, engine=self.adapter.name,
             binary_path=binary_path, binary_sha256=binary_sha, remote_dir=jobdir,
@@ -222,13 +223,13 @@ class DeviceRunner:
             self._stopped(run_id, jobdir)
             raise
         except DeviceBusy as exc:   # another orch started an engine meanwhile: stop here
-            self.store.update_run(run_id, status="failed", cause=f"not started: {exc}",
+            self.store.update_run(run_id, status=Status.FAILED, cause=f"not started: {exc}",
                                   ended_at=now())
             raise
         except TransportError as exc:
-            self.store.update_run(run_id, status="failed", cause=f"could not start: {exc}",
+            self.store.update_run(run_id, status=Status.FAILED, cause=f"could not start: {exc}",
                                   ended_at=now())
-            return CellOutcome(run_id, "failed", 0, str(exc))
+            return CellOutcome(run_id, Status.FAILED, 0, str(exc))
         return self.follow(run_id, jobdir, stored_lines=0, cell=cell)
 
     def _store_failed(self, run_id: int, jobdir: str, exc: SQLAlchemyError) -> StoreWriteError:
@@ -241,7 +242,7 @@ class DeviceRunner:
             pass
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
         try:
-            self.store.update_run(run_id, status="interrupted", ended_at=now(),
+            self.store.update_run(run_id, status=Status.INTERRUPTED, ended_at=now(),
                                   cause=f"{STORE_STOP} ({reason})")
         except SQLAlchemyError:
             pass
@@ -259,7 +260,7 @@ class DeviceRunner:
         except TransportError:
             pass
         how = getattr(STOPPING, "name", None)
-        self.store.update_run(run_id, status="interrupted",
+        self.store.update_run(run_id, status=Status.INTERRUPTED,
                               cause=USER_STOP + (f" ({how})" if how else ""), ended_at=now())
 
     def follow(self, run_id: int, jobdir: str, stored_lines: int, cell: Cell) -> CellOutcome:

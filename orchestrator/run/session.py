@@ -38,6 +38,7 @@ from orchestrator.transports.base import (
     Transport,
     TransportError,
 )
+from orchestrator.stats.status import RESUMABLE, Status
 
 
 @dataclass
@@ -230,7 +231,7 @@ class _CellLoop:
             earlier = self.previous.get(cell.key)
             if earlier is not None and (earlier.flags or "") != cell.flags:
                 earlier = _changed(earlier)  # the config's flags changed: re-run
-            if earlier is not None and earlier.status == "ok":
+            if earlier is not None and earlier.status == Status.OK:
                 self.result.skipped += 1
                 continue
             todo.append((cell, earlier))
@@ -254,7 +255,7 @@ def run_or_collect(device: DeviceSession, cell: Cell, earlier: Any, first: bool)
     is waited (none before the session's `first` cell on a fixed timer) and the cell runs
     (superseding the earlier run). `orch run` and the lab's tasks both go through here."""
     outcome = None
-    if earlier is not None and earlier.status in ("interrupted", "running") and earlier.remote_dir:
+    if earlier is not None and earlier.status in RESUMABLE and earlier.remote_dir:
         outcome = device.collect(earlier, cell)
     if outcome is None:
         settled = _settle(device, first)
