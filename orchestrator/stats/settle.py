@@ -8,7 +8,8 @@ on and a "steady-state mean" that no stretch of the run actually ran at: the des
 quarter. So the tokens the steady state keeps are tested for a trend:
 
 - Spearman's rank correlation of the per-token rate (1000 / wall_ms) with the token's
-  position, which assumes no shape of the trend, and
+  position, which assumes no shape of the trend (over stretches of consecutive tokens for a
+  run of more than COARSE_ABOVE tokens), and
 - the change of the rate (n / Σ decode s) from the first quarter to the last.
 
 A trend that is significant (p < TREND_P) *and* large (|change| > TREND_PCT) means the run
@@ -40,6 +41,27 @@ class Settling:
         return cls(None, float("nan"), float("nan"), TOO_SHORT)
 
 
+# A longer run is tested over the rates of consecutive stretches of its tokens, at most
+# COARSE_POINTS of them (as its within-run interval is bootstrapped, stats/within_run.py):
+# ranking millions of per-token rates cost a second per run, and a trend is a trend of the
+# stretches as much as of the tokens
+COARSE_ABOVE = 8192
+COARSE_POINTS = 2048
+
+
+def _rates(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(position, tok/s) of each token with a decode time (speculative groups' followers,
+    wall 0, have no rate of their own), or for a long run of each stretch of `size` tokens:
+    its n / Σ decode s (the last stretch of fewer tokens left out)."""
+    if len(w) <= COARSE_ABOVE:
+        pos = w > 0
+        return np.flatnonzero(pos), 1000.0 / w[pos]
+    size = -(-len(w) // COARSE_POINTS)
+    sums = w[:len(w) // size * size].reshape(-1, size).sum(axis=1)
+    kept = sums > 0
+    return np.flatnonzero(kept), size * 1000.0 / sums[kept]
+
+
 def settling(wall_ms: np.ndarray, tested_from: int = 0) -> Settling:
     """The trend test on `wall_ms` (a run's tokens after the trim, in token order) from index
     `tested_from` on (where MSER-5 ends the warm-up; 0 when it found no end). Too short to
@@ -56,11 +78,10 @@ def settling(wall_ms: np.ndarray, tested_from: int = 0) -> Settling:
     # n / Σ s over each quarter: the same quarter lengths, so the rate ratio is the inverse
     # ratio of the quarters' decode time
     trend = (first / last - 1.0) * 100.0
-    pos = w > 0            # speculative groups' followers (wall 0) have no rate of their own
-    rate = 1000.0 / w[pos]
     p = float("nan")
-    if np.ptp(rate) > 0:
-        p = float(sps.spearmanr(np.flatnonzero(pos), rate).pvalue)
+    at, rate = _rates(w)
+    if len(rate) and np.ptp(rate) > 0:
+        p = float(sps.spearmanr(at, rate).pvalue)
     moving = not np.isnan(p) and p < TREND_P and abs(trend) > TREND_PCT
     note = f"not settled ({trend:+.0f}% first → last quarter)" if moving else ""
     return Settling(not moving, float(trend), p, note)
