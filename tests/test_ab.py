@@ -21,6 +21,12 @@ from orchestrator.report import ab_table
 from orchestrator.results import ab
 from orchestrator.db.runs import Runs
 from orchestrator.stats.uncertainty import holm
+from orchestrator.stats.figures import RunFigures
+
+
+def figures_of(stats: dict) -> dict:
+    """Each run's figures from a dict of its values (Runs.figures' shape)."""
+    return {rid: RunFigures.of(values) for rid, values in stats.items()}
 
 # ---- synthetic runs ----------------------------------------------------------------------
 
@@ -68,7 +74,7 @@ def test_each_model_has_its_own_baseline_and_no_delta_crosses_models():
     m1 = {"a": [10.0, 10.2, 9.9], "b": [20.0, 20.5, 19.6], "c": [5.0, 5.1, 5.05]}
     m2 = {"a": [3.0, 3.1, 2.95], "b": [6.0, 6.2, 5.9], "c": [12.0, 12.1, 11.8]}
     rows, stats = runs_of(interleaved("m1", m1) + interleaved("m2", m2))
-    groups = ab.ab_groups(rows, stats, {1: matrix(TWO_MODELS.format(order="as-written"))})
+    groups = ab.ab_groups(rows, figures_of(stats), {1: matrix(TWO_MODELS.format(order="as-written"))})
     assert [(g.model, g.baseline) for g in groups] == [("m1", "a"), ("m2", "b")]
     assert [r.config for r in groups[1].rows] == ["b", "a", "c"]       # the baseline first
     for model, series, base in (("m1", m1, "a"), ("m2", m2, "b")):
@@ -83,9 +89,9 @@ def test_each_model_has_its_own_baseline_and_no_delta_crosses_models():
             assert r.comparison.delta_pct == pytest.approx((want - 1) * 100)
             assert r.comparison.method == "welch"              # as-written: rounds not paired
     # --baseline overrides in every group where that config ran
-    groups = ab.ab_groups(rows, stats, {1: matrix(TWO_MODELS.format(order="as-written"))}, "c")
+    groups = ab.ab_groups(rows, figures_of(stats), {1: matrix(TWO_MODELS.format(order="as-written"))}, "c")
     assert [g.baseline for g in groups] == ["c", "c"]
-    groups = ab.ab_groups(rows, stats, {1: matrix(TWO_MODELS.format(order="as-written"))},
+    groups = ab.ab_groups(rows, figures_of(stats), {1: matrix(TWO_MODELS.format(order="as-written"))},
                           "nonexistent")
     assert [g.baseline for g in groups] == ["a", "b"]
 
@@ -93,7 +99,7 @@ def test_each_model_has_its_own_baseline_and_no_delta_crosses_models():
 def test_imported_session_compares_with_the_first_config_in_run_order():
     rows, stats = runs_of([("-", "y", 0, 4.0, "ok"), ("-", "x", 0, 5.0, "ok"),
                            ("-", "z", 0, 2.0, "ok")])
-    (group,) = ab.ab_groups(rows, stats, {1: None})
+    (group,) = ab.ab_groups(rows, figures_of(stats), {1: None})
     assert group.baseline == "y"
     x = row([group], "-", "x")
     assert x.comparison.delta_pct == pytest.approx(25.0)
@@ -115,7 +121,7 @@ def test_interleaved_rounds_are_paired_and_pairs_only_their_members():
         configs: {{a: --x 1, b: --x 2, c: --x 3}}
         {extra}
         """
-    paired = ab.ab_groups(rows, stats, {1: matrix(body.format(order="interleaved", extra=""))})
+    paired = ab.ab_groups(rows, figures_of(stats), {1: matrix(body.format(order="interleaved", extra=""))})
     b = row(paired, "-", "b")
     assert b.comparison.method == "paired" and b.comparison.n_cand == 5
     want = sps.ttest_1samp(np.log(cand) - np.log(base), 0.0).pvalue
@@ -125,19 +131,19 @@ def test_interleaved_rounds_are_paired_and_pairs_only_their_members():
         < b.comparison.ci_high_pct
     assert row(paired, "-", "c").verdict == "no significant difference (n=5 rounds)"
     # the same runs unpaired: the drift swamps the effect
-    welch = ab.ab_groups(rows, stats, {1: matrix(body.format(order="as-written", extra=""))})
+    welch = ab.ab_groups(rows, figures_of(stats), {1: matrix(body.format(order="as-written", extra=""))})
     b = row(welch, "-", "b")
     assert b.comparison.method == "welch" and not b.comparison.significant
     assert b.verdict == "no significant difference (n=5/5)"
     assert b.comparison.ci_low_pct < 0 < b.comparison.ci_high_pct
     # `pairs:` pairs only the configs of the pair, in any order
-    pairs = ab.ab_groups(rows, stats, {1: matrix(body.format(
+    pairs = ab.ab_groups(rows, figures_of(stats), {1: matrix(body.format(
         order="shuffled", extra="pairs: [[a, b]]"))})
     assert row(pairs, "-", "b").comparison.method == "paired"
     assert row(pairs, "-", "c").comparison.method == "welch"
     # a round missing on one side is dropped from the pairing, not misaligned
     rows2 = [r for r in rows if not (r.config == "b" and r.repeat_index == 2)]
-    dropped = ab.ab_groups(rows2, stats, {1: matrix(body.format(order="interleaved", extra=""))})
+    dropped = ab.ab_groups(rows2, figures_of(stats), {1: matrix(body.format(order="interleaved", extra=""))})
     keep = [0, 1, 3, 4]
     want = sps.ttest_1samp(np.log([cand[i] for i in keep]) - np.log([base[i] for i in keep]),
                            0.0).pvalue
@@ -157,7 +163,7 @@ def test_holm_across_every_group_decides_significance():
     rows, stats = runs_of(spec)
     body = TWO_MODELS.format(order="interleaved").replace("repeat: 3", "repeat: 4") \
         .replace("{m1: a, m2: b}", "a")
-    groups = ab.ab_groups(rows, stats, {1: matrix(body)})
+    groups = ab.ab_groups(rows, figures_of(stats), {1: matrix(body)})
     tested = [r.comparison for g in groups for r in g.rows if r.comparison is not None]
     assert len(tested) == 4 and all(g.family == 4 for g in groups)
     assert all(0.03 < c.p_value < 0.05 for c in tested)
@@ -166,7 +172,7 @@ def test_holm_across_every_group_decides_significance():
     assert {r.verdict for g in groups for r in g.rows if not r.is_baseline} == {
         "no significant difference (n=4 rounds)"}
     # one document with one of them: significant
-    alone = ab.ab_groups([r for r in rows if r.model == "m2" and r.config != "c"], stats,
+    alone = ab.ab_groups([r for r in rows if r.model == "m2" and r.config != "c"], figures_of(stats),
                          {1: matrix(body)})
     (only,) = [r for r in alone[0].rows if not r.is_baseline]
     assert only.comparison.significant and only.verdict == "slower" and alone[0].family == 1
@@ -177,7 +183,7 @@ def test_runs_that_did_not_end_ok_take_no_part():
     spec += [("-", "b", 3, 500.0, "failed"), ("-", "c", 0, 3.0, "timeout"),
              ("-", "c", 1, 3.0, "killed")]
     rows, stats = runs_of(spec)
-    (group,) = ab.ab_groups(rows, stats, {1: None})
+    (group,) = ab.ab_groups(rows, figures_of(stats), {1: None})
     b = row([group], "-", "b")
     assert b.interval.n == 3 and b.comparison.n_cand == 3 and b.failed == (7,)
     assert b.interval.mean == pytest.approx(11.0)
@@ -186,7 +192,7 @@ def test_runs_that_did_not_end_ok_take_no_part():
     assert ab_table.row_cells(c)[3] == "no run ended ok (†: 8, 9)"
     # a baseline without an ok run: no comparison at all, and why
     rows, stats = runs_of([("-", "a", 0, 10.0, "failed"), ("-", "b", 0, 11.0, "ok")])
-    (group,) = ab.ab_groups(rows, stats, {1: None})
+    (group,) = ab.ab_groups(rows, figures_of(stats), {1: None})
     assert group.rows == [] and "has no run that ended ok" in group.note
 
 
@@ -194,7 +200,7 @@ def test_deterministic_figures_are_plain_differences():
     rows, stats = runs_of(interleaved("-", {"a": [10.0, 10.5], "b": [14.0, 14.2]}))
     for rid, hit, read in ((1, 50.0, 200.0), (3, 50.0, 200.0), (2, 62.5, 150.0), (4, 62.5, 150.0)):
         stats[rid].update(cache_hit_pct=hit, read_mib_per_token=read)
-    (group,) = ab.ab_groups(rows, stats, {1: None})
+    (group,) = ab.ab_groups(rows, figures_of(stats), {1: None})
     b = row([group], "-", "b")
     assert b.cache_hit_delta_pp == 12.5 and b.read_delta_pct == -25.0
     cells = dict(zip(ab_table.HEADERS[1:], ab_table.row_cells(b)))
@@ -205,7 +211,7 @@ def test_deterministic_figures_are_plain_differences():
 
 def test_cells_and_records():
     rows, stats = runs_of(interleaved("-", {"a": [10.0, 11.0, 12.0], "b": [5.0, 5.5, 6.0]}))
-    (group,) = ab.ab_groups(rows, stats, {1: None})
+    (group,) = ab.ab_groups(rows, figures_of(stats), {1: None})
     b = row([group], "-", "b")
     lo, hi = sps.t.interval(0.95, 2, loc=5.5, scale=np.std([5.0, 5.5, 6.0], ddof=1) / 3 ** 0.5)
     assert ab_table.mean_cell(b.interval) == "**5.50** [%.2f–%.2f]" % (lo, hi)

@@ -17,6 +17,12 @@ from orchestrator.errors import ConfigError
 from orchestrator.report import ab_table
 from orchestrator.report.formatting import pct
 from orchestrator.results import ab
+from orchestrator.stats.figures import RunFigures
+
+
+def figures_of(stats: dict) -> dict:
+    """Each run's figures from a dict of its values (Runs.figures' shape)."""
+    return {rid: RunFigures.of(values) for rid, values in stats.items()}
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe" / "2026-07-21-pinned-dense-ab"
 DESIGN = Path(__file__).parent / "fixtures" / "designs" / "2026-07-21-pinned-dense-ab.yaml"
@@ -142,7 +148,7 @@ def test_single_run_rows_carry_the_noise_floor_of_the_groups_repeats():
             ("m1", "c", 1, 12.6, "ok")]
     runs, stats = runs_of(spec)
     body = TWO_MODELS.format(order="as-written").replace("repeat: 3", "repeat: 1")
-    group = ab.ab_groups(runs, stats, {1: matrix(body)})[0]
+    group = ab.ab_groups(runs, figures_of(stats), {1: matrix(body)})[0]
     b = next(r for r in group.rows if r.config == "b")
     assert b.verdict == "not tested (n=1/1)"
     assert b.noise_floor_pct == pytest.approx(5.0) and b.noise_floor_from == "c"
@@ -176,7 +182,7 @@ def test_single_runs_show_their_within_run_interval():
     runs, stats = runs_of([("m1", "a", 0, 10.0, "ok"), ("m1", "b", 0, 12.0, "ok")])
     stats[1].update(tps_ci_low=9.5, tps_ci_high=10.5)
     stats[2].update(tps_ci_low=11.0, tps_ci_high=13.0)
-    group = ab.ab_groups(runs, stats, {1: None})[0]
+    group = ab.ab_groups(runs, figures_of(stats), {1: None})[0]
     assert [r.within_run for r in group.rows] == [(9.5, 10.5), (11.0, 13.0)]
     cells = ab_table.row_cells(group.rows[1])
     assert cells[0] == "**12.00** [11.00–13.00 within-run]"

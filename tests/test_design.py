@@ -23,6 +23,12 @@ from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.results import ab
+from orchestrator.stats.figures import RunFigures
+
+
+def figures_of(stats: dict) -> dict:
+    """Each run's figures from a dict of its values (Runs.figures' shape)."""
+    return {rid: RunFigures.of(values) for rid, values in stats.items()}
 
 FIXTURES = Path(__file__).parent / "fixtures"
 STUDY = FIXTURES / "bigmoe" / "2026-07-21-pinned-dense-ab"
@@ -294,7 +300,7 @@ def runs_of(spec: list[tuple[str, str, float]]) -> tuple[list[SimpleNamespace], 
 
 def baselines(spec, design=None, override=None) -> dict[str, str]:
     rows, stats = runs_of(spec)
-    groups = ab.ab_groups(rows, stats, {1: None}, override, designs={1: design})
+    groups = ab.ab_groups(rows, figures_of(stats), {1: None}, override, designs={1: design})
     return {g.model: g.baseline for g in groups}
 
 
@@ -313,7 +319,7 @@ def test_the_design_names_each_models_baseline():
 
 def test_a_design_baseline_that_did_not_run_says_so():
     rows, stats = runs_of(SPEC[:2])
-    (group,) = ab.ab_groups(rows, stats, {1: None},
+    (group,) = ab.ab_groups(rows, figures_of(stats), {1: None},
                             designs={1: Design.model_validate({"baseline": "gone"})})
     assert group.baseline == "gone" and not group.rows and "did not run" in group.note
 

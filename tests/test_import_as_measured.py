@@ -105,7 +105,7 @@ def test_models_come_from_the_files_never_from_a_role_word(db):
                        ("gptoss", "warmup_gptoss_k4"), ("qwen", "baseline_qwen_k8"),
                        ("qwen", "warmup_qwen_k8")}
     store = Store.open(db)
-    groups = ab_groups(store.runs(), Runs(store).stats(store.runs()).to_dict("index"), {1: None})
+    groups = ab_groups(store.runs(), Runs(store).figures(store.runs()), {1: None})
     assert {g.model: g.baseline for g in groups} == {
         "gemma": "baseline_gemma_k8", "gptoss": "baseline_gptoss_k4", "qwen": "baseline_qwen_k8"}
     preamble = {r.model for r in imported(db + "2", REPLAY)}

@@ -292,7 +292,8 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     cache = _FrameCache(store)
     trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
     # the runs' figures, as stored (or, with a trim or another quantile method, computed)
-    records = Runs(store).stats_dicts_q(rows, trim=trim, quantile_method=quantile)
+    figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)
+    records = {rid: f.as_dict() for rid, f in figures.items()}
     if keep_frames:     # the plots' token rows and samples
         cache.frame("token", [r.id for r in rows])
         cache.frame("sample", [r.id for r in rows])
@@ -309,7 +310,7 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     matrices = {s.id: s.matrix_data for s in sessions}
     designs = {s.id: session_design(s) for s in sessions}
     # each (model, device) group against its own model's baseline; Holm across all of them
-    ab = ab_groups(rows, records, parsed, baseline, designs=designs,
+    ab = ab_groups(rows, figures, parsed, baseline, designs=designs,
                    earlier=store_repeats(store))     # noise floor of single runs
     return ReportData(sessions=sessions, devices=devices, runs=runs,
                       groups=_groups(runs, ab, parsed),

@@ -70,7 +70,7 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
     labels = row_labels(rows, matrix)
     groups = by_model_and_device(rows)
     parts = []
-    ab_groups = ab.session_groups(store, session_id, rows, stats, baseline) \
+    ab_groups = ab.session_groups(store, session_id, rows, Runs(store).figures(rows, trim=trim), baseline) \
         if "ab" in kinds else []
     from orchestrator.results.drift import session_warnings
 
@@ -143,8 +143,8 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     frames = []
     for kind in kinds:
         if kind == "ab":
-            frames.append(ab_table.frame(ab.session_groups(store, session_id, rows, stats,
-                                                           baseline)))
+            frames.append(ab_table.frame(ab.session_groups(
+                store, session_id, rows, Runs(store).figures(rows, trim=trim), baseline)))
             continue
         if kind == "model":
             frames.append(pd.DataFrame([

@@ -25,27 +25,20 @@ uncertainty a reader can check (docs/architecture.md, "Statistics").
 from __future__ import annotations
 
 import re
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
-
-import pandas as pd
 
 from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow
 from orchestrator.errors import ConfigError
 from orchestrator.results.query import by_model_and_device
+from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
+from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.statistics import delta_pct
-from orchestrator.stats.uncertainty import (
-    ALPHA,
-    Comparison,
-    Interval,
-    compare,
-    correct,
-    mean_interval,
-)
+from orchestrator.stats.status import Status
+from orchestrator.stats.uncertainty import ALPHA, Comparison, Interval, compare, correct
 from orchestrator.stats.values import is_missing
 
 
@@ -103,11 +96,6 @@ class ABGroup:
 
 # ---- building the rows -------------------------------------------------------------------
 
-def _fmean(values: Sequence[Any]) -> float | None:
-    xs = [float(v) for v in values if not is_missing(v)]
-    return statistics.fmean(xs) if xs else None
-
-
 def _paired(matrix: Matrix | None, base: str, config: str) -> bool:
     """Both configs ran in every round, back to back or in one interleaved pass."""
     if matrix is None:
@@ -115,9 +103,9 @@ def _paired(matrix: Matrix | None, base: str, config: str) -> bool:
     return matrix.order == "interleaved" or any(base in p and config in p for p in matrix.pairs)
 
 
-def _by_round(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
+def _by_round(runs: Sequence[RunRow], figures: Mapping[int, RunFigures],
               key: str = "mean") -> dict[tuple[int, int], float | None]:
-    return {(r.session_id, r.repeat_index or 0): stats.get(r.id, {}).get(key) for r in runs}
+    return {(r.session_id, r.repeat_index or 0): figures[r.id].get(key) for r in runs}
 
 
 _BASE_WORD = re.compile(r"(?:^|[_-])(?:baseline|base)(?:$|[_-])", re.IGNORECASE)
@@ -217,33 +205,32 @@ def store_repeats(store: Any) -> EarlierRepeats:
         runs = Runs(store)
         for sid in runs.session_ids(device=device, before=session_id):
             ok = [r for r in store.runs(sid)
-                  if r.model == model and r.device == device and r.status == "ok"]
+                  if r.model == model and r.device == device and r.status == Status.OK]
             counts: dict[str, int] = {}
             for r in ok:
                 counts[r.config] = counts.get(r.config, 0) + 1
             ok = [r for r in ok if counts[r.config] >= 2]
             if not ok:
                 continue
-            means = runs.stats(ok)["mean"].to_dict()
+            figures = runs.figures(ok)
             out: dict[str, list[float | None]] = {}
             for r in ok:
-                out.setdefault(f"{r.config}, session {sid}", []).append(means.get(r.id))
+                out.setdefault(f"{r.config}, session {sid}", []).append(figures[r.id].mean)
             return out
         return {}
     return earlier
 
 
-def _within_run(stats: Mapping[int, Mapping[str, Any]], ids: Sequence[int]
+def _within_run(figures: Mapping[int, RunFigures], ids: Sequence[int]
                 ) -> tuple[float, float] | None:
     if len(ids) != 1:
         return None
-    rec = stats.get(ids[0], {})
-    low, high = rec.get("tps_ci_low"), rec.get("tps_ci_high")
-    return None if is_missing(low) or is_missing(high) else (float(low), float(high))
+    low, high = figures[ids[0]].tps_ci_low, figures[ids[0]].tps_ci_high
+    return None if low is None or high is None else (low, high)
 
 
 def _with_noise_floor(group: ABGroup, members: Sequence[RunRow],
-                      stats: Mapping[int, Mapping[str, Any]],
+                      figures: Mapping[int, RunFigures],
                       earlier: EarlierRepeats | None) -> ABGroup:
     """The group's untested rows with the noise floor of the session's repeats of the group,
     else of the earlier ones."""
@@ -254,8 +241,8 @@ def _with_noise_floor(group: ABGroup, members: Sequence[RunRow],
         return group
     repeats: dict[str, list[float | None]] = {}
     for r in members:
-        if r.status == "ok":
-            repeats.setdefault(r.config, []).append(stats.get(r.id, {}).get("mean"))
+        if r.status == Status.OK:
+            repeats.setdefault(r.config, []).append(figures[r.id].mean)
     floor = noise_floor(repeats)
     if floor is None and earlier is not None and members:
         floor = noise_floor(earlier(group.model, group.device, members[0].session_id))
@@ -266,7 +253,7 @@ def _with_noise_floor(group: ABGroup, members: Sequence[RunRow],
         for r in group.rows])
 
 
-def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, Mapping[str, Any]],
+def _group(model: str, device: str, members: list[RunRow], figures: Mapping[int, RunFigures],
            matrix: Matrix | None, override: str | None,
            design: Design | None = None) -> ABGroup | None:
     configs: dict[str, list[Any]] = {}
@@ -278,70 +265,69 @@ def _group(model: str, device: str, members: list[RunRow], stats: Mapping[int, M
     if baseline not in configs:
         return ABGroup(model, device, baseline, [], f"The baseline {baseline} did not run in "
                                                     f"this group: no A/B comparison.")
-    ok = {name: [r for r in rs if r.status == "ok"] for name, rs in configs.items()}
+    ok = {name: [r for r in rs if r.status == Status.OK] for name, rs in configs.items()}
     if not ok[baseline]:
         return ABGroup(model, device, baseline, [], f"The baseline {baseline} has no run that "
                                                     f"ended ok: no A/B comparison.")
-
-    def means(name: str) -> list[float | None]:
-        return [stats.get(r.id, {}).get("mean") for r in ok[name]]
-
-    def figure(name: str, key: str) -> float | None:
-        return _fmean([stats.get(r.id, {}).get(key) for r in ok[name]])
-
-    base_rounds = _by_round(ok[baseline], stats)
-    base_hit, base_read = figure(baseline, "cache_hit_pct"), figure(baseline, "read_mib_per_token")
+    # each config's figures over its runs (stats/config_figures.py): the interval, the means
+    # the tests take, the averaged cache hit and flash read
+    combined = {name: combine([RunResult(r.id, r.status, figures[r.id]) for r in rs])
+                for name, rs in configs.items()}
+    base = combined[baseline]
+    base_rounds = _by_round(ok[baseline], figures)
     rows = []
     for name in [baseline] + [c for c in configs if c != baseline]:
-        good = ok[name]
+        config, good = combined[name], ok[name]
         comparison = None
         if good and name != baseline and _paired(matrix, baseline, name):
-            rounds = _by_round(good, stats)
+            rounds = _by_round(good, figures)
             keys = sorted(set(base_rounds) | set(rounds))
             comparison = compare([base_rounds.get(k) for k in keys],
                                  [rounds.get(k) for k in keys], paired=True)
         elif good and name != baseline:
-            comparison = compare(means(baseline), means(name))
-        hit, read = figure(name, "cache_hit_pct"), figure(name, "read_mib_per_token")
-        joules, energy = _energy(stats, ok[baseline], good, name != baseline
+            comparison = compare(base.of_runs("mean"), config.of_runs("mean"))
+        hit, read = config.get("cache_hit_pct"), config.get("read_mib_per_token")
+        base_hit = base.get("cache_hit_pct")
+        joules, energy = _energy(figures, base, config, ok[baseline], good, name != baseline
                                  and _paired(matrix, baseline, name))
         rows.append(ABRow(
             config=name, label=matrix.label(name) if matrix is not None else name,
             is_baseline=name == baseline,
-            interval=mean_interval(means(name)),
-            comparison=comparison, ids=tuple(r.id for r in good),
-            failed=tuple(r.id for r in configs[name] if r.status != "ok"),
+            interval=config.mean,
+            comparison=comparison, ids=config.ok, failed=config.not_ok,
             cache_hit_pct=hit, read_mib_per_token=read,
-            cache_hit_delta_pp=None if is_missing(hit) or is_missing(base_hit) else hit - base_hit,
-            read_delta_pct=delta_pct(base_read, read),
-            within_run=_within_run(stats, [r.id for r in good]),
+            cache_hit_delta_pp=None if hit is None or base_hit is None else hit - base_hit,
+            read_delta_pct=delta_pct(base.get("read_mib_per_token"), read),
+            within_run=_within_run(figures, config.ok),
             j_per_token=joules, energy=energy if name != baseline else None))
     return ABGroup(model, device, baseline, rows)
 
 
-def _energy(stats: Mapping[int, Mapping[str, Any]], base: Sequence[RunRow],
-            good: Sequence[RunRow], paired: bool) -> tuple[Interval | None, Comparison | None]:
+def _energy(figures: Mapping[int, RunFigures], base: ConfigFigures, config: ConfigFigures,
+            base_runs: Sequence[RunRow], good: Sequence[RunRow],
+            paired: bool) -> tuple[Interval | None, Comparison | None]:
     """(mean J/token with its 95% interval, the change against the baseline's), or Nones
     where no ok run measured energy."""
-    values = [stats.get(r.id, {}).get("j_per_token") for r in good]
-    if all(is_missing(v) for v in values):
+    values = config.of_runs("j_per_token")
+    if all(v is None for v in values):
         return None, None
-    interval = mean_interval([v for v in values if not is_missing(v)])
+    interval = config.interval("j_per_token")
     if paired:
-        b, c = _by_round(base, stats, "j_per_token"), _by_round(good, stats, "j_per_token")
+        b = _by_round(base_runs, figures, "j_per_token")
+        c = _by_round(good, figures, "j_per_token")
         keys = sorted(set(b) | set(c))
         return interval, compare([b.get(k) for k in keys], [c.get(k) for k in keys], paired=True)
-    return interval, compare([stats.get(r.id, {}).get("j_per_token") for r in base], values)
+    return interval, compare(base.of_runs("j_per_token"), values)
 
 
-def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
+def ab_groups(runs: Sequence[RunRow], figures: Mapping[int, RunFigures],
               matrices: Mapping[int, Matrix | None],
               baseline: str | Baselines | None = None, alpha: float = ALPHA,
               designs: Mapping[int, Design | None] | None = None,
               earlier: EarlierRepeats | None = None) -> list[ABGroup]:
     """The A/B groups of these runs (run rows: id, session_id, model, device, config, status,
     repeat_index, order_index), each against its own baseline, with every comparison
-    Holm-corrected together. `stats`: run id -> that run's statistics (`mean`, ...);
+    Holm-corrected together. `figures`: run id -> that run's figures (Runs.figures);
     `matrices`: session id -> its Matrix (None for an import); `designs`: session id -> its
     import's design file (None without one); `baseline` overrides the matrix's or the
     design's in every group where that config ran; a mapping (`parse_baselines`: model ->
@@ -352,10 +338,10 @@ def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
     for (model, device), members in by_model_and_device(ordered):
         sid = members[0].session_id
         override = baseline.get(model) if isinstance(baseline, Mapping) else baseline
-        group = _group(model, device, members, stats, matrices.get(sid), override,
+        group = _group(model, device, members, figures, matrices.get(sid), override,
                        (designs or {}).get(sid))
         if group is not None:
-            groups.append(_with_noise_floor(group, members, stats, earlier))
+            groups.append(_with_noise_floor(group, members, figures, earlier))
     # Holm across the whole report: the correction's point is the number of comparisons a
     # reader is shown, not the number per table.
     flat = [r.comparison for g in groups for r in g.rows if r.comparison is not None]
@@ -371,13 +357,13 @@ def ab_groups(runs: Sequence[RunRow], stats: Mapping[int, Mapping[str, Any]],
 
 
 def session_groups(store: Any, session_id: int, runs: Sequence[RunRow],
-                   stats: pd.DataFrame, baseline: Baselines | None = None) -> list[ABGroup]:
-    """The A/B groups of one stored session (`orch table`); `stats` is Runs.stats' frame,
-    `baseline` the `-b` choices (`parse_baselines`)."""
+                   figures: Mapping[int, RunFigures],
+                   baseline: Baselines | None = None) -> list[ABGroup]:
+    """The A/B groups of one stored session (`orch table`); `figures`: Runs.figures of its
+    runs, `baseline` the `-b` choices (`parse_baselines`)."""
     session = store.session_row(session_id)
     matrix = session.matrix if session is not None else None
-    by_run = {int(rid): rec for rid, rec in stats.to_dict("index").items()}
-    return ab_groups(runs, by_run, {session_id: matrix}, baseline,
+    return ab_groups(runs, figures, {session_id: matrix}, baseline,
                      designs={session_id: session_design(session)},
                      earlier=store_repeats(store))
 
@@ -386,7 +372,7 @@ def shown_by_default(runs: Sequence[RunRow]) -> bool:
     """Whether `orch table` shows the A/B rows unasked: some (model, device) group has two
     configs and a config that ran ok more than once. With single runs there is no test."""
     for _, members in by_model_and_device(runs):
-        ok = [r.config for r in members if r.status == "ok"]
+        ok = [r.config for r in members if r.status == Status.OK]
         if len({r.config for r in members}) > 1 and len(ok) > len(set(ok)):
             return True
     return False
