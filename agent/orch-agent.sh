@@ -13,7 +13,29 @@
 #
 # `ORCH_AGENT_LIB=1 . ./orch-agent.sh` defines the functions and returns without running a
 # command (the unit tests, tests/test_agent_units.py; docs/agent-protocol.md).
-AGENT_VERSION=1.4.1
+#
+# The parts, each under a banner:
+#   1. Settings and output        paths, TAB, say, die, the clock
+#   2. Processes and jobs         alive, pid + start time, job_state, live_jobs
+#   3. The job tag                ORCH_JOB in /proc/PID/environ: tagged, kill_tagged
+#   4. Sensors and power          what a job reads, found once: zones, cores, battery, power
+#   5. The sample                 one S line, builtins only
+#   6. Engine output              the O, E and C lines
+#   7. Supervisor: setup          supervise (the steps in order), meta, pid files, H line
+#   8. Supervisor: engine start   argv, the watcher, the engine's exec
+#   9. Supervisor: sampling loop  sample_step, timeout, thermal ceiling, the interval's sleep
+#  10. Supervisor: the end        the engine's status, strays, last output, OOM, the X line
+#  11. Process groups, OOM        group members and their cleanup, the kernel log's evidence
+#  12. Cooldown                   the `cooldown` command
+#  13. Commands                   attach, kill, reap, facts, start
+#  14. The command line           main, and the source-only mode
+AGENT_VERSION=1.4.2
+
+# ==============================================================================================
+# 1. Settings and output
+#    Paths (overridable), TAB and NL without a fork, say (one line out, verbatim), die,
+#    and the clock: now_ms from /proc/uptime, ms_secs for sleep.
+# ==============================================================================================
 
 # Paths are overridable for tests and unusual devices.
 MEMINFO=${ORCH_MEMINFO:-/proc/meminfo}
@@ -56,6 +78,19 @@ now_ms() {
   NOW=$((s * 1000 + f * 10))
 }
 
+# ms_secs MS: SECS = MS milliseconds as seconds with three decimals (what sleep takes)
+ms_secs() {
+  SECS=$(($1 % 1000))
+  case ${#SECS} in 1) SECS=00$SECS ;; 2) SECS=0$SECS ;; esac
+  SECS=$(($1 / 1000)).$SECS
+}
+
+# ==============================================================================================
+# 2. Processes and jobs
+#    Is a process alive, is it still the one a job recorded (pid + start time), and the
+#    state of one job or of every job under a runs directory (status, jobs, start's busy check).
+# ==============================================================================================
+
 # alive PID: the process exists and is not a zombie. `kill -0` alone is not enough: a zombie
 # answers it (dash keeps children unreaped; a container's pid 1 may never reap orphans).
 alive() {
@@ -84,6 +119,27 @@ same_start() {
   read -r st 2>/dev/null <"/proc/$1/stat"
   proc_start "$st"
   [ -z "$want" ] || [ "$PSTART" = "$want" ]
+}
+
+# proc_start STAT: PSTART = the start time (field 22) of a /proc/PID/stat line; with the pid
+# it names one process for good (a pid is reused, a pid with its start time is not).
+proc_start() {
+  PSTART=''
+  case $1 in *') '*) ;; *) return ;; esac
+  # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
+  # shellcheck disable=SC2086
+  stat_fields ${1##*) }
+  PSTART=$START
+}
+
+# ppid_of STAT: PPID_OF = the parent pid (field 4) of a /proc/PID/stat line.
+ppid_of() {
+  PPID_OF=''
+  case $1 in *') '*) ;; *) return ;; esac
+  # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
+  # shellcheck disable=SC2086
+  set -- ${1##*) }
+  PPID_OF=$2
 }
 
 # engine_alive: the engine recorded in JOBDIR/engine.pid still runs (EP = its pid).
@@ -157,6 +213,13 @@ proc_name() {
   [ "$1" != Z ]
 }
 
+# ==============================================================================================
+# 3. The job tag
+#    Every process of a job carries ORCH_JOB=JOBDIR/ (exec_engine sets it), found in
+#    /proc/PID/environ whatever it did to its process group (docs/agent-protocol.md,
+#    "Process groups and the job tag").
+# ==============================================================================================
+
 # tagged VALUE [-x]: TPIDS = "PID ..." and TAGGED = "PID(comm) ..." of the live processes
 # whose environment holds ORCH_JOB=VALUE, exactly with -x, else as a prefix (every job under
 # a runs directory). exec_engine gives the engine ORCH_JOB=JOBDIR/ and every descendant
@@ -205,6 +268,13 @@ kill_tagged() {
   done
 }
 
+# ==============================================================================================
+# 4. Sensors and power
+#    What a job reads, listed once per job so that the sampling loop reads known paths only:
+#    thermal zones, battery, cores with cpufreq, power sources; read_sensor (cooldown, the
+#    thermal ceiling).
+# ==============================================================================================
+
 # list_zones: ZONES = "N:c N: ..." for every readable thermal_zoneN/temp, listed once; the
 # ":c" mark means the zone's type looks like a CPU sensor (it feeds cpu_temp_mC).
 list_zones() {
@@ -244,6 +314,35 @@ list_freqs() {
     n=${d##*/cpu}
     case $n in ''|*[!0-9]*) continue ;; esac
     [ -r "$d/cpufreq/scaling_cur_freq" ] && FREQ_CPUS="$FREQ_CPUS $n"
+  done
+}
+
+# read_sensor SENSOR: VAL = its temperature in milli-°C (empty when unreadable). SENSOR is
+# `cpu` (the max over CPU zones, as cpu_temp_mC), `battery` (deci-°C on disk), or a
+# pattern matched against the zones' `type` (the max over the zones that match).
+read_sensor() {
+  VAL=''
+  case $1 in
+    battery)
+      t=''
+      [ -n "$BATT" ] && read -r t 2>/dev/null <"$BATT"
+      case ${t#-} in ''|*[!0-9]*) ;; *) VAL=$((t * 100)) ;; esac
+      return ;;
+  esac
+  for z in $ZONES; do
+    n=${z%:*} t=''
+    if [ "$1" = cpu ]; then
+      [ "${z#*:}" = c ] || continue
+    else
+      ty=''
+      read -r ty 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/type"
+      # SENSOR is a pattern on purpose (`cooldown 'cpu-*' ...`, docs/agent-protocol.md)
+      # shellcheck disable=SC2254
+      case $ty in $1) ;; *) continue ;; esac
+    fi
+    read -r t 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/temp"
+    case ${t#-} in ''|*[!0-9]*) continue ;; esac
+    if [ -z "$VAL" ] || [ "$t" -gt "$VAL" ]; then VAL=$t; fi
   done
 }
 
@@ -388,6 +487,11 @@ power_facts() {
   F power.source "${src:-no power source}"
 }
 
+# ==============================================================================================
+# 5. The sample
+#    One S line from builtins only: no fork per value (docs/agent-protocol.md, "S").
+# ==============================================================================================
+
 # centi X.YZ: C = the decimal X.YZ times 100, as an integer (S values are integers); empty
 # when X.YZ is no unsigned decimal, an empty one included (an unreadable /proc/loadavg must
 # give no load1_x100, not 0).
@@ -523,6 +627,11 @@ battery_dumpsys() {
   case $DS_L in ''|*[!0-9]*) DS_L='' ;; esac
 }
 
+# ==============================================================================================
+# 6. Engine output
+#    The engine's stdout, stderr and CSV, drained as O, E and C lines; a partial line waits.
+# ==============================================================================================
+
 # drain FD TAG: print every complete line now readable on FD as "TAG<TAB>line". At EOF
 # `read` fails but leaves a partial line in $l: keep it in P_TAG (P_O, P_E or P_C) and
 # prefix it next time, so a line the engine is still writing is never split. The three
@@ -536,13 +645,6 @@ drain() {
   case $2 in O) P_O=$p ;; E) P_E=$p ;; C) P_C=$p ;; esac
 }
 
-# ms_secs MS: SECS = MS milliseconds as seconds with three decimals (what sleep takes)
-ms_secs() {
-  SECS=$(($1 % 1000))
-  case ${#SECS} in 1) SECS=00$SECS ;; 2) SECS=0$SECS ;; esac
-  SECS=$(($1 / 1000)).$SECS
-}
-
 # open_csv: the engine may create its CSV late; open it (fd 5) as soon as it exists.
 # `command exec` keeps a failed open from exiting the shell.
 open_csv() {
@@ -550,6 +652,7 @@ open_csv() {
     command exec 5<"$CSV" 2>/dev/null && CSV_OPEN=1
 }
 
+# drain_all: drain the engine's stdout (O), stderr (E) and, once it exists, its CSV (C).
 drain_all() {
   drain 3 O
   drain 4 E
@@ -557,7 +660,12 @@ drain_all() {
   [ -n "$CSV_OPEN" ] && drain 5 C
 }
 
-# -- the supervisor ---------------------------------------------------------------------------
+# ==============================================================================================
+# 7. Supervisor: setup
+#    One job's detached supervisor, in four parts (7 to 10), one function per step; this part:
+#    supervise (every step in order), meta, the pid files, the H line and the job's W lines.
+# ==============================================================================================
+
 # supervise: the detached process `start` launches. Its stdout is the spool. One step per
 # function below, in the order the spool shows them (docs/agent-protocol.md, "Spool order").
 # They share the job's state in globals: UP0 (uptime at the start), INTERVAL, SLP, TIMEOUT_MS,
@@ -664,6 +772,12 @@ check_env() {
   done <"env"
 }
 
+# ==============================================================================================
+# 8. Supervisor: the engine's start
+#    argv from args/NNN, the watcher that waits for the engine, and the engine's exec
+#    (its own session and process group, the job's env and tag).
+# ==============================================================================================
+
 # start_engine: launch the engine under its watcher (WPID), with argv from args/NNN; EPID =
 # the engine's pid; fds 3 and 4 read its stdout and stderr.
 start_engine() {
@@ -756,6 +870,11 @@ await_engine_pid() {
   case $EPID in ''|*[!0-9]*) EPID=$WPID ;; esac
 }
 
+# ==============================================================================================
+# 9. Supervisor: the sampling loop
+#    One sample_step per interval: output, S line, timeout, thermal ceiling, sleep.
+# ==============================================================================================
+
 # sample_loop: one sample_step per interval until the engine has ended.
 sample_loop() {
   GONE='' CAUSE='' TERM_AT='' START0='' WOKEN=''
@@ -843,6 +962,11 @@ sleep_interval() {
   SL=''
 }
 
+# ==============================================================================================
+# 10. Supervisor: the end
+#    After the engine's end: its status, its strays, its last output, OOM evidence, the X line.
+# ==============================================================================================
+
 # engine_status: RC = the engine's exit status, once the watcher has ended.
 engine_status() {
   # The watcher's USR1 may still be on its way: ignored now, so it cannot cut this wait short.
@@ -909,26 +1033,11 @@ say_exit() {
   say "$x"
 }
 
-# proc_start STAT: PSTART = the start time (field 22) of a /proc/PID/stat line; with the pid
-# it names one process for good (a pid is reused, a pid with its start time is not).
-proc_start() {
-  PSTART=''
-  case $1 in *') '*) ;; *) return ;; esac
-  # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
-  # shellcheck disable=SC2086
-  stat_fields ${1##*) }
-  PSTART=$START
-}
-
-# ppid_of STAT: PPID_OF = the parent pid (field 4) of a /proc/PID/stat line.
-ppid_of() {
-  PPID_OF=''
-  case $1 in *') '*) ;; *) return ;; esac
-  # Split on purpose, as in `sample`: a state letter and numbers, nothing a glob expands.
-  # shellcheck disable=SC2086
-  set -- ${1##*) }
-  PPID_OF=$2
-}
+# ==============================================================================================
+# 11. Process groups and OOM evidence
+#    What is left in the engine's group is stopped and named; the kernel log is marked
+#    before the engine starts, so that only newer lines count as OOM evidence.
+# ==============================================================================================
 
 # group_members: MEMBERS = "PID(comm) ..." of the live (not zombie) processes in group PG,
 # from /proc with builtins only. Zombies are left out: they are dead, and a container's init
@@ -1003,34 +1112,10 @@ oom_line() {
   [ -n "$OOMLINE" ]
 }
 
-# read_sensor SENSOR: VAL = its temperature in milli-°C (empty when unreadable). SENSOR is
-# `cpu` (the max over CPU zones, as cpu_temp_mC), `battery` (deci-°C on disk), or a
-# pattern matched against the zones' `type` (the max over the zones that match).
-read_sensor() {
-  VAL=''
-  case $1 in
-    battery)
-      t=''
-      [ -n "$BATT" ] && read -r t 2>/dev/null <"$BATT"
-      case ${t#-} in ''|*[!0-9]*) ;; *) VAL=$((t * 100)) ;; esac
-      return ;;
-  esac
-  for z in $ZONES; do
-    n=${z%:*} t=''
-    if [ "$1" = cpu ]; then
-      [ "${z#*:}" = c ] || continue
-    else
-      ty=''
-      read -r ty 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/type"
-      # SENSOR is a pattern on purpose (`cooldown 'cpu-*' ...`, docs/agent-protocol.md)
-      # shellcheck disable=SC2254
-      case $ty in $1) ;; *) continue ;; esac
-    fi
-    read -r t 2>/dev/null <"$THERMAL_DIR/thermal_zone$n/temp"
-    case ${t#-} in ''|*[!0-9]*) continue ;; esac
-    if [ -z "$VAL" ] || [ "$t" -gt "$VAL" ]; then VAL=$t; fi
-  done
-}
+# ==============================================================================================
+# 12. Cooldown
+#    `cooldown`: wait on the device until a sensor is back down (T lines, one R line).
+# ==============================================================================================
 
 # cooldown SENSOR UNTIL_mC MIN_MS MAX_MS INTERVAL_MS: wait on the device until SENSOR reads
 # at most UNTIL_mC, no shorter than MIN_MS and no longer than MAX_MS. Prints a T line per
@@ -1067,6 +1152,11 @@ cooldown() {
     sleep "$slp" || sleep 1
   done
 }
+
+# ==============================================================================================
+# 13. Commands
+#    attach, kill, reap, facts and start; status and jobs are answered in main.
+# ==============================================================================================
 
 # attach SKIP: print the spool from complete line SKIP on, following it until the X line.
 attach() {
@@ -1148,6 +1238,7 @@ reap() {
   say "killed$TAB$what"
 }
 
+# facts: the F lines (one-shot: the forks of uname, getprop, dumpsys are fine here).
 facts() {
   F() { [ -n "$2" ] && say "F$TAB$1$TAB$2"; }
   F uname "$(uname -a)"
@@ -1274,6 +1365,12 @@ jobdir() {
   JOBDIR=$(cd "$1" 2>/dev/null && pwd) || die "$cmd: no such directory: $1"
 }
 
+# ==============================================================================================
+# 14. The command line
+#    main: one case per command (docs/agent-protocol.md, "Invocation"), then the
+#    source-only mode.
+# ==============================================================================================
+
 # main COMMAND ARGS...: the command line (docs/agent-protocol.md, "Invocation").
 main() {
   cmd=$1
@@ -1294,15 +1391,6 @@ main() {
       say end ;;
     kill) jobdir "$2"; kill_job ;;
     reap) [ -d "${2:-}" ] && reap "${2%/}"; say end ;;
-    _bench_samples)
-      # _bench_samples N PID: N samples of PID back to back, no sleep (bench/agent_overhead).
-      EPID=$3 START0='' GONE=''
-      list_zones
-      battery_paths
-      list_freqs
-      now_ms; UP0=$NOW
-      i=0
-      while [ "$i" -lt "$2" ]; do sample; i=$((i + 1)); done >/dev/null ;;
     cooldown) shift; cooldown "$@" ;;
     *) die "usage: orch-agent.sh version | facts | start JOBDIR [force] | attach JOBDIR SKIP |" \
         "status JOBDIR | jobs RUNSDIR | kill JOBDIR | reap RUNSDIR | cooldown SENSOR UNTIL_mC MIN_MS MAX_MS [INTERVAL_MS]" ;;

@@ -40,6 +40,7 @@ from conftest_adb import adb_device, adb_server, phone  # noqa: E402,F401
 from pg_fixture import pg_url  # noqa: F401
 from redis_fixture import redis_db, redis_url  # noqa: F401
 from sshd_fixture import sshd, sshd_factory  # noqa: E402,F401
+import unit_tier  # noqa: E402
 
 
 def require_tool(name: str) -> str:
@@ -55,10 +56,24 @@ def _extras(item: pytest.Item) -> list[str]:
     return [extra for mark in item.iter_markers("extra") for extra in mark.args]
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """`pytest -m unit` (that expression alone) collects only the files that hold unit tests
+    (tests/unit_tier.py): importing the other seventy test modules cost more than the tier's
+    tests."""
+    if config.getoption("markexpr") == "unit" and collection_path.suffix == ".py" \
+            and collection_path.name.startswith("test_") \
+            and collection_path.name not in unit_tier.UNIT:
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`@pytest.mark.extra("plots")`: the test needs that optional extra of orch (tests/ci.py).
+    """The unit tier: the tests tests/unit_tier.py lists are marked `unit` (`pytest -m unit`).
+
+    `@pytest.mark.extra("plots")`: the test needs that optional extra of orch (tests/ci.py).
     Without it the test is skipped here, so the skip is reported at the test's line; under
     CI=true it is not skipped but fails (pytest_runtest_setup)."""
+    unit_tier.mark(items)
     for item in items:
         missing = [extra for extra in _extras(item) if missing_from_extra(extra)]
         if missing and not IN_CI:
@@ -67,10 +82,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                        f"(pip install -e '.[{','.join(missing)}]')"))
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """A test's extras are installed, or it fails under CI=true (tests/ci.py require_extra)."""
+    """A test's extras are installed, or it fails under CI=true (tests/ci.py require_extra).
+    A unit test (tests/unit_tier.py) that starts a process, connects a socket or opens a
+    database fails, in every run, from the setup of its fixtures on: the tier stays what its
+    name says."""
     for extra in _extras(item):
         require_extra(extra)
+    unit_tier.guard_on(item)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    unit_tier.guard_off(item)
 
 
 @pytest.fixture

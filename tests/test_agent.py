@@ -332,7 +332,9 @@ def test_timeout_terms_the_group(shell, jobs):
     # the engine's child `sleep` is in the engine's process group: TERM reaches it too
     res = run_job(shell, job, ["sh", "-c", "sleep 30; echo not reached"], meta={"timeout_s": 1})
     check_well_formed(res)
-    assert res.x[1] == "15" and res.x[3] == "cause=timeout", res.x
+    # stopped by a signal for the timeout: TERM, or the KILL 3 s later when the group outlived
+    # the TERM on a loaded machine (which of the two won is the machine's, not the agent's)
+    assert res.x[3] == "cause=timeout" and res.x[1] in ("15", "9"), res.x
     assert int(res.x[2]) >= 1000   # never before the timeout (how long after: the machine's load)
     assert "not reached" not in res.payloads("O")
 
@@ -411,7 +413,7 @@ def test_kill_and_status(shell, jobs, tmp_path):
     rc, out = attach(shell, job, 0, timeout=20)
     res = JobResult(job, parse_lines(out), rc, out, spool_lines(job))
     check_well_formed(res)
-    assert res.x[1] == "15" and len(res.x) == 3
+    assert res.x[1] in ("15", "9") and len(res.x) == 3   # TERM, or KILL after the grace
     assert shell.run("status", job).stdout.decode().strip() == "done"
     wait_for(lambda: not alive(spid), timeout=5)
     # a second start on the same job dir is refused (the engine must never run twice)

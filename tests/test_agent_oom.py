@@ -1,5 +1,5 @@
-"""The agent's OOM evidence (docs/agent-protocol.md, "Agent 1.3.2"): a kernel log line naming the
-engine's pid counts only when it was logged after the job started. Pids are reused, and an
+"""The agent's OOM evidence (docs/agent-protocol.md, "OOM evidence"): a kernel log line naming
+the engine's pid counts only when it was logged after the job started. Pids are reused, and an
 older OOM line naming a reused pid once turned a plain SIGKILL into `oom`.
 
 A fake `dmesg` on PATH (under every agent shell) prints START until the engine has written END,

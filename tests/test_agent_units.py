@@ -1,9 +1,9 @@
 """The agent's functions one at a time, under mksh + toybox-only PATH, dash and bash.
 
 `ORCH_AGENT_LIB=1 . agent/orch-agent.sh` defines the functions and runs no command
-(docs/agent-protocol.md, "Agent 1.3.2"); each test sources the agent that way in a fresh shell,
-calls a function and prints the variable it sets. Paths the agent reads come from fake /proc
-and /sys files in tmp_path through the ORCH_* overrides. The last test runs shellcheck.
+(docs/agent-protocol.md, "Source-only mode"); each test sources the agent that way in a fresh
+shell, calls a function and prints the variable it sets. Paths the agent reads come from fake
+/proc and /sys files in tmp_path through the ORCH_* overrides. The last test runs shellcheck.
 """
 from __future__ import annotations
 

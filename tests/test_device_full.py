@@ -1,4 +1,4 @@
-"""A device whose storage fills during a run (docs/agent-protocol.md, "Agent 1.4.0").
+"""A device whose storage fills during a run (docs/agent-protocol.md, "A full device").
 
 The engine's own output fills a 256 KiB tmpfs that holds the device's workdir: the agent can no
 longer write the spool's X line, leaves the empty file `spool-full`, and `status` says `full`.

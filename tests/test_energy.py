@@ -563,6 +563,7 @@ def test_ab_rows_carry_energy_deltas_with_intervals(tmp_path, monkeypatch):
     assert code == 0 and "Δ J/token [95% CI]" in md and "p J (Holm)" in md, md
 
 
+@pytest.mark.extra("plots")   # the report's figures: matplotlib
 def test_the_report_draws_power_beside_temperature_and_ram(tmp_path, monkeypatch):
     ws = rapl_workspace(tmp_path, monkeypatch, tokens=10)
     counter = RaplCounter(ws / "sys" / "powercap" / "intel-rapl:0", 0, 2**40, 60_000)

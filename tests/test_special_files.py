@@ -1,12 +1,13 @@
 """Files that are not regular files (a FIFO, a link to /dev/zero, a directory) are refused
 with one line naming them and exit 2, at once: never hashed, never read whole, never waited
-on; and a prompt too long for one argv element is refused at load (docs/path-check.md)."""
+on; and a prompt too long for one argv element is refused at load (docs/path-check.md).
+Each orch call runs under an alarm (bounded_orch): a hang fails its test instead of the suite,
+and the bound is never what a test checks."""
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -53,15 +54,14 @@ class Hung(BaseException):
     error handler does not turn it into an exit code)."""
 
 
-def bounded_orch(*args: str) -> tuple[int, str, float]:
+def bounded_orch(*args: str) -> tuple[int, str]:
     """orch(*args) in-process (orch run wants the main thread for its signal handlers), with
     an alarm after BOUND_S: a hang (a blocked FIFO open or read) fails the test instead of
-    the suite; (code, output, seconds)."""
+    the suite; (code, output)."""
     def ring(_signum: int, _frame: object) -> None:
         raise Hung(f"orch {' '.join(args)} still running after {BOUND_S:g} s")
 
     previous = signal.signal(signal.SIGALRM, ring)
-    start = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, BOUND_S)
     try:
         code, output = orch(*args)
@@ -70,7 +70,7 @@ def bounded_orch(*args: str) -> tuple[int, str, float]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    return code, output, time.monotonic() - start
+    return code, output
 
 
 def last_line(output: str) -> str:
@@ -90,7 +90,7 @@ def test_local_special_file_is_refused_at_load(here: Path, kind: str, key: str) 
             "prompt_file": f"prompt_file: {path.name}\n",
             "binary": f"prompt: hi\nbinary: {{local: {path.name}}}\n"}[key]
     (here / "m.yaml").write_text(HEAD + body)
-    code, output, took = bounded_orch("run", "m.yaml")
+    code, output = bounded_orch("run", "m.yaml")
     line = last_line(output)
     assert code == 2, output
     assert line.startswith(("error: m.yaml:", "m.yaml:")), output
@@ -99,12 +99,11 @@ def test_local_special_file_is_refused_at_load(here: Path, kind: str, key: str) 
     assert f": {where[key]}: " in line, output
     assert "Traceback" not in output
     assert not (here / "orch.db").exists()   # refused before anything was opened
-    assert took < BOUND_S
 
 
 def test_inline_prompt_over_one_argument_is_refused(here: Path) -> None:
     (here / "m.yaml").write_text(HEAD + f"prompt: {'x' * 200 * 1024}\n")
-    code, output, _ = bounded_orch("run", "m.yaml")
+    code, output = bounded_orch("run", "m.yaml")
     assert code == 2, output
     assert "prompt is 204800 bytes; one argument can hold at most 131072 on Linux" \
         in last_line(output), output
@@ -121,14 +120,14 @@ def test_prompt_just_within_the_bound_loads(here: Path) -> None:
 
 @pytest.mark.parametrize("size", [200 * 1024, 50 * 2**30])
 def test_long_prompt_file_is_refused_from_its_size(here: Path, size: int) -> None:
-    """A 50 GiB (sparse) prompt file is refused from its stat, quickly: never read."""
+    """A 50 GiB (sparse) prompt file is refused from its size, never read: the refusal names
+    the exact size, which a read of 50 GiB into memory could not have come back with."""
     with open(here / "p.txt", "wb") as handle:
         handle.truncate(size)
     (here / "m.yaml").write_text(HEAD + "prompt_file: p.txt\n")
-    code, output, took = bounded_orch("run", "m.yaml")
+    code, output = bounded_orch("run", "m.yaml")
     assert code == 2, output
     assert f"prompt is {size} bytes; one argument can hold at most 131072" in last_line(output)
-    assert took < 30, took
 
 
 def test_local_hash_refuses_a_fifo_at_once(tmp_path: Path) -> None:
@@ -154,7 +153,7 @@ def test_device_model_that_is_no_regular_file_is_not_hashed(here: Path, kind: st
     directory: one line naming it, exit 2, and no sha256sum (or its shell) left behind."""
     path = special(here, kind)
     (here / "m.yaml").write_text(HEAD + f"prompt: hi\nmodels:\n  m: {path}\n")
-    code, output, _ = bounded_orch("run", "m.yaml")
+    code, output = bounded_orch("run", "m.yaml")
     assert code == 2, output
     line = last_line(output)
     assert f"{path} is not a regular file" in line and "not hashed" in line, output

@@ -1,6 +1,6 @@
 """A thermal ceiling in flight (`abort: {above: 85C, sensor: cpu}`): the agent stops an engine
-that heats its sensor past the ceiling within two sample intervals, the run is `aborted` with
-the reading as its cause (†, out of every aggregate), nothing of the engine survives, the
+that heats its sensor past the ceiling at the first sample that reads it, the run is `aborted`
+with the reading as its cause (†, out of every aggregate), nothing of the engine survives, the
 next cell waits for the cooldown and runs; a lab device that aborts three times in a row is
 quarantined; the matrix key is validated like the others."""
 from __future__ import annotations
@@ -20,8 +20,9 @@ from orchestrator.db.store import Store
 ENGINES = Path(__file__).resolve().parent / "engines"
 INTERVAL_MS = 300
 
-# --heat FILE: one token at a normal temperature, then the sensor at 90 °C, a child in the
-# engine's process group, and a hang; otherwise the fake bmoe engine as it is
+# --heat FILE: one token at a normal temperature, a child in the engine's process group (its
+# pid written first: the sample that reads 90 °C may stop the engine at once), then the sensor
+# at 90 °C, and a hang; otherwise the fake bmoe engine as it is
 HEATER = r"""heat=""; csv=/dev/null; prev=""
 for a in "$@"; do
   [ "$prev" = --heat ] && heat=$a
@@ -31,9 +32,9 @@ done
 if [ -n "$heat" ]; then
   echo "step,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,stall_ms,mgmt_ms" > "$csv"
   echo "1,8,100.5,40.000,50.5,1048576,-1.00,40.000,0.000" >> "$csv"
-  echo 90000 > "$heat.new" && mv "$heat.new" "$heat"
   sleep 120 &
   echo $! > "$heat.child"
+  echo 90000 > "$heat.new" && mv "$heat.new" "$heat"
   sleep 120
   exit 0
 fi
@@ -83,6 +84,19 @@ def spool_of(ws: Path, run_uid: str) -> list[list[str]]:
             (ws / "dev" / "runs" / run_uid / "spool").read_text().splitlines()]
 
 
+def assert_stopped_by_the_first_hot_sample(lines: list[list[str]], key: str, scale: int,
+                                           ceiling: int) -> None:
+    """The first sample at or above the ceiling is the one that stopped the engine: the agent's
+    `thermal ceiling` W line comes right after that S line and names its t_ms. Order and the
+    agent's own t_ms, not a time bound: a loaded machine may stretch the intervals."""
+    def reading(line: list[str]) -> int:
+        return int(dict(f.split("=", 1) for f in line[2:]).get(key, 0)) * scale
+    first = next(i for i, line in enumerate(lines) if line[0] == "S" and reading(line) >= ceiling)
+    warning = lines[first + 1]
+    assert warning[0] == "W" and warning[1].startswith("thermal ceiling: "), lines[first:first + 2]
+    assert f" at t_ms={lines[first][1]};" in warning[1], lines[first:first + 2]
+
+
 def test_an_engine_that_heats_past_the_ceiling_is_stopped(hot_ws):
     ws, zone = hot_ws
     # The test's cooling: once the agent has stopped the hot engine (its X line), the zone
@@ -107,11 +121,7 @@ def test_an_engine_that_heats_past_the_ceiling_is_stopped(hot_ws):
     assert "cause=aborted" in x and "value_mC=90000" in x and "above_mC=85000" in x
     assert any(line[0] == "W" and line[1].startswith("thermal ceiling: cpu read 90000 mC")
                for line in lines)
-    # stopped within two sample intervals of the last sample that was still below the ceiling
-    samples = [(int(line[1]), dict(f.split("=", 1) for f in line[2:])) for line in lines
-               if line[0] == "S"]
-    cool_before = max(t for t, s in samples if int(s.get("cpu_temp_mC", 0)) < 85000)
-    assert int(x[3]) - cool_before <= 2 * INTERVAL_MS, (x, samples)
+    assert_stopped_by_the_first_hot_sample(lines, "cpu_temp_mC", 1, 85000)
     # nothing of the engine survives: its group and its child
     jobdir = ws / "dev" / "runs" / hot.uid
     engine_pid = int((jobdir / "engine.pid").read_text())
@@ -182,9 +192,9 @@ def test_the_ceiling_in_the_agent_meta(tmp_path):
 @pytest.mark.parametrize("sensor,write,value", [("cpu", "temp", "90000"),
                                                  ("battery", "battery/temp", "460")])
 def test_the_agent_stops_the_group_at_the_ceiling(shell, tmp_path, sensor, write, value):
-    """Under mksh + toybox, dash and bash: the sample that reads the sensor at or above
-    abort_above_mC TERMs the engine's group (a child too); X says cause=aborted with the
-    reading, within two intervals of the last sample below the ceiling."""
+    """Under mksh + toybox, dash and bash: the first sample that reads the sensor at or above
+    abort_above_mC stops the engine's group (a child too); X says cause=aborted with the
+    reading, and nothing of the job is left."""
     zone = fake_thermal_zone(tmp_path / "sys", 40.0)
     battery = tmp_path / "sys" / "battery"
     battery.mkdir()
@@ -201,15 +211,23 @@ def test_the_agent_stops_the_group_at_the_ceiling(shell, tmp_path, sensor, write
                             "abort_sensor": sensor},
                       extra_env={"ORCH_THERMAL_DIR": str(zone.parent),
                                  "ORCH_BATTERY_DIR": str(battery)}, timeout=60)
+        # nothing of the job outlives it: its group, the child in it, its tagged processes
+        # (looked at before cleanup_job, which would kill them itself)
+        engine = int((jobdir / "engine.pid").read_text())
+        child = int((tmp_path / "child").read_text())
+
+        def left() -> list[int]:
+            return (_pgrp_members(engine) + ([child] if _alive(child) else [])
+                    + tagged_pids(f"{jobdir}/"))
+        assert wait_until(lambda: not left(), 10), left()
     finally:
         cleanup_job(jobdir)
     x = res.x
     reading = {"cpu": 90000, "battery": 46000}[sensor]
-    assert x[1] == "15" and "cause=aborted" in x, x
+    assert "cause=aborted" in x, x
+    # ended by a signal: TERM, or the KILL 3 s later when the group outlived the TERM on a
+    # loaded machine; which of the two won is the machine's, not the agent's
+    assert x[1] in ("15", "9"), x
     assert f"sensor={sensor}" in x and f"value_mC={reading}" in x and f"above_mC={ceiling}" in x
-    samples = [(int(line[0]), dict(f.split("=", 1) for f in line[1:])) for line in res.tagged("S")]
     key, scale = ("cpu_temp_mC", 1) if sensor == "cpu" else ("batt_temp_dC", 100)
-    cool = max(t for t, s in samples if int(s.get(key, 0)) * scale < ceiling)
-    assert int(x[2]) - cool <= 2 * INTERVAL_MS, (x, samples)
-    child = int((tmp_path / "child").read_text())
-    assert not _alive(child)
+    assert_stopped_by_the_first_hot_sample(res.lines, key, scale, ceiling)

@@ -190,8 +190,8 @@ class AgentClient:
         return _killed(result.stdout)
 
 
-# The agent's functions (source-only mode, docs/agent-protocol.md "Agent 1.3.2") name the
-# supervisor by its pid and recorded start time (sup_alive), so a reused pid is never touched.
+# The agent's functions (docs/agent-protocol.md, "Source-only mode") name the supervisor by
+# its pid and recorded start time (sup_alive), so a reused pid is never touched.
 _SUP_STATE = ('ORCH_AGENT_LIB=1 . "$1"; JOBDIR=$2; sup_alive || exit 3; st=\'\'; '
               'read -r st <"/proc/$SPID/stat" || exit 3; p=$SPID; '
               'set -- ${st##*) }; say "$p $1"')
