@@ -46,7 +46,7 @@ UNIT: dict[str, tuple[str, ...]] = {
     "test_results.py": (),
     "test_replay.py": (),
     "test_within_run.py": (),     # its tests of an imported study use a shared store: out
-    "test_run_figures.py": (),    # the same
+    "test_result_model.py": (),
     "test_ab.py": ("test_orch_table_ab_json_csv_md_and_default",
                    "test_orch_table_leaves_ab_out_by_default_for_single_runs"),
     "test_baselines_by_name.py": ("test_orch_report_takes_repeatable_b",
