@@ -93,9 +93,17 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     unit_tier.guard_on(item)
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item) -> None:
-    unit_tier.guard_off(item)
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """The guard ends after the test's own teardown, or before it when that teardown also stops
+    fixtures shared with other tests (the last test of a module or of the worker: an sshd, the
+    adb server, PostgreSQL): stopping those is their owner's doing, not the unit test's."""
+    if unit_tier.tears_down_shared(item, nextitem):
+        unit_tier.guard_off(item)
+    try:
+        return (yield)
+    finally:
+        unit_tier.guard_off(item)
 
 
 @pytest.fixture

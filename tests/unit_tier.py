@@ -155,7 +155,8 @@ def guard_on(item: pytest.Item) -> None:
     """From the start of a unit test's setup (its fixtures included) to the end of its
     teardown: starting a process, connecting a socket and opening SQLite fail it, outside a
     module's import. A try in another thread than the test's is also kept for guard_off: a
-    thread's failure alone would not fail the test."""
+    thread's failure alone would not fail the test. The teardown of fixtures shared with other
+    tests, which the last test of a module or worker runs, is outside it (tears_down_shared)."""
     if item.get_closest_marker("unit") is None:
         return
     undo: list[tuple[Any, str, Any]] = []
@@ -191,9 +192,18 @@ def guard_on(item: pytest.Item) -> None:
     item.stash[_GUARD] = (undo, seen)
 
 
+def tears_down_shared(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """This item's teardown also stops fixtures of a wider scope: it is the last of its module
+    (or of the worker's session) to run here."""
+    return nextitem is None or nextitem.path != item.path
+
+
 def guard_off(item: pytest.Item) -> None:
-    """Undo guard_on; fail the test if another thread of it tried what a unit test may not."""
+    """Undo guard_on (once; a second call does nothing); fail the test if another thread of it
+    tried what a unit test may not."""
     undo, seen = item.stash.get(_GUARD, ([], []))
+    if _GUARD in item.stash:
+        del item.stash[_GUARD]
     for owner, name, original in reversed(undo):
         setattr(owner, name, original)
     undo.clear()
