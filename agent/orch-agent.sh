@@ -1133,7 +1133,7 @@ cooldown() {
   f=$((iv % 1000))
   case ${#f} in 1) f=00$f ;; 2) f=0$f ;; esac
   slp=$((iv / 1000)).$f
-  now_ms; T0=$NOW
+  now_ms; T0=$NOW; miss=0
   while :; do
     read_sensor "$sensor"; val=$VAL
     read_sensor cpu; cpu=$VAL
@@ -1144,7 +1144,10 @@ cooldown() {
     [ -n "$BSTAT" ] && read -r ch 2>/dev/null <"$BSTAT"
     case $ch in Charging|Full) PWR="$PWR${TAB}batt_charging=1" ;; ?*) PWR="$PWR${TAB}batt_charging=0" ;; esac
     say "T$TAB$el${TAB}value_mC=$val${TAB}cpu_mC=$cpu${TAB}batt_mC=$bat$PWR"
-    if [ -z "$val" ] && [ "$el" -ge "$min" ]; then say "R${TAB}nosensor$TAB$el$TAB"; return 0; fi
+    # a sensor that reads empty three times in a row is not there; one empty read is a file
+    # caught mid-rewrite or a zone that briefly failed (EAGAIN on some phones), not an answer
+    if [ -z "$val" ]; then miss=$((miss + 1)); else miss=0; fi
+    if [ "$miss" -ge 3 ] && [ "$el" -ge "$min" ]; then say "R${TAB}nosensor$TAB$el$TAB"; return 0; fi
     if [ -n "$val" ] && [ "$el" -ge "$min" ] && [ "$val" -le "$until" ]; then
       say "R${TAB}met$TAB$el$TAB$val"; return 0
     fi

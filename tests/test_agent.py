@@ -231,6 +231,20 @@ def test_thermal_and_battery(shell, jobs, fake_sys):
     assert res.x[:2] == ["0", "0"]
 
 
+def test_cooldown_outcomes(shell, fake_sys):
+    """met on a readable zone at or below UNTIL; `nosensor` only after three empty readings in
+    a row (one empty read is a file caught mid-rewrite, not a missing sensor)."""
+    def cooldown(sensor: str, until: int) -> list[list[str]]:
+        res = shell.run("cooldown", sensor, str(until), "0", "5000", "50", extra_env=fake_sys)
+        assert res.returncode == 0, res.stderr
+        return parse_lines(res.stdout)
+    met = cooldown("cpu", 50000)
+    assert met[-1][:2] == ["R", "met"] and met[-1][3] == "45000", met
+    gone = cooldown("gpu", 50000)      # zone2 has no temp file
+    assert [line[0] for line in gone] == ["T", "T", "T", "R"], gone
+    assert gone[-1][:2] == ["R", "nosensor"] and all(kv(t[2:])["value_mC"] == "" for t in gone[:3])
+
+
 def _fake_cpufreq(root: Path, cur: list[int], governor: str = "schedutil") -> Path:
     """cpuN/cpufreq like a phone's: every core's limits, its governor and current frequency."""
     for n, khz in enumerate(cur):

@@ -105,7 +105,9 @@ def test_an_engine_that_heats_past_the_ceiling_is_stopped(hot_ws):
         def aborted() -> bool:
             return any("cause=aborted" in p.read_text() for p in (ws / "dev" / "runs").glob("*/spool"))
         if wait_until(aborted, 60):
-            (zone / "temp").write_text("40000\n")
+            # replaced in one step, as sysfs answers: never an empty file to a reader
+            (zone / "temp.new").write_text("40000\n")
+            (zone / "temp.new").replace(zone / "temp")
     cooler = threading.Thread(target=cool, daemon=True)
     cooler.start()
     code, out = orch("run", str(matrix(ws, zone)))
