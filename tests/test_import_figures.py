@@ -42,7 +42,8 @@ def test_stored_figures_are_the_stored_rows_figures(tmp_path, reads, folder):
     assert runs and all(r.stored_figures is not None for r in runs)
     during = [rid for ids in reads for rid in ids]
     for run in runs:
-        read = figures_module.compute_rows(store.engine, [run])[run.id]
+        with store.reading() as conn:
+            read = figures_module.compute_rows(conn, [run])[run.id]
         assert repr(run.stored_figures) == repr(read), run.config
     # the rows were watched, not read back, for every run that has token rows
     with_rows = {r.id for r in runs if Runs(store).token_count(r.id)}

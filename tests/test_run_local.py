@@ -47,7 +47,8 @@ def test_moe_probe_matrix_end_to_end(workspace):
         assert load_record(run.summary).tokens == 12
         # the run's figures, stored by the runner's _finish: the computed ones
         assert run.stored_figures is not None and run.stored_figures.n == 12
-        assert run.stored_figures == compute_rows(store.engine, [run])[run.id]
+        with store.reading() as conn:
+            assert run.stored_figures == compute_rows(conn, [run])[run.id]
     device = store.device_by_name("local")
     assert int(device.facts["cores"]) >= 1
     code, out = orch("runs")

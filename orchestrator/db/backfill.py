@@ -35,8 +35,7 @@ def backfill(store: Store, say: Callable[[str], Any] | None = None) -> int:
     """Compute and store the figures of every ended run that has none of this version, in
     steps of BACKFILL_RUNS runs (each its own transaction, so a stopped backfill keeps what it
     did). Returns how many runs it computed."""
-    engine = store.engine
-    with engine.connect() as conn:
+    with store.reading() as conn:
         todo = stale_runs(conn)
     if not todo:
         return 0
@@ -47,8 +46,9 @@ def backfill(store: Store, say: Callable[[str], Any] | None = None) -> int:
     reader = Runs(store)
     for at in range(0, len(todo), BACKFILL_RUNS):
         rows = reader.by_ids(todo[at:at + BACKFILL_RUNS])
-        figures = compute_rows(engine, rows)
-        with engine.begin() as conn:
+        with store.reading() as conn:
+            figures = compute_rows(conn, rows)
+        with store.writing() as conn:
             write(conn, figures)
     return len(todo)
 

@@ -18,7 +18,7 @@ def replace_day(store: Store, row: dict[str, Any]) -> int:
     """Store `row` as its device's ceilings of its day (`device_id`, `day`), replacing an
     earlier measurement of that day, in one transaction; the new row's id."""
     table = schema.ceiling
-    with store.lock, store.engine.begin() as conn:
+    with store.writing() as conn:
         conn.execute(delete(table).where(table.c.device_id == row["device_id"],
                                          table.c.day == row["day"]))
         return int(conn.execute(table.insert().values(**row)).inserted_primary_key[0])

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, bindparam, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from orchestrator.db import schema
 from orchestrator.stats.figures import RunFigures
@@ -81,7 +81,7 @@ def run_input(row: RunRow, record: RunRecord | None = None) -> RunInput:
     return RunInput(record, row.overlapped_with(record))
 
 
-def compute_rows(bind: Engine | Connection, rows: Sequence[RunRow], trim: int = 0,
+def compute_rows(conn: Connection, rows: Sequence[RunRow], trim: int = 0,
                  quantile_method: str = "linear",
                  records: dict[int, RunRecord] | None = None,
                  tokens: pd.DataFrame | None = None) -> dict[int, RunFigures]:
@@ -95,10 +95,9 @@ def compute_rows(bind: Engine | Connection, rows: Sequence[RunRow], trim: int = 
         return {}
     ids = [r.id for r in rows]
     inputs = {r.id: run_input(r, (records or {}).get(r.id)) for r in rows}
-    with _connection(bind) as conn:
-        if tokens is None:
-            tokens = read_tokens(conn, ids)
-        samples = read_samples(conn, ids)
+    if tokens is None:
+        tokens = read_tokens(conn, ids)
+    samples = read_samples(conn, ids)
     return compute(tokens, inputs, samples, quantile_method=quantile_method, trim=trim)
 
 
@@ -106,8 +105,9 @@ def compute_run(store: Store, row: RunRow, record: RunRecord | None = None,
                 tokens: pd.DataFrame | None = None) -> dict[str, Any]:
     """One run's figures as `run.figures` stores them, when it ends or is imported: `record`
     is its record when not yet stored, `tokens` its rows when the caller has them."""
-    figures = compute_rows(store.engine, [row], records={row.id: record} if record else None,
-                           tokens=tokens)
+    with store.reading() as conn:
+        figures = compute_rows(conn, [row], records={row.id: record} if record else None,
+                               tokens=tokens)
     return figures[row.id].stored()
 
 
@@ -118,21 +118,3 @@ def write(conn: Connection, figures: dict[int, RunFigures]) -> None:
     stmt = (update(schema.run).where(schema.run.c.id == bindparam("rid"))
             .values(figures=bindparam("figures")))
     conn.execute(stmt, [{"rid": rid, "figures": f.stored()} for rid, f in figures.items()])
-
-
-class _connection:
-    """A connection from an Engine (opened and closed here) or the Connection given."""
-
-    def __init__(self, bind: Engine | Connection) -> None:
-        self.bind = bind
-        self.conn: Connection | None = None
-
-    def __enter__(self) -> Connection:
-        if isinstance(self.bind, Connection):
-            return self.bind
-        self.conn = self.bind.connect()
-        return self.conn
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.conn is not None:
-            self.conn.close()

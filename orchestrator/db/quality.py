@@ -31,7 +31,7 @@ def start_probe(store: Store, values: dict[str, Any]) -> int:
     """A fresh row for the probe, replacing an earlier attempt (--resume of a failed one);
     its id."""
     table = schema.quality
-    with store.lock, store.engine.begin() as conn:
+    with store.writing() as conn:
         conn.execute(table.delete().where(table.c.session_id == values["session_id"],
                                           table.c.model == values["model"],
                                           table.c.config == values["config"],
@@ -41,7 +41,7 @@ def start_probe(store: Store, values: dict[str, Any]) -> int:
 
 def update_probe(store: Store, row_id: int, **values: Any) -> None:
     table = schema.quality
-    with store.lock, store.engine.begin() as conn:
+    with store.writing() as conn:
         conn.execute(table.update().where(table.c.id == row_id).values(**values))
 
 

@@ -366,14 +366,15 @@ class Runs:
         if missing:
             from orchestrator.db.figures import compute_rows
 
-            out.update(compute_rows(self.store.engine, missing, trim, quantile_method))
+            with self.store.reading() as conn:
+                out.update(compute_rows(conn, missing, trim, quantile_method))
         return {r.id: out[r.id] or RunFigures() for r in rows}
 
     def walls(self, run_id: int) -> Iterable[float | None]:
         """The run's stored wall_ms values in token order, streamed (a REAL reads back as
         it was given): for a sum over a 2M-token run without a list of 2M rows."""
         token = schema.token
-        with self.store.engine.connect() as conn:
+        with self.store.reading() as conn:
             yield from conn.execute(select(token.c.wall_ms).where(token.c.run_id == run_id)
                                     .order_by(token.c.seq)).scalars()
 

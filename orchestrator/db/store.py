@@ -9,7 +9,8 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import (
     JSON,
@@ -195,6 +196,47 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.lock = threading.RLock()
+        self._open = threading.local()     # .conn: this thread's open transaction()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Every write of the block, on this thread, commits together at its end or not at all
+        (an exception rolls them all back): `orch import` stores a folder's runs this way, so
+        a failure half-way leaves the store as it was instead of needing compensating deletes.
+        Reads on this thread inside the block see its writes; a nested block joins the outer
+        one. Other threads wait on the store's lock until it ends."""
+        conn = getattr(self._open, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.lock, self.engine.begin() as conn:
+            self._open.conn = conn
+            try:
+                yield conn
+            finally:
+                self._open.conn = None
+
+    @contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """A connection to write on: the open transaction's, or one of its own committed at
+        the end of the block (serialised with the store's lock)."""
+        conn = getattr(self._open, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.lock, self.engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection to read on: the open transaction's (its writes are visible), or a new
+        one."""
+        conn = getattr(self._open, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self.engine.connect() as conn:
+            yield conn
 
     @classmethod
     def open(cls, db: str | None = None, create: bool = True, write: bool = False) -> "Store":
@@ -254,15 +296,15 @@ class Store:
 
     # -- writes ------------------------------------------------------------------------------
     def _insert(self, table: Any, values: dict[str, Any]) -> int:
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             return conn.execute(table.insert().values(**values)).inserted_primary_key[0]
 
     def _update(self, table: Any, row_id: int, values: dict[str, Any]) -> None:
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             conn.execute(update(table).where(table.c.id == row_id).values(**values))
 
     def upsert_device(self, name: str, kind: str, facts: dict[str, str] | None = None) -> int:
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             found = conn.execute(select(schema.device.c.id, schema.device.c.kind)
                                  .where(schema.device.c.name == name)).first()
             values: dict[str, Any] = {"kind": kind}
@@ -292,7 +334,7 @@ class Store:
     def set_imported_file(self, session_id: int, path: str, sha256: str) -> None:
         """Remember the digest an imported file had, replacing an earlier one."""
         table = schema.imported_file
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             conn.execute(table.delete().where(table.c.session_id == session_id,
                                               table.c.path == path))
             conn.execute(table.insert().values(session_id=session_id, path=path, sha256=sha256))
@@ -300,18 +342,18 @@ class Store:
     def forget_imported_files(self, session_id: int) -> None:
         """Drop an import session's file digests (`orch import --replace` reads every file)."""
         table = schema.imported_file
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             conn.execute(table.delete().where(table.c.session_id == session_id))
 
     def delete_run(self, run_id: int) -> None:
         """A run and its token, sample, output and route rows."""
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             for table in (schema.token, schema.sample, schema.output, schema.route):
                 conn.execute(table.delete().where(table.c.run_id == run_id))
             conn.execute(schema.run.delete().where(schema.run.c.id == run_id))
 
     def delete_session(self, session_id: int) -> None:
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             run_ids = select(schema.run.c.id).where(schema.run.c.session_id == session_id)
             for table in (schema.token, schema.sample, schema.output, schema.route):
                 conn.execute(table.delete().where(table.c.run_id.in_(run_ids)))
@@ -328,13 +370,13 @@ class Store:
         keys = ("run_id", "seq", *(c for c in ROUTE_COLUMNS if c in rows.columns))
         frame = rows[list(keys[2:])].astype(object).where(rows[list(keys[2:])].notna(), None)
         values = [(run_id, seq, *row) for seq, row in enumerate(frame.itertuples(index=False))]
-        with self.lock, self.engine.begin() as conn:
+        with self.writing() as conn:
             conn.execute(table.delete().where(table.c.run_id == run_id))
             bulk_insert(conn, table, values, keys)
 
     # -- reads -------------------------------------------------------------------------------
     def fetch(self, stmt: Any) -> list[Any]:
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return list(conn.execute(stmt))
 
     def device_by_name(self, name: str) -> Any | None:
@@ -373,7 +415,7 @@ class Store:
         table = schema.route
         stmt = select(*(table.c[c] for c in ROUTE_COLUMNS)).where(table.c.run_id == run_id) \
             .order_by(table.c.seq)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             rows = pandas().DataFrame(conn.execute(stmt).fetchall(), columns=list(ROUTE_COLUMNS))
         if rows["dropped"].isna().all():
             rows = rows.drop(columns="dropped")
@@ -387,5 +429,5 @@ class Store:
         table = schema.metadata.tables[table_name]
         ids = list(run_ids)
         stmt = select(table).where(table.c.run_id.in_(ids)).order_by(table.c.run_id, table.c.seq)
-        with self.engine.connect() as conn:
+        with self.reading() as conn:
             return pandas().read_sql(stmt, conn)

@@ -16,13 +16,14 @@ from sqlalchemy import update
 from orchestrator.db import schema
 from orchestrator.db.schema import SAMPLE_FIELDS
 from orchestrator.db.store import Store, bulk_insert
-from orchestrator.engines.base import TOKEN_COLUMNS
 
 __all__ = ["SAMPLE_FIELDS", "TOKEN_KEYS", "write_batch"]
 
 # The order of a token row tuple: the recorder spells its tuples out in this order (one per
 # token, no dict), and bulk_insert takes them as they are.
-TOKEN_KEYS = ("run_id", "seq") + TOKEN_COLUMNS + ("extra",)
+# They are the token table's columns in its order (engines/base.py's TokenRow has the same
+# fields, and tests/test_record.py checks the two agree).
+TOKEN_KEYS: tuple[str, ...] = tuple(c.name for c in schema.token.columns)
 
 
 def write_batch(store: Store, run_id: int, tokens: Sequence[tuple[Any, ...]],
@@ -31,7 +32,7 @@ def write_batch(store: Store, run_id: int, tokens: Sequence[tuple[Any, ...]],
     """Insert the batch's rows (token tuples in TOKEN_KEYS order; sample rows with every
     SAMPLE_FIELDS key, `run_id`, `seq`, `t_ms` and `extra`; output rows with `run_id`, `seq`,
     `stream`, `line`) and set the run's `spool_lines`, in one transaction."""
-    with store.lock, store.engine.begin() as conn:
+    with store.writing() as conn:
         bulk_insert(conn, schema.token, tokens, TOKEN_KEYS)
         bulk_insert(conn, schema.sample, samples)
         bulk_insert(conn, schema.output, outputs)
