@@ -147,7 +147,7 @@ def test_the_cli_refuses_while_another_process_holds_the_folder(folder, tmp_path
     with import_lock(store, str(folder.resolve())):     # this process: "another orch import"
         proc = subprocess.run([ORCH, "import", str(folder), "--db", db], capture_output=True,
                               text=True, timeout=120, check=False)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 4, proc.stderr   # Busy (orchestrator/errors.py)
     assert f"another orch import of {folder.resolve()} is running (pid {os.getpid()})" \
         in proc.stderr
     assert _state(db) == (0, [], 0)

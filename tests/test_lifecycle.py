@@ -389,7 +389,7 @@ def test_concurrent_resume_is_refused(workspace, slow_matrix):
     session_id = _runs(workspace)[0].session_id
     with session_lock(store, session_id):
         rc, out = _finish(_orch(workspace, "run", str(slow_matrix), "--resume"))
-    assert rc == 1 and f"session {session_id} is being run by another orch" in out, out
+    assert rc == 4 and f"session {session_id} is being run by another orch" in out, out
     assert "IntegrityError" not in out and "Traceback" not in out
 
 
