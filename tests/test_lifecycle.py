@@ -355,7 +355,7 @@ def test_status_error_is_not_evidence(workspace, slow_matrix, monkeypatch):
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.matrix import load_matrix
     from orchestrator.run.progress import Progress
-    from orchestrator.run.session import run_matrix
+    from orchestrator.run.session import RunOptions, run_matrix
     from orchestrator.transports.base import CommandResult, TransportError
     from orchestrator.transports.local import LocalTransport
 
@@ -374,7 +374,7 @@ def test_status_error_is_not_evidence(workspace, slow_matrix, monkeypatch):
     store = Store.open(str(workspace / "orch.db"))
     with pytest.raises(TransportError, match="status"):
         run_matrix(store, load_inventory(str(workspace / "devices.yaml")),
-                   load_matrix(slow_matrix), "local", Progress(), resume=True)
+                   load_matrix(slow_matrix), "local", Progress(), RunOptions(resume=True))
     assert [(r.config, r.superseded) for r in _runs(workspace)] == [("first", False)]
     assert len(list((workspace / "dev-local").glob("runs/*"))) == 1
 

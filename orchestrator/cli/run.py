@@ -67,7 +67,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     inv = load_inventory(inventory)
     from orchestrator.cli.preflight import confirm_size
     from orchestrator.run.preflight import check_engine, device_names
-    from orchestrator.run.session import run_devices
+    from orchestrator.run.session import RunOptions, run_devices
 
     names = device_names(inv, devices)
     check_engine(loaded)
@@ -75,9 +75,9 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     store = Store.open(db, write=True)
     board = Board(errors)
     try:
-        results = run_devices(store, inv, loaded, names, board, resume=resume, force=force,
-                              link=LinkPolicy(grace_s=link_grace),
-                              command="orch " + shlex.join(sys.argv[1:]))
+        options = RunOptions(resume=resume, force=force, link=LinkPolicy(grace_s=link_grace),
+                             command="orch " + shlex.join(sys.argv[1:]))
+        results = run_devices(store, inv, loaded, names, board, options)
     except KeyboardInterrupt:
         board.close()
         _stopped(matrix_file)
