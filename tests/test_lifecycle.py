@@ -333,7 +333,7 @@ def test_killed_orch_plain_run_refuses_then_resume_collects(workspace, slow_matr
     proc.wait()
     assert _pid_alive(epid)
     rc, out = _finish(_orch(workspace, "run", str(slow_matrix)))
-    assert rc == 1, out
+    assert rc == 4, out   # Busy (orchestrator/errors.py)
     assert "busy" in out and "--resume" in out and "--force" in out and str(jobdir) in out
     assert "Traceback" not in out
     assert len(_runs(workspace)) == 1          # nothing was started beside it

@@ -20,9 +20,9 @@ from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db.runs import Runs
-from orchestrator.db.session_lock import SessionBusy, session_lock
+from orchestrator.db.session_lock import session_lock
 from orchestrator.db.store import Store, now
-from orchestrator.errors import ConfigError, StoreWriteError
+from orchestrator.errors import ConfigError, OrchError
 from orchestrator.plugins import PluginError, get_adapter
 from orchestrator.run import controller
 from orchestrator.run.cooldown import Reading, wait_for_condition
@@ -371,7 +371,7 @@ def _device_result(store: Store, inventory: Inventory, loaded: LoadedMatrix, nam
         return run_matrix(store, inventory, loaded, name, board.device(name), options)
     except KeyboardInterrupt as exc:
         return exc
-    except (ConfigError, TransportError, SessionBusy, StoreWriteError) as exc:
+    except OrchError as exc:   # a user's error (a busy session, a lost device): one line
         return exc
     except Exception as exc:  # noqa: BLE001 - a thread must hand every error back
         return RuntimeError(f"{type(exc).__name__}: {exc}")
