@@ -84,7 +84,7 @@ class RunRecorder:
                 self.decode_from_ms = self.last_sample_t_ms or 0
             self._tokens.append((self.run_id, self.token_seq) + values)
             self.token_seq += 1
-            if self._on_token is not None:   # then _feed_values is None: a row was built
+            if self._on_token is not None and row is not None:   # then a row was built
                 self._on_token(row, self.token_seq)
         if not self.lines & 63 and (
                 len(self._tokens) + len(self._samples) >= self._flush_rows

@@ -342,10 +342,11 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
 
     if len(devices) == 1:  # no thread: Ctrl-C reaches the runner directly
         work(devices[0])
-        if isinstance(results[devices[0]], KeyboardInterrupt):
+        only = results[devices[0]]
+        if isinstance(only, KeyboardInterrupt):
             raise KeyboardInterrupt
-        if isinstance(results[devices[0]], ConfigError):  # e.g. a refused model path: exit 2
-            raise results[devices[0]]
+        if isinstance(only, ConfigError):  # e.g. a refused model path: exit 2
+            raise only
         return results
     threads = [threading.Thread(target=work, args=(name,), name=f"orch-{name}", daemon=True)
                for name in devices]
