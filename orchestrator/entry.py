@@ -3,7 +3,7 @@
 Importing the click group takes a few tenths of a second (rich, click, the command modules).
 Python's own SIGINT handler would turn a Ctrl-C in that window into a KeyboardInterrupt with a
 full traceback; here Ctrl-C before or after a command (importing, parsing options, exiting)
-prints the one line `interrupted` and exits 130. While a command runs, OrchGroup gives SIGINT
+prints the one line `interrupted` and exits 130. While a command runs, the group gives SIGINT
 back to Python (KeyboardInterrupt: handle_errors' one line, `orch run`'s clean stop).
 
 This module imports only the standard library, and lives outside orchestrator.cli so that
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 EXIT_INT = 130
 _seen = {"int": False}
@@ -27,6 +26,8 @@ def _interrupted(_signum: int, _frame: object) -> None:
         return
     _seen["int"] = True
     os.write(2, b"interrupted\n")
+    # The one exit outside cli/handler.py: no command runs here (Python is importing the
+    # commands, or exiting), so no handler is there to map an Interrupted.
     raise SystemExit(EXIT_INT)
 
 
@@ -41,4 +42,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

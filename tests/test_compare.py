@@ -194,7 +194,7 @@ def test_local_vs_imported_without_matrix(workspace):
 
 
 @pytest.mark.slow
-def test_errors_are_one_line_exit_2(workspace):
+def test_errors_are_one_line_exit_2_or_3(workspace):
     run_matrix(workspace, FAKE.format(name="cmp-1", ws=workspace), "local")
     orch_ok("import", str(FIX / "2026-07-13"))
     Store.open("orch.db").create_session(kind="run", name="empty", matrix_name="empty")
@@ -205,7 +205,6 @@ def test_errors_are_one_line_exit_2(workspace):
         ("-d", "local", "-d", "imported", "-m", "cmp-1"):
             "device imported never ran a matrix named 'cmp-1'",
         ("-s", "empty", "-d", "local"): "session 3 has no runs",
-        ("-s", "9", "-d", "local"): "no session 9",
         ("-d", "local", "-d", "local"): "are the same runs",
         ("-s", "1", "-m", "cmp-1"): "give --device too",
     }
@@ -213,6 +212,8 @@ def test_errors_are_one_line_exit_2(workspace):
         code, out = orch("compare", *args)
         lines = out.strip().splitlines()
         assert code == 2 and len(lines) == 1 and message in lines[0], (args, out)
+    code, out = orch("compare", "-s", "9", "-d", "local")   # not found: exit 3
+    assert code == 3 and out.strip() == f"error: no session 9 in {Store.open('orch.db').url}", out
     code, out = orch("report", "--compare", "-d", "local")
     assert code == 2 and "two or more sides" in out
     code, out = orch("report", "-s", "1")

@@ -333,7 +333,7 @@ def test_killed_orch_plain_run_refuses_then_resume_collects(workspace, slow_matr
     proc.wait()
     assert _pid_alive(epid)
     rc, out = _finish(_orch(workspace, "run", str(slow_matrix)))
-    assert rc == 1, out
+    assert rc == 4, out   # Busy (orchestrator/errors.py)
     assert "busy" in out and "--resume" in out and "--force" in out and str(jobdir) in out
     assert "Traceback" not in out
     assert len(_runs(workspace)) == 1          # nothing was started beside it
@@ -355,7 +355,7 @@ def test_status_error_is_not_evidence(workspace, slow_matrix, monkeypatch):
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.matrix import load_matrix
     from orchestrator.run.progress import Progress
-    from orchestrator.run.session import run_matrix
+    from orchestrator.run.session import RunOptions, run_matrix
     from orchestrator.transports.base import CommandResult, TransportError
     from orchestrator.transports.local import LocalTransport
 
@@ -374,7 +374,7 @@ def test_status_error_is_not_evidence(workspace, slow_matrix, monkeypatch):
     store = Store.open(str(workspace / "orch.db"))
     with pytest.raises(TransportError, match="status"):
         run_matrix(store, load_inventory(str(workspace / "devices.yaml")),
-                   load_matrix(slow_matrix), "local", Progress(), resume=True)
+                   load_matrix(slow_matrix), "local", Progress(), RunOptions(resume=True))
     assert [(r.config, r.superseded) for r in _runs(workspace)] == [("first", False)]
     assert len(list((workspace / "dev-local").glob("runs/*"))) == 1
 
@@ -389,7 +389,7 @@ def test_concurrent_resume_is_refused(workspace, slow_matrix):
     session_id = _runs(workspace)[0].session_id
     with session_lock(store, session_id):
         rc, out = _finish(_orch(workspace, "run", str(slow_matrix), "--resume"))
-    assert rc == 1 and f"session {session_id} is being run by another orch" in out, out
+    assert rc == 4 and f"session {session_id} is being run by another orch" in out, out
     assert "IntegrityError" not in out and "Traceback" not in out
 
 

@@ -51,3 +51,21 @@ def test_the_current_runs_rule_is_written_once():
     found = [str(p.relative_to(REPO)) for p, text in _sources().items()
              for _ in range(text.count("superseded.is_(False)"))]
     assert found == ["orchestrator/db/runs.py"]
+
+
+# Modules allowed to end the process, and why (docs/architecture.md, "Errors and exit codes")
+EXITS = {
+    "orchestrator/cli/handler.py": "the one error handler: an OrchError -> its exit code",
+    "orchestrator/entry.py": "Ctrl-C while no command runs (importing, exiting): no handler yet",
+    "orchestrator/lab/consumer.py": "`python -m orchestrator.lab.consumer`: its own process",
+}
+
+
+def test_only_the_error_handler_exits():
+    """A failure is a raise of an OrchError (orchestrator/errors.py) that cli/handler.py maps
+    to its exit code, never an exit of its own."""
+    found = {str(p.relative_to(REPO)) for p, text in _sources().items()
+             if any(s in text for s in ("sys.exit(", "SystemExit(", "ctx.exit(", "os._exit("))}
+    # the lab consumer's heartbeat ends a consumer orphaned by its worker (os._exit: no
+    # cleanup may run in a process whose parent is gone)
+    assert found == set(EXITS), found

@@ -58,12 +58,13 @@ def test_json_and_csv_carry_the_csv_values(run) -> None:
     assert len(table) == 1 and float(table[0]["wall_ms"]) == 811.605
 
 
-def test_errors_are_one_line_exit_2(run) -> None:
+def test_errors_are_one_line_exit_2_or_3(run) -> None:
     db, rid, _ = run
-    for args in (["999"], [str(rid), "--steps", "x"], [str(rid), "--steps", "5-2"],
-                 [str(rid), "--steps", "0"], [str(rid), "--steps", "1,,2"]):
+    for args, exit_code in ((["999"], 3),     # not found (orchestrator/errors.py NotFound)
+                            ([str(rid), "--steps", "x"], 2), ([str(rid), "--steps", "5-2"], 2),
+                            ([str(rid), "--steps", "0"], 2), ([str(rid), "--steps", "1,,2"], 2)):
         code, out = orch("tokens", *args, "--db", db)
-        assert code == 2, (args, out)
+        assert code == exit_code, (args, out)
         assert len(out.strip().splitlines()) == 1 and out.startswith("error:"), out
 
 

@@ -74,8 +74,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 class LazyGroup(click.Group):
     """The `orch` group: its commands are imported when one is asked for (COMMANDS), and every
-    command runs under options.handle_errors (one line and an exit code for a user's error),
-    with SIGINT given back to Python while it runs (options._python_sigint)."""
+    command runs under handler.handle_errors (one line and an exit code for a user's error),
+    with SIGINT given back to Python while it runs (handler.python_sigint)."""
 
     def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -108,9 +108,9 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, self.listed_help(name, limit)) for name in names])
 
     def invoke(self, ctx: click.Context) -> Any:
-        from orchestrator.cli.options import _python_sigint, handle_errors
+        from orchestrator.cli.handler import handle_errors, python_sigint
 
-        with _python_sigint():
+        with python_sigint():
             return handle_errors(lambda: super(LazyGroup, self).invoke(ctx))
 
 
@@ -141,10 +141,12 @@ def main(debug: bool) -> None:
       0    every run ok
       1    a run or device failed, or an unexpected error (one line; --debug for the traceback)
       2    bad input: matrix, inventory, options or --db (checked before anything is written)
+      3    not found: no session, run or device of that id or name
+      4    busy: the session, device or import folder is held by another running orch
       129  hung up (SIGHUP: terminal or ssh session closed); the run stops as on SIGTERM
       130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
     """
-    from orchestrator.cli.options import DEBUG
+    from orchestrator.cli.handler import DEBUG
 
     DEBUG["on"] = debug
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.options import console, db_option, friendly, inventory_option
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option, inventory_option
 
 
 @click.command()

@@ -1,17 +1,18 @@
 """`orch ceilings`: measure and store a device's hardware ceilings, or list the stored ones."""
 from __future__ import annotations
 
-import sys
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli.options import (
-    console,
-    db_option,
-    errors,
-    friendly,
-    inventory_option,
-)
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option, errors, inventory_option
+
+if TYPE_CHECKING:
+    from orchestrator.run.ceilings import CeilingOptions
 
 
 def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -24,44 +25,62 @@ def _int_list(ctx: click.Context, param: click.Parameter, value: str) -> tuple[i
     return items
 
 
+def ceiling_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The measurement's options (--path ... --tokens), handed to `func` as one
+    run/ceilings.py CeilingOptions, `options`: each option's name is a field's."""
+    @functools.wraps(func)
+    def gathered(*args: Any, **kwargs: Any) -> Any:
+        from orchestrator.run.ceilings import CeilingOptions
+
+        fields = {f.name: kwargs.pop(f.name) for f in dataclasses.fields(CeilingOptions)}
+        return func(*args, options=CeilingOptions(**fields), **kwargs)
+
+    for option in reversed(_MEASURE_OPTIONS):
+        gathered = option(gathered)
+    return gathered
+
+
+_MEASURE_OPTIONS = (
+    click.option("--path", metavar="DIR", help="Directory on the file system that holds the "
+                 "models (default: the device's workdir); the test file is written there."),
+    click.option("--size", "size_mib", type=click.IntRange(4), default=256, show_default=True,
+                 help="Test file size in MiB (several times the device's page cache is not "
+                      "needed: reads bypass it with O_DIRECT)."),
+    click.option("--samples", type=click.IntRange(1, 20), default=3, show_default=True,
+                 help="Sequential read samples, at offsets spread over the file."),
+    click.option("--seconds", type=click.FloatRange(0.05), default=2.0, show_default=True,
+                 help="Upper bound per lanes x read-size cell."),
+    click.option("--lanes", default="1,2,4,8", show_default=True, callback=_int_list,
+                 help="Read lanes (threads) to sweep."),
+    click.option("--sizes", "sizes_kib", default="64,256,1024,4096", show_default=True,
+                 callback=_int_list, help="Read sizes in KiB to sweep (multiples of 4)."),
+    click.option("--mem-mib", type=click.IntRange(1), default=256, show_default=True,
+                 help="membench buffer (well above the last-level cache)."),
+    click.option("--mem-passes", type=click.IntRange(1, 100), default=5, show_default=True),
+    click.option("--dense-model", metavar="PATH", help="A dense model on the device, fully "
+                 "RAM-resident, whose decode rate is the compute ceiling."),
+    click.option("--engine", type=click.Choice(["llama-bench"]),
+                 help="Engine for --dense-model."),
+    click.option("--binary", metavar="PATH", help="The engine on the device (default on "
+                 "`local`: orch's llama.cpp build)."),
+    click.option("--engine-flags", default="", metavar="FLAGS",
+                 help="Extra engine flags (default `-r 2`), e.g. '-t 4 -r 3'."),
+    click.option("--tokens", type=click.IntRange(1), default=32, show_default=True,
+                 help="Tokens decoded for the compute ceiling."),
+)
+
+
 @click.command()
 @click.option("--device", "-d", "name", metavar="NAME",
               help="The device to measure (default: local).")
-@click.option("--path", metavar="DIR", help="Directory on the file system that holds the "
-              "models (default: the device's workdir); the test file is written there.")
-@click.option("--size", "size_mib", type=click.IntRange(4), default=256, show_default=True,
-              help="Test file size in MiB (several times the device's page cache is not "
-                   "needed: reads bypass it with O_DIRECT).")
-@click.option("--samples", type=click.IntRange(1, 20), default=3, show_default=True,
-              help="Sequential read samples, at offsets spread over the file.")
-@click.option("--seconds", type=click.FloatRange(0.05), default=2.0, show_default=True,
-              help="Upper bound per lanes x read-size cell.")
-@click.option("--lanes", default="1,2,4,8", show_default=True, callback=_int_list,
-              help="Read lanes (threads) to sweep.")
-@click.option("--sizes", "sizes_kib", default="64,256,1024,4096", show_default=True,
-              callback=_int_list, help="Read sizes in KiB to sweep (multiples of 4).")
-@click.option("--mem-mib", type=click.IntRange(1), default=256, show_default=True,
-              help="membench buffer (well above the last-level cache).")
-@click.option("--mem-passes", type=click.IntRange(1, 100), default=5, show_default=True)
-@click.option("--dense-model", metavar="PATH", help="A dense model on the device, fully "
-              "RAM-resident, whose decode rate is the compute ceiling.")
-@click.option("--engine", type=click.Choice(["llama-bench"]), help="Engine for --dense-model.")
-@click.option("--binary", metavar="PATH", help="The engine on the device (default on `local`: "
-              "orch's llama.cpp build).")
-@click.option("--engine-flags", default="", metavar="FLAGS",
-              help="Extra engine flags (default `-r 2`), e.g. '-t 4 -r 3'.")
-@click.option("--tokens", type=click.IntRange(1), default=32, show_default=True,
-              help="Tokens decoded for the compute ceiling.")
+@ceiling_options
 @click.option("--list", "list_only", is_flag=True,
               help="Print the stored ceilings (all devices, or --device's); measure nothing.")
 @inventory_option
 @db_option
 @friendly
-def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, seconds: float,
-             lanes: tuple[int, ...], sizes_kib: tuple[int, ...], mem_mib: int, mem_passes: int,
-             dense_model: str | None, engine: str | None, binary: str | None,
-             engine_flags: str, tokens: int, list_only: bool, inventory: str | None,
-             db: str | None) -> None:
+def ceilings(name: str | None, options: CeilingOptions, list_only: bool,
+             inventory: str | None, db: str | None) -> None:
     """Measure DEVICE's hardware ceilings and store them (one row per device and day):
 
     \b
@@ -81,9 +100,7 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
     from orchestrator.errors import ConfigError
     from orchestrator.report.ceiling_tables import print_ceilings
     from orchestrator.run.agent_client import AgentClient
-    from orchestrator.run.ceilings import CeilingOptions, measure, save
-    from orchestrator.run.probe_output import ProbeOutputError
-    from orchestrator.tools.probe_build import ProbeBuildError
+    from orchestrator.run.ceilings import measure, save
 
     inv = load_inventory(inventory)
     if list_only:
@@ -91,16 +108,12 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
         print_ceilings(console, store, inv.names() if name is None else [name])
         return
     name = name or "local"
-    if (dense_model is None) != (engine is None):
+    if (options.dense_model is None) != (options.engine is None):
         raise ConfigError("--dense-model and --engine go together (e.g. --dense-model "
                           "/data/local/tmp/qwen2.5-0.5b-q8_0.gguf --engine llama-bench)")
-    if any(s % 4 for s in sizes_kib):
+    if any(s % 4 for s in options.sizes_kib):
         raise ConfigError("--sizes: read sizes must be multiples of 4 KiB (O_DIRECT alignment)")
     entry = inv.get(name)
-    options = CeilingOptions(path=path, size_mib=size_mib, samples=samples, seconds=seconds,
-                             lanes=lanes, sizes_kib=sizes_kib, mem_mib=mem_mib,
-                             mem_passes=mem_passes, dense_model=dense_model, engine=engine,
-                             binary=binary, engine_flags=engine_flags, tokens=tokens)
     store = Store.open(db)
     with console.status(f"{name}: measuring ceilings") as status, \
             open_transport(inv, name) as transport:
@@ -108,12 +121,9 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
             status.update(f"{name}: {line}")
             errors.print(line, highlight=False, soft_wrap=True)
 
-        try:
-            facts = AgentClient(transport).facts()
-            measured = measure(transport, options, event)
-        except (ProbeBuildError, ProbeOutputError) as exc:
-            click.echo(f"error: {exc}", err=True)
-            sys.exit(1)
+        # a ProbeBuildError or ProbeOutputError is the handler's one line (exit 1)
+        facts = AgentClient(transport).facts()
+        measured = measure(transport, options, event)
     device_id = store.upsert_device(name, entry.kind, facts)
     save(store, device_id, measured)
     print_ceilings(console, store, [name])

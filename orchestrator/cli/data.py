@@ -9,7 +9,9 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.options import console, db_option, friendly, trim_option
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option, trim_option
+from orchestrator.errors import Failed, Interrupted
 
 # "model" (facts), report/tables.py TABLES, "ab" (results/ab.py); a literal here, since
 # importing them would load pandas at every CLI start
@@ -131,10 +133,9 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
     \b
     Exit status: 0 when the session has runs from the folder, 1 when nothing could be
     imported (no session is left behind; with --replace the earlier runs are kept),
-    2 on a usage error, a bad design file or another import of the folder running (nothing
-    written); 130 / 143 on Ctrl-C / SIGTERM (the run being written is removed).
+    2 on a usage error or a bad design file, 4 while another import of the folder runs
+    (nothing written); 130 / 143 on Ctrl-C / SIGTERM (the run being written is removed).
     """
-    from orchestrator.db.session_lock import ImportBusy
     from orchestrator.db.store import Store
     from orchestrator.ingest.importer import import_dir, model_rules
     from orchestrator.run.lifecycle import Stopped, stop_on_signals
@@ -146,13 +147,10 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
             report = import_dir(Store.open(db, write=True), directory, engine=engine, device=device,
                                 name=name, model=model_rules(models) or None, label=label,
                                 replace=replace, measured=measured, design=design)
-    except ImportBusy as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except Stopped as exc:
-        click.echo(f"orch import: stopped by {signal.Signals(exc.signum).name}: the run being "
-                   f"written was removed; import {directory} again to finish", err=True)
-        sys.exit(128 + exc.signum)
+    except Stopped as exc:   # (another import of the folder running: ImportBusy, exit 4)
+        raise Interrupted(f"orch import: stopped by {signal.Signals(exc.signum).name}: the run "
+                          f"being written was removed; import {directory} again to finish",
+                          exc.signum) from None
     # file names are the folder's: shown escaped
     from orchestrator.escape import visible
 
@@ -164,9 +162,8 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
         click.echo(f"options ignored: {', '.join(report.ignored)} (use --replace)", err=True)
     if not report.ok:
         kept = f"; the session's {report.kept} earlier run(s) are kept" if report.kept else ""
-        click.echo(f"nothing imported from {directory}: {len(report.skipped)} file(s) "
-                   f"skipped{kept}", err=True)
-        sys.exit(1)
+        raise Failed(f"nothing imported from {directory}: {len(report.skipped)} file(s) "
+                     f"skipped{kept}")
     click.echo(f"session {report.session_id}: {len(report.imported)} run(s) imported, "
                f"{len(report.unchanged)} unchanged, {len(report.skipped)} skipped")
 

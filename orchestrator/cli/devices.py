@@ -1,13 +1,13 @@
 """`orch devices` and `orch devices trust`: the inventory, device facts, SSH host keys."""
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from orchestrator.cli.options import console, db_option, friendly, inventory_option
-from orchestrator.errors import ConfigError
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option, inventory_option
+from orchestrator.errors import ConfigError, Failed
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,8 +106,7 @@ def trust(name: str, yes: bool, inventory: str | None) -> None:
     key = fetch_host_key(host, port)
     click.echo(f"{host}:{port} offers {key.get_name()} key {fingerprint(key)}")
     if not yes and not click.confirm(f"Trust it and add it to {path}?", default=False):
-        click.echo("not trusted; nothing written")
-        sys.exit(1)
+        raise Failed("not trusted; nothing written")
     if add_known_host(path, host, port, key):
         click.echo(f"added to {path}")
     else:

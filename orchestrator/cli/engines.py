@@ -1,9 +1,9 @@
 """Commands that prepare engines and models: `orch engines build`, `orch models make-moe`."""
 from __future__ import annotations
 
-import sys
-
 import click
+
+from orchestrator.errors import Failed
 
 ENGINE_BUILDS = ("llama.cpp", "probes")
 
@@ -54,7 +54,6 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool,
         return
     from orchestrator.tools.llamacpp_build import (
         LLAMA_CPP_VERSION,
-        BuildError,
         build,
         install_bindings,
     )
@@ -62,13 +61,10 @@ def build_cmd(engine: str, version: str | None, jobs: int, force: bool,
     def log(line: str) -> None:
         click.echo(line)
 
-    try:
-        done = build(version or LLAMA_CPP_VERSION, jobs=jobs, force=force, log=log)
-        if bindings or (bindings is None and done.version == LLAMA_CPP_VERSION):
-            install_bindings(done, log=log)
-    except BuildError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+    # a BuildError is the handler's one line (exit 1)
+    done = build(version or LLAMA_CPP_VERSION, jobs=jobs, force=force, log=log)
+    if bindings or (bindings is None and done.version == LLAMA_CPP_VERSION):
+        install_bindings(done, log=log)
     click.echo(f"llama-bench:      {done.binary('llama-bench')}")
     click.echo(f"llama-completion: {done.binary('llama-completion')}")
     click.echo(f"libllama:         {done.lib_dir}  (LLAMA_CPP_LIB_PATH)")
@@ -96,16 +92,12 @@ def builds_cmd() -> None:
 
 
 def _build_probes(abi: str, force: bool) -> None:
-    from orchestrator.tools.probe_build import ABIS, PROBES, ProbeBuildError, build
+    from orchestrator.tools.probe_build import ABIS, PROBES, build
 
-    try:
-        for one in ABIS if abi == "all" else (abi,):
-            done = build(one, force=force, log=click.echo)
-            for name in PROBES:
-                click.echo(f"{name} ({one}): {done.binary(name)}")
-    except ProbeBuildError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
+    for one in ABIS if abi == "all" else (abi,):   # a ProbeBuildError: the handler's line
+        done = build(one, force=force, log=click.echo)
+        for name in PROBES:
+            click.echo(f"{name} ({one}): {done.binary(name)}")
 
 
 @click.group()
@@ -128,13 +120,11 @@ def make_moe_cmd(size: str, out: str | None, seed: int) -> None:
     try:
         from orchestrator.tools.moe_model import default_model_path, make_moe
     except ImportError as exc:  # pragma: no cover - depends on the install
-        click.echo(f"error: {exc}; install orch's `llama` extra (pip install -e '.[llama]')",
-                   err=True)
-        sys.exit(1)
+        raise Failed(f"{exc}; install orch's `llama` extra (pip install -e '.[llama]')") \
+            from None
     try:
         import gguf  # noqa: F401
     except ImportError:
-        click.echo("error: the `gguf` package is missing; install orch's `llama` extra "
-                   "(pip install -e '.[llama]')", err=True)
-        sys.exit(1)
+        raise Failed("the `gguf` package is missing; install orch's `llama` extra "
+                     "(pip install -e '.[llama]')") from None
     make_moe(size, out or default_model_path(size), seed=seed, log=click.echo)

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.options import console, db_option, friendly
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option
 
 _METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
 

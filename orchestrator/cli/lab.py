@@ -9,13 +9,9 @@ import sys
 
 import click
 
-from orchestrator.cli.options import (
-    console,
-    db_option,
-    errors,
-    friendly,
-    inventory_option,
-)
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option, errors, inventory_option
+from orchestrator.errors import Failed
 
 
 def broker_option(func):  # type: ignore[no-untyped-def]
@@ -110,7 +106,9 @@ def worker(broker: str | None, db: str | None, inventory: str | None, name: str,
                      "user needs the devices: adb's udev rules, ssh keys)")
     errors.print(f"lab worker {name}: serving {', '.join(names)} "
                  f"(broker {maybe_sanitize_url(url)}, store {store.url})")
-    sys.exit(supervisor.serve())
+    code = supervisor.serve()
+    if code:
+        raise Failed(f"lab worker {name}: stopped with exit code {code}")
 
 
 @lab.command()
@@ -221,7 +219,8 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
         errors.print(f"{last['line']}; gave up after --timeout {timeout:g} s")
     for sid in sessions:
         print_session_table(console, store, sid)
-    sys.exit(0 if result.ok else 1)
+    if not result.ok:   # the tables above say which cells did not end ok
+        raise Failed()
 
 
 @lab.group()

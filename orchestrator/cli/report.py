@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.data import COLUMNS_HELP, PROVENANCE_HELP, column_keys
-from orchestrator.cli.options import console, db_option, friendly, trim_option
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option, trim_option
 
 
 @click.command()

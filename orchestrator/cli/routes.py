@@ -6,7 +6,8 @@ import json
 
 import click
 
-from orchestrator.cli.options import db_option, friendly
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import db_option
 
 DEFAULT_POLICIES = "belady,lru,lfu,layer,layerlfu"
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
+from typing import NoReturn
 
 import click
 
-from orchestrator.cli.options import (
-    console,
-    db_option,
-    errors,
-    friendly,
-    inventory_option,
-)
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import console, db_option, errors, inventory_option
+from orchestrator.errors import Failed, Interrupted, OrchError
 from orchestrator.stats.status import Status
 
 
@@ -43,7 +40,8 @@ def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: fl
     Progress shows per cell the config, tokens so far and tok/s; a table of the runs follows.
     Cells continue past a failed cell. Exit code 0 when every cell ended ok, 1 otherwise,
     2 for a bad matrix, inventory, engine option or --db (all checked before the store or a
-    device is touched: nothing is written then), 130 on Ctrl-C, 143 on SIGTERM. A plan over
+    device is touched: nothing is written then), 3 for an unknown device, 4 when the session
+    or device is busy with another orch, 130 on Ctrl-C, 143 on SIGTERM. A plan over
     1,000 cells asks first (--yes to skip; refused without a terminal). `timeout: 0` in a
     matrix means no timeout. With --resume, a cell whose flags changed since it ran is run
     again (its old run is superseded), not kept. A device where an orch job still runs is
@@ -69,7 +67,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     inv = load_inventory(inventory)
     from orchestrator.cli.preflight import confirm_size
     from orchestrator.run.preflight import check_engine, device_names
-    from orchestrator.run.session import run_devices
+    from orchestrator.run.session import RunOptions, run_devices
 
     names = device_names(inv, devices)
     check_engine(loaded)
@@ -77,41 +75,50 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     store = Store.open(db, write=True)
     board = Board(errors)
     try:
-        results = run_devices(store, inv, loaded, names, board, resume=resume, force=force,
-                              link=LinkPolicy(grace_s=link_grace),
-                              command="orch " + shlex.join(sys.argv[1:]))
+        options = RunOptions(resume=resume, force=force, link=LinkPolicy(grace_s=link_grace),
+                             command="orch " + shlex.join(sys.argv[1:]))
+        results = run_devices(store, inv, loaded, names, board, options)
     except KeyboardInterrupt:
         board.close()
         _stopped(matrix_file)
     finally:
         board.close()
-    ok = True
+    codes = set()   # the exit code each device that did not end ok asks for
     for name in names:
         result = results.get(name)
         if result is None:   # its thread died without a result (an unexpected error)
             click.echo(f"{name}: the run ended without a result (see the error above)", err=True)
-            ok = False
+            codes.add(Failed.exit_code)
             continue
         if isinstance(result, BaseException):   # one line, named once
             text = str(result)
             click.echo(text if text.startswith(f"{name}: ") else f"{name}: {text}", err=True)
-            ok = False
+            codes.add(result.exit_code if isinstance(result, OrchError) else Failed.exit_code)
             continue
         print_session_table(console, store, result.session_id)
-        ok = ok and all(o.status == Status.OK for o in result.outcomes)
-    sys.exit(0 if ok else 1)
+        if any(o.status != Status.OK for o in result.outcomes):
+            codes.add(Failed.exit_code)
+    if codes:   # reported above; one device's own code (4: busy), else 1
+        raise _Reported(codes.pop() if len(codes) == 1 else Failed.exit_code)
 
 
-def _stopped(matrix_file: str) -> None:
+class _Reported(OrchError):
+    """The devices' lines and tables are printed: only the exit code is left to give."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__()
+        self.exit_code = exit_code
+
+
+def _stopped(matrix_file: str) -> NoReturn:
     """One line and 128 + the signal (130 Ctrl-C, 143 SIGTERM): the engine was stopped, its
     run marked interrupted and the session ended by the runner before this."""
     from orchestrator.run.lifecycle import STOPPING
 
     signum = STOPPING.signum or signal.SIGINT
-    click.echo(f"orch run: stopped by {signal.Signals(signum).name}: the running cell is marked "
-               f"interrupted and the session ended; `orch run {shlex.quote(matrix_file)} "
-               f"--resume` re-runs it", err=True)
-    sys.exit(128 + signum)
+    raise Interrupted(f"orch run: stopped by {signal.Signals(signum).name}: the running cell "
+                      f"is marked interrupted and the session ended; `orch run "
+                      f"{shlex.quote(matrix_file)} --resume` re-runs it", signum)
 
 
 @click.command()

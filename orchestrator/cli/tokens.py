@@ -5,7 +5,8 @@ import sys
 
 import click
 
-from orchestrator.cli.options import db_option, friendly
+from orchestrator.cli.handler import friendly
+from orchestrator.cli.options import db_option
 
 DEFAULT_STEPS = "1-10,50,100,-1"     # results/tokens.py's; a literal so the CLI starts light
 

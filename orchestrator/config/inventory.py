@@ -25,7 +25,7 @@ from orchestrator.config.yamlfile import (
     load_yaml,
     validate,
 )
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, NotFound
 from orchestrator.plugins import device_kind, device_kind_names
 from orchestrator.transports.base import DeviceEntry, Transport
 
@@ -116,7 +116,7 @@ class Inventory:
         except KeyError:
             where = f" in {self.source}" if self.source else ""
             known = ", ".join(self.entries)
-            raise ConfigError(f"no device named {name!r}{where} (known: {known})") from None
+            raise NotFound(f"no device named {name!r}{where} (known: {known})") from None
 
     def workdir(self, name: str) -> str:
         entry = self.get(name)

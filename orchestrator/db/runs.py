@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, Select, func, select
 
 from orchestrator.db import schema
-from orchestrator.errors import ConfigError
+from orchestrator.errors import NotFound
 from orchestrator.stats.config_key import ConfigKey, build_label
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.overlap import overlapped
@@ -431,7 +431,7 @@ class Sessions:
         table = schema.session
         if session is not None and session.isdigit():
             if self.get(int(session)) is None:
-                raise ConfigError(f"no session {session} in {self.store.url}")
+                raise NotFound(f"no session {session} in {self.store.url}")
             return int(session)
         stmt = select(table.c.id).order_by(table.c.id.desc())
         if session is not None:
@@ -441,7 +441,7 @@ class Sessions:
         rows = self.store.fetch(stmt.limit(1))
         if not rows:
             what = session or matrix or "any"
-            raise ConfigError(f"no session {what!r} in {self.store.url}")
+            raise NotFound(f"no session {what!r} in {self.store.url}")
         return rows[0].id
 
     def imports_of(self, source_dir: str) -> list[SessionRow]:

@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.errors import Busy
+
 if TYPE_CHECKING:
     from orchestrator.db.store import Store
 
@@ -27,8 +29,8 @@ PG_DEVICE_CLASS = 0x6F64        # ("od"): lab devices, one consumer each (orches
 PG_IMPORT_CLASS = 0x6F69        # ("oi"): `orch import` source folders, one import each
 
 
-class SessionBusy(RuntimeError):
-    """The session is being run by another orch process right now."""
+class SessionBusy(Busy):
+    """The session is being run by another orch process right now (exit 4)."""
 
 
 def _busy(session_id: int) -> SessionBusy:
@@ -36,7 +38,7 @@ def _busy(session_id: int) -> SessionBusy:
                        f"wait for it to end (or stop it), then --resume again")
 
 
-class DeviceTaken(RuntimeError):
+class DeviceTaken(Busy):
     """Another lab consumer serves this device right now."""
 
 
@@ -59,8 +61,8 @@ def device_lock(store: Store, device_id: int, name: str) -> Iterator[None]:
         yield
 
 
-class ImportBusy(RuntimeError):
-    """Another `orch import` of the same folder into the same store is running."""
+class ImportBusy(Busy):
+    """Another `orch import` of the same folder into the same store is running (exit 4)."""
 
 
 def _folder_ident(source_dir: str) -> int:

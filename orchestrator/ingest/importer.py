@@ -35,17 +35,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from orchestrator import __version__
-from orchestrator.config.design import (
-    Design,
-    design_from_stored,
-    load_design,
-    parse_measured,
-)
+from orchestrator.config.design import Design, design_from_stored, parse_measured
 from orchestrator.config.plan import Cell
 from orchestrator.db.runs import RunRow, SessionRow, Sessions
 from orchestrator.db.session_lock import import_lock
 from orchestrator.db.store import Store, now
-from orchestrator.errors import ConfigError
 from orchestrator.ingest import planning
 from orchestrator.ingest.checks import Refused
 from orchestrator.ingest.grouping import Member, name_configs
@@ -55,18 +49,15 @@ from orchestrator.ingest.naming import (
     model_globs,
     rule_model,
 )
+from orchestrator.ingest.request import MAX_FILE, ImportRequest
 from orchestrator.ingest.scan import ROUTE_SUFFIX, scan
 from orchestrator.ingest.state import driver_entries, start_state
 from orchestrator.ingest.when import folder_date, recorded_start
 from orchestrator.ingest.write import Planned, write_run
-from orchestrator.plugins import get_adapter
 from orchestrator.run import controller
 
 __all__ = ["ROUTE_SUFFIX", "ImportOptions", "ImportReport", "driver_entries", "import_dir",
            "model_rules"]
-
-MAX_FILE = 512 * 1024 * 1024   # a per-token CSV of a 256-token run is ~50 KB; refuse absurd files
-
 
 class ImportOptions(BaseModel):
     """What `orch import` was told; stored with the session (session.import_options)."""
@@ -142,26 +133,14 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
                measured: str | None = None, design: str | Path | None = None) -> ImportReport:
     """Import a folder (recursively) as one session; see the module doc. `measured`: the
     start (YYYY-MM-DD[THH:MM]) of runs whose files record none; `design`: a design file."""
-    folder = Path(directory).resolve()
-    if not folder.is_dir():
-        raise ConfigError(f"{directory}: not a directory")
-    try:
-        adapter = get_adapter(engine)
-    except KeyError as exc:
-        raise ConfigError(str(exc.args[0])) from None
-    given_design = load_design(Path(design)) if design is not None else None
-    if measured is not None:
-        try:
-            parse_measured(measured)
-        except ValueError as exc:
-            raise ConfigError(f"--measured {measured!r}: {exc}") from None
-    source = str(folder)
-    with import_lock(store, source):   # before the session is looked up: one import a folder
+    request = ImportRequest.checked(directory, engine, design, device=device, name=name,
+                                    model=model, label=label, replace=replace,
+                                    max_bytes=max_bytes, measured=measured)
+    with import_lock(store, str(request.folder)):   # before the session is looked up
         refused: dict[Path, str] = {}
         while True:
             try:
-                return _import_locked(store, folder, adapter, given_design, device, name, model,
-                                      label, replace, max_bytes, measured, refused)
+                return _import_locked(store, request, refused)
             except Refused as exc:
                 # a CSV found impossible while it was written: what this attempt wrote is
                 # undone (_import_locked), and the folder is planned again without the file,
@@ -170,81 +149,112 @@ def import_dir(store: Store, directory: str | Path, engine: str = "bmoe",
                 refused[exc.path] = exc.reason
 
 
-def _import_locked(store: Store, folder: Path, adapter: Any, given_design: Design | None,
-                   device: str | None, name: str | None, model: Mapping[str, str] | None,
-                   label: str | None, replace: bool, max_bytes: int,
-                   measured: str | None, refused: Mapping[Path, str]) -> ImportReport:
-    source = str(folder)
-    row = _find_session(store, source)
-    given = {k: v for k, v in (("device", device), ("name", name), ("label", label),
-                               ("model", dict(model) if model else None),
-                               ("measured", measured),
-                               ("design", given_design.stored() if given_design else None))
-             if v is not None}
-    opts, ignored = _options(row, given, replace)
+def _import_locked(store: Store, request: ImportRequest,
+                   refused: Mapping[Path, str]) -> ImportReport:
+    """One attempt at the folder, its lock held: plan every run, then write them."""
+    folder = request.folder
+    row = _find_session(store, str(folder))
+    given = request.given()
+    opts, ignored = _options(row, given, request.replace)
     the_design = design_from_stored(opts.design)
-    found = scan(folder, max_bytes)
+    found = scan(folder, request.max_bytes)
     report = ImportReport(row.id if row is not None else None, ignored=ignored,
                           skipped=found.skipped)
     plans = planning.plan(found, report.skipped.append, refused)
     if not plans and row is None:
         return report
     decide(plans, opts, the_design, folder)
-    if the_design is not None and the_design.device is not None and "device" not in given \
-            and opts.device == ImportOptions().device:
+    if "device" not in given and opts.device == ImportOptions().device \
+            and the_design is not None and the_design.device is not None:
         opts.device = the_design.device.name      # the design names it; --device wins
-    sid = row.id if row is not None else store.create_session(
-        kind="import", name=opts.name or folder.name, matrix_name=opts.name or folder.name,
-        source_dir=source, orch_version=__version__, git_rev=controller.git_revision(),
-        python_version=controller.python_version(), controller_host=controller.host(),
-        started_at=now())
+    sid = row.id if row is not None else _new_session(store, opts, folder)
     report.session_id = sid
     old = store.runs(sid, include_superseded=True)
-    existing = {} if replace else {_key_of(r): r for r in old}
-    known = {} if replace else {r.path: r.sha256 for r in Sessions(store).imported_files([sid])}
-    device_id = store.upsert_device(opts.device, "imported")
-    digests: dict[str, str] = {}
-    written: list[int] = []
-    replaced: list[int] = []     # deleted once every run is in: a Refused must find them
-    try:
-        for planned in plans:
-            digest = _digest(planned)
-            before = existing.get(planned.key)
-            if known.get(planned.key) == digest and before is not None:
-                _rename(store, before, planned)
-                report.unchanged.append(planned.key)
-                continue
-            try:
-                problems = write_run(store, adapter, sid, device_id, planned, start_state,
-                                     written)
-            except Refused:
-                raise
-            except Exception as exc:   # noqa: BLE001 (write_run deleted the half-written run)
-                why = f"not written: {type(exc).__name__}: {str(exc).strip()[:200]}"
-                report.skipped.append((planned.shown, why))
-                continue
-            if before is not None:    # a changed file: its run is replaced once the new is in
-                replaced.append(before.id)
-            report.problems.extend(f"{planned.shown}: {p}" for p in problems)
-            digests[planned.key] = digest
-            report.imported.append(planned.key)
-    except Refused:
-        # undone, for import_dir to plan again: the runs written, the session if new (the
-        # renames of unchanged runs are made again by the next attempt)
-        for run_id in written:
-            store.delete_run(run_id)
-        if row is None:
-            store.delete_session(sid)
-        raise
-    except BaseException:     # as before: the runs replaced so far are gone
-        for run_id in replaced:
-            store.delete_run(run_id)
-        raise
-    for run_id in replaced:
-        store.delete_run(run_id)
-    _finish(store, report, sid, row is None, old if replace else None, digests, opts, folder,
-            the_design)
+    writer = RunWriter(store, request.adapter, sid, store.upsert_device(opts.device, "imported"),
+                       report, old, replace=request.replace)
+    writer.write_all(plans, drop_session=row is None)
+    _finish(store, report, sid, row is None, old if request.replace else None, writer.digests,
+            opts, folder, the_design)
     return report
+
+
+def _new_session(store: Store, opts: ImportOptions, folder: Path) -> int:
+    """The session row of a folder imported for the first time."""
+    return store.create_session(
+        kind="import", name=opts.name or folder.name, matrix_name=opts.name or folder.name,
+        source_dir=str(folder), orch_version=__version__, git_rev=controller.git_revision(),
+        python_version=controller.python_version(), controller_host=controller.host(),
+        started_at=now())
+
+
+@dataclass
+class RunWriter:
+    """Writes one attempt's planned runs into session `sid`, each all or nothing, and keeps
+    what undoing the attempt needs: the runs it wrote, the runs it replaces."""
+
+    store: Store
+    adapter: Any
+    sid: int
+    device_id: int
+    report: ImportReport
+    old: list[RunRow]                  # the session's runs before this import
+    replace: bool = False              # --replace: every run is written anew
+    digests: dict[str, str] = field(default_factory=dict)
+    written: list[int] = field(default_factory=list)
+    replaced: list[int] = field(default_factory=list)   # deleted once every run is in
+
+    def __post_init__(self) -> None:
+        self.existing = {} if self.replace else {_key_of(r): r for r in self.old}
+        self.known = {} if self.replace else {
+            r.path: r.sha256 for r in Sessions(self.store).imported_files([self.sid])}
+
+    def write_all(self, plans: list[Planned], drop_session: bool) -> None:
+        """Every planned run, then the runs they replace are deleted. On a Refused, what was
+        written is undone (and the session, `drop_session`: a new one) for import_dir to plan
+        again, the replaced runs kept for it to find (the renames of unchanged runs are made
+        again by the next attempt); on any other error, the runs replaced so far are gone,
+        as before."""
+        try:
+            for planned in plans:
+                self.write(planned)
+        except Refused:
+            for run_id in self.written:
+                self.store.delete_run(run_id)
+            if drop_session:
+                self.store.delete_session(self.sid)
+            raise
+        except BaseException:
+            self._drop_replaced()
+            raise
+        self._drop_replaced()
+
+    def _drop_replaced(self) -> None:
+        for run_id in self.replaced:
+            self.store.delete_run(run_id)
+
+    def write(self, planned: Planned) -> None:
+        """One planned run: renamed when its files are unchanged, else written (a write that
+        fails is reported as skipped; write_run deleted the half-written run)."""
+        digest = _digest(planned)
+        before = self.existing.get(planned.key)
+        if self.known.get(planned.key) == digest and before is not None:
+            _rename(self.store, before, planned)
+            self.report.unchanged.append(planned.key)
+            return
+        try:
+            problems = write_run(self.store, self.adapter, self.sid, self.device_id, planned,
+                                 start_state, self.written)
+        except Refused:
+            raise
+        except Exception as exc:   # noqa: BLE001 (write_run deleted the half-written run)
+            why = f"not written: {type(exc).__name__}: {str(exc).strip()[:200]}"
+            self.report.skipped.append((planned.shown, why))
+            return
+        if before is not None:    # a changed file: its run is replaced once the new is in
+            self.replaced.append(before.id)
+        self.report.problems.extend(f"{planned.shown}: {p}" for p in problems)
+        self.digests[planned.key] = digest
+        self.report.imported.append(planned.key)
 
 
 def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,

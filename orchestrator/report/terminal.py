@@ -13,7 +13,7 @@ from rich.table import Table
 
 from orchestrator.db.runs import DATE_ONLY, RunRow, Runs
 from orchestrator.db.store import Store
-from orchestrator.errors import ConfigError
+from orchestrator.errors import NotFound
 from orchestrator.escape import visible
 from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.record_versions import entry_state
@@ -121,7 +121,7 @@ def runs_json(store: Store, session_id: int | None, limit: int) -> list[dict[str
 def print_run(console: Console, store: Store, run_id: int) -> None:
     row = store.run_row(run_id)
     if row is None:
-        raise ConfigError(f"no run {run_id} in {store.url}")
+        raise NotFound(f"no run {run_id} in {store.url}")
     stats = Runs(store).show_stats(row)     # the figures kept with the run, when current
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
                   f"config {row.config} (repeat {row.repeat_index + 1})"))

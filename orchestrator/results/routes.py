@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.engines.route_trace import RouteTrace
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, NotFound
 from orchestrator.record import load_record
 from orchestrator.stats.values import DASH, is_missing
 
@@ -233,11 +233,11 @@ def route_figures(trace: RouteTrace, tokens: pd.DataFrame | None = None,
 # ---- a stored run --------------------------------------------------------------------------
 
 def stored_trace(store: Any, run_id: int) -> tuple[RouteTrace, Any]:
-    """(the run's trace, its RunRecord) from the store; ConfigError when the run does not
+    """(the run's trace, its RunRecord) from the store; NotFound when the run does not
     exist or carries no route trace."""
     row = store.run_row(run_id)
     if row is None:
-        raise ConfigError(f"run {run_id}: no such run")
+        raise NotFound(f"run {run_id}: no such run")
     record = load_record(row.summary)
     meta = record.route_trace
     rows = store.route_frame(run_id)

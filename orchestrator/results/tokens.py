@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from orchestrator.db.store import Store
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, NotFound
 
 DEFAULT_STEPS = "1-10,50,100,-1"
 COLUMNS = ("step", "wall_ms", "compute_ms", "io_ms", "stall_ms", "cache_hit_pct", "read_mib")
@@ -48,10 +48,10 @@ def chosen_positions(ranges: list[tuple[int, int]], n: int) -> list[int]:
 
 def run_tokens(store: Store, run_id: int, steps: str = DEFAULT_STEPS) -> pd.DataFrame:
     """The chosen tokens of run `run_id` (COLUMNS plus `token`, the 1-based position), in
-    token order. An unknown run or bad steps raise ConfigError."""
+    token order. An unknown run raises NotFound, bad steps ConfigError."""
     ranges = parse_steps(steps)
     if store.run_row(run_id) is None:
-        raise ConfigError(f"no run {run_id} in {store.url}")
+        raise NotFound(f"no run {run_id} in {store.url}")
     rows = store.frame("token", [run_id])           # in token order (seq)
     positions = chosen_positions(ranges, len(rows))
     picked = rows.iloc[positions]

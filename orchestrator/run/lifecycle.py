@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.errors import Busy
 from orchestrator.transports.base import TransportError
 
 # The cause of a run stopped by Ctrl-C or SIGTERM: --resume re-runs it (its job was killed by
@@ -24,8 +25,11 @@ USER_STOP = "stopped by the user"
 STORE_STOP = "stopped: the store could not be written"
 
 
-class DeviceBusy(TransportError):
-    """Another orch job runs on the device: starting a cell would run two engines at once."""
+class DeviceBusy(TransportError, Busy):
+    """Another orch job runs on the device: starting a cell would run two engines at once.
+    A device error (`device error: ...`) that exits 4 like the other Busy errors."""
+
+    exit_code = Busy.exit_code
 
 
 class Stopped(KeyboardInterrupt):

@@ -10,13 +10,16 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.errors import Failed
+
 # share of the best rate that counts as "reached" for the knee (fewest lanes within 5%)
 KNEE_SHARE = 0.95
 _FIELD = re.compile(r"(\w+)=(.*?)(?= \w+=|$)")
 
 
-class ProbeOutputError(ValueError):
-    """A probe's output lacks what a result needs (it failed, or was cut off)."""
+class ProbeOutputError(Failed, ValueError):
+    """A probe's output lacks what a result needs (it failed, or was cut off): `error: ...`,
+    exit 1."""
 
 
 def records(text: str) -> list[tuple[str, dict[str, str]]]:

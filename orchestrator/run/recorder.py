@@ -14,7 +14,7 @@ from typing import Any
 from orchestrator.db.store import Store
 from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
 from orchestrator.engines.base import RunParser, TokenRow
-from orchestrator.run.stream import Exit, GarbledExit, ProtocolError, parse_line
+from orchestrator.run.stream import Event, Exit, GarbledExit, ProtocolError, parse_line
 
 TokenCallback = Callable[[TokenRow, int], None]
 
@@ -84,7 +84,7 @@ class RunRecorder:
                 self.decode_from_ms = self.last_sample_t_ms or 0
             self._tokens.append((self.run_id, self.token_seq) + values)
             self.token_seq += 1
-            if self._on_token is not None:   # then _feed_values is None: a row was built
+            if self._on_token is not None and row is not None:   # then a row was built
                 self._on_token(row, self.token_seq)
         if not self.lines & 63 and (
                 len(self._tokens) + len(self._samples) >= self._flush_rows
@@ -101,66 +101,91 @@ class RunRecorder:
         replay = self.lines < self.stored_lines
         self.lines += 1
         if line.startswith("C\t"):  # the hot path: one per token, no Event object
-            tag, payload = "C", line[2:]
+            tag = "C"
+            self._stream(tag, line[2:], replay)
         else:
-            try:
-                event = parse_line(line)
-            except GarbledExit as exc:   # the engine ended; how is unknown: not ok
-                self.protocol_errors.append(str(exc))
-                self.garbled = str(exc)
+            event = self._parse(line)
+            if event is None:
                 return
-            except ProtocolError as exc:
-                self.protocol_errors.append(str(exc))
-                return
-            tag, payload = event.tag, event.text
-        if tag in ("C", "O", "E"):
-            for row in self.parser.feed(tag, payload):
-                if self.decode_from_ms is None:   # the first token: the decode phase begins
-                    self.decode_from_ms = self.last_sample_t_ms or 0
-                if not replay:   # in TOKEN_KEYS' order (db/writes.py), spelled out: one per token
-                    self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
-                self.token_seq += 1
-                if self._on_token is not None:
-                    self._on_token(row, self.token_seq)
-            if tag != "C":
-                if not replay:
-                    self._outputs.append({"run_id": self.run_id, "seq": self.output_seq,
-                                          "stream": tag, "line": payload})
-                self.output_seq += 1
-        elif tag == "S" and event.sample is not None:
-            values = event.sample.values
-            if self.first_sample is None:
-                self.first_sample = values
-            self.last_sample = values
-            self.last_sample_t_ms = event.sample.t_ms
-            if self._on_sample is not None and not replay:
-                self._on_sample(values)
-            if not replay:
-                row: dict[str, Any] = dict.fromkeys(SAMPLE_FIELDS)
-                row.update(run_id=self.run_id, seq=self.sample_seq, t_ms=event.sample.t_ms)
-                extra = {}
-                for key, value in values.items():
-                    if key in SAMPLE_FIELDS:
-                        row[key] = value
-                    else:
-                        extra[key] = value
-                row["extra"] = extra or None
-                self._samples.append(row)
-            self.sample_seq += 1
-        elif tag == "W":
-            self.warnings.append(event.text)
-            if not replay:
-                self._outputs.append({"run_id": self.run_id, "seq": self.output_seq,
-                                      "stream": "W", "line": event.text})
-            self.output_seq += 1
-        elif tag == "X":
-            self.exit = event.exit
+            tag = event.tag
+            by_tag = _BY_TAG.get(tag)
+            if by_tag is not None:
+                by_tag(self, event, replay)
         # Checking the clock on every line costs more than the row itself; every 64 lines
         # keeps batches at most ~flush_seconds old at any realistic token rate.
         if (not self.lines & 63 or tag != "C") and (
                 len(self._tokens) + len(self._samples) >= self._flush_rows
                 or time.monotonic() - self._last_flush >= self._flush_seconds):
             self.flush()
+
+    def _parse(self, line: str) -> Event | None:
+        """The line's event; None for a line that breaks the protocol (noted)."""
+        try:
+            return parse_line(line)
+        except GarbledExit as exc:   # the engine ended; how is unknown: not ok
+            self.protocol_errors.append(str(exc))
+            self.garbled = str(exc)
+        except ProtocolError as exc:
+            self.protocol_errors.append(str(exc))
+        return None
+
+    def _stream(self, tag: str, payload: str, replay: bool) -> None:
+        """A C (CSV), O (stdout) or E (stderr) line: the parser's token rows, and the
+        line itself for O and E."""
+        for row in self.parser.feed(tag, payload):
+            if self.decode_from_ms is None:   # the first token: the decode phase begins
+                self.decode_from_ms = self.last_sample_t_ms or 0
+            if not replay:   # in TOKEN_KEYS' order (db/writes.py), spelled out: one per token
+                self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
+            self.token_seq += 1
+            if self._on_token is not None:
+                self._on_token(row, self.token_seq)
+        if tag != "C":
+            self._output(tag, payload, replay)
+
+    def _output(self, stream: str, line: str, replay: bool) -> None:
+        if not replay:
+            self._outputs.append({"run_id": self.run_id, "seq": self.output_seq,
+                                  "stream": stream, "line": line})
+        self.output_seq += 1
+
+    def _stream_event(self, event: Event, replay: bool) -> None:
+        self._stream(event.tag, event.text, replay)
+
+    def _sample_event(self, event: Event, replay: bool) -> None:
+        """An S line: the device's readings (first and last kept), a sample row."""
+        if event.sample is None:
+            return
+        values = event.sample.values
+        if self.first_sample is None:
+            self.first_sample = values
+        self.last_sample = values
+        self.last_sample_t_ms = event.sample.t_ms
+        if not replay:
+            if self._on_sample is not None:
+                self._on_sample(values)
+            self._samples.append(self._sample_row(event.sample.t_ms, values))
+        self.sample_seq += 1
+
+    def _sample_row(self, t_ms: int, values: dict[str, int]) -> dict[str, Any]:
+        """A sample's row: the SAMPLE_FIELDS columns, the other readings in `extra`."""
+        row: dict[str, Any] = dict.fromkeys(SAMPLE_FIELDS)
+        row.update(run_id=self.run_id, seq=self.sample_seq, t_ms=t_ms)
+        extra = {}
+        for key, value in values.items():
+            if key in SAMPLE_FIELDS:
+                row[key] = value
+            else:
+                extra[key] = value
+        row["extra"] = extra or None
+        return row
+
+    def _warning_event(self, event: Event, replay: bool) -> None:
+        self.warnings.append(event.text)
+        self._output("W", event.text, replay)
+
+    def _exit_event(self, event: Event, _replay: bool) -> None:
+        self.exit = event.exit
 
     @property
     def ended(self) -> bool:
@@ -178,3 +203,11 @@ class RunRecorder:
             self.on_stored(self._tokens)
         self.stored_lines = self.lines
         self._tokens, self._samples, self._outputs = [], [], []
+
+
+# handle()'s line kinds (run/stream.py; others, such as the H header, store nothing)
+_BY_TAG: dict[str, Callable[[RunRecorder, Event, bool], None]] = {
+    "C": RunRecorder._stream_event, "O": RunRecorder._stream_event,
+    "E": RunRecorder._stream_event, "S": RunRecorder._sample_event,
+    "W": RunRecorder._warning_event, "X": RunRecorder._exit_event,
+}

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator import __version__
@@ -20,9 +20,9 @@ from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db.runs import Runs
-from orchestrator.db.session_lock import SessionBusy, session_lock
+from orchestrator.db.session_lock import session_lock
 from orchestrator.db.store import Store, now
-from orchestrator.errors import ConfigError, StoreWriteError
+from orchestrator.errors import ConfigError, OrchError
 from orchestrator.plugins import PluginError, get_adapter
 from orchestrator.run import controller
 from orchestrator.run.cooldown import Reading, wait_for_condition
@@ -32,13 +32,13 @@ from orchestrator.run.prepare import PreparedDevice, prepare_device
 from orchestrator.run.progress import Board, Progress
 from orchestrator.run.quality import run_quality
 from orchestrator.run.runner import CellOutcome, DeviceRunner
+from orchestrator.stats.status import RESUMABLE, Status
 from orchestrator.transports.base import (
     AccessDenied,
     LinkPolicy,
     Transport,
     TransportError,
 )
-from orchestrator.stats.status import RESUMABLE, Status
 
 
 @dataclass
@@ -49,21 +49,32 @@ class SessionResult:
     repeat_stop: str | None = None   # adaptive repeats: why no further round ran
 
 
+@dataclass(frozen=True)
+class RunOptions:
+    """How `orch run` runs a matrix on a device (its options; the defaults are a plain run)."""
+
+    resume: bool = False         # --resume: the matrix's latest session on the device
+    force: bool = False          # --force: start cells beside another orch job on the device
+    link: LinkPolicy = field(default_factory=LinkPolicy)   # --link-grace
+    command: str | None = None   # the command line stored with the session (default: argv)
+    sleep: Callable[[float], None] = time.sleep              # cooldowns wait with it
+    stop: threading.Event | None = None   # set: every device stops (run_devices' Ctrl-C)
+
+
 def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device: str,
-               progress: Progress, resume: bool = False, link: LinkPolicy | None = None,
-               command: str | None = None, sleep: Callable[[float], None] | None = None,
-               stop: threading.Event | None = None, force: bool = False) -> SessionResult:
+               progress: Progress, options: RunOptions = RunOptions()) -> SessionResult:
     """One session of the matrix on one device. The session is locked while it runs (a second
     --resume of it is refused: SessionBusy), a device with a live orch job of another session
-    is refused (DeviceBusy, unless `force`), and Ctrl-C / SIGTERM end the session (its running
-    cell is marked interrupted by the runner) before the KeyboardInterrupt goes on."""
+    is refused (DeviceBusy, unless `options.force`), and Ctrl-C / SIGTERM end the session (its
+    running cell is marked interrupted by the runner) before the KeyboardInterrupt goes on."""
     matrix = loaded.matrix
     try:
         adapter = get_adapter(matrix.engine, matrix.engine_options)
     except (KeyError, PluginError) as exc:
         raise ConfigError(f"{loaded.path}: engine: {exc.args[0]}") from None
     kind = inventory.get(device).kind
-    policy = DevicePolicy(link or LinkPolicy(), stop, force, sleep or time.sleep)
+    resume, force = options.resume, options.force
+    policy = DevicePolicy(options.link, options.stop, force, options.sleep)
     transport = open_transport(inventory, device)
     transport.link = policy.link  # every reconnect of this session waits as long as --link-grace
     seen = _seen_before(store, device)
@@ -92,7 +103,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
             previous = Runs(store).latest_per_cell(session_id) if session_id is not None else {}
             live = _device_free(prepared, previous, session_id, resume, force)
             if session_id is None:
-                session_id = _create_session(prepared, seed, command)
+                session_id = _create_session(prepared, seed, options.command)
                 locks.enter_context(session_lock(store, session_id))
             begun = session_id
             return _run_session(begin_session(prepared, session_id, policy), seed, previous,
@@ -317,30 +328,25 @@ def _count_down(runner: DeviceRunner, progress: Progress, seconds: float) -> Non
 
 
 def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, devices: list[str],
-                board: Board, **options: object) -> dict[str, SessionResult | BaseException]:
+                board: Board, options: RunOptions = RunOptions()
+                ) -> dict[str, SessionResult | BaseException]:
     """Run the matrix on several devices at once: one worker thread per device, each device's
     cells in order. Store writes are serialised by the store's lock. One device failing (an
     unreachable host, a refused key) does not stop the others; its error is its result."""
     results: dict[str, SessionResult | BaseException] = {}
     stop = threading.Event()
+    options = replace(options, stop=stop)
 
     def work(name: str) -> None:
-        try:
-            results[name] = run_matrix(store, inventory, loaded, name, board.device(name),
-                                       stop=stop, **options)  # type: ignore[arg-type]
-        except KeyboardInterrupt as exc:
-            results[name] = exc
-        except (ConfigError, TransportError, SessionBusy, StoreWriteError) as exc:
-            results[name] = exc
-        except Exception as exc:  # noqa: BLE001 - a thread must hand every error back
-            results[name] = RuntimeError(f"{type(exc).__name__}: {exc}")
+        results[name] = _device_result(store, inventory, loaded, name, board, options)
 
     if len(devices) == 1:  # no thread: Ctrl-C reaches the runner directly
         work(devices[0])
-        if isinstance(results[devices[0]], KeyboardInterrupt):
+        only = results[devices[0]]
+        if isinstance(only, KeyboardInterrupt):
             raise KeyboardInterrupt
-        if isinstance(results[devices[0]], ConfigError):  # e.g. a refused model path: exit 2
-            raise results[devices[0]]
+        if isinstance(only, ConfigError):  # e.g. a refused model path: exit 2
+            raise only
         return results
     threads = [threading.Thread(target=work, args=(name,), name=f"orch-{name}", daemon=True)
                for name in devices]
@@ -356,3 +362,17 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
             thread.join(timeout=60)
         raise
     return results
+
+
+def _device_result(store: Store, inventory: Inventory, loaded: LoadedMatrix, name: str,
+                   board: Board, options: RunOptions) -> SessionResult | BaseException:
+    """One device's session, or the error it ended with (a thread must hand every error
+    back: an unexpected one as a RuntimeError naming its type)."""
+    try:
+        return run_matrix(store, inventory, loaded, name, board.device(name), options)
+    except KeyboardInterrupt as exc:
+        return exc
+    except OrchError as exc:   # a user's error (a busy session, a lost device): one line
+        return exc
+    except Exception as exc:  # noqa: BLE001 - a thread must hand every error back
+        return RuntimeError(f"{type(exc).__name__}: {exc}")

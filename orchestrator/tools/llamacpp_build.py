@@ -28,6 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+# a build that cannot go on, with a message for a person (missing tool, failed step): exit 1
+from orchestrator.errors import BuildError
+
 # Newest llama-cpp-python whose sdist `pip download --no-binary :all:` fetches (checked 0.3.36).
 LLAMA_CPP_VERSION = "0.3.36"
 # The older release built beside it (scripts/build-llama) so that regressions between engine
@@ -70,10 +73,6 @@ PATCHES = (
      # runs under load). Pausing the logger at exit drains the queue first.
      "drain llama-completion's async log at exit (text end and perf lines were lost)"),
 )
-
-
-class BuildError(RuntimeError):
-    """A build that cannot go on, with a message for a person (missing tool, failed step)."""
 
 
 @dataclass

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from orchestrator.errors import BuildError
+
 PROBES = ("iobench", "membench")
 ABIS = ("x86_64", "arm64")
 CFLAGS = ("-static", "-O2", "-pthread", "-Wall")
@@ -33,7 +35,7 @@ _DEBIAN = {"x86_64": "gcc libc6-dev", "arm64": "gcc-aarch64-linux-gnu libc6-dev-
 Log = Callable[[str], None]
 
 
-class ProbeBuildError(RuntimeError):
+class ProbeBuildError(BuildError):
     """The probes cannot be built: no compiler for the ABI, an unknown ABI, a failed compile."""
 
 

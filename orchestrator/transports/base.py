@@ -23,12 +23,15 @@ from typing import Callable, ClassVar, Iterator
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import RetryCallState, Retrying, retry_if_exception
 
+from orchestrator.errors import DeviceError
+
 # progress(bytes_done, total) during a file push
 PushProgress = Callable[[int, int], None]
 
 
-class TransportError(Exception):
-    """The device could not be reached or a transport operation failed."""
+class TransportError(DeviceError):
+    """The device could not be reached or a transport operation failed (`device error: ...`,
+    exit 1: orchestrator/errors.py)."""
 
 
 class AccessDenied(TransportError):
