@@ -20,6 +20,7 @@ from orchestrator.db.store import Store
 from orchestrator.report import ab_table
 from orchestrator.results import ab
 from orchestrator.db.runs import Runs
+from orchestrator.stats.figures import frame
 from orchestrator.stats.uncertainty import holm
 from orchestrator.stats.figures import RunFigures
 
@@ -349,7 +350,7 @@ def test_aa_control_is_not_significant_and_a_cache_is(workspace):
     assert "within the spread" not in text
     thr = by_label(find(tables, "95% CI")[0])
     runs = [r for r in store.runs(sid) if r.config == "cache"]
-    means = Runs(store).stats(runs)["mean"]
+    means = frame(Runs(store).figures(runs))["mean"]
     lo, hi = sps.t.interval(0.95, 4, loc=means.mean(), scale=means.std(ddof=1) / 5 ** 0.5)
     assert thr["cache"]["95% CI"] == "%.2f–%.2f" % (lo, hi)
 
@@ -383,7 +384,7 @@ def test_two_model_matrix_each_model_against_its_own_baseline(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 8 and all(r.status == "ok" for r in runs)
-    stats = Runs(store).stats(runs)["mean"]
+    stats = frame(Runs(store).figures(runs))["mean"]
     data = json.loads(orch("table", "--format", "json", "-t", "ab"))
     assert {(r["model"], r["config"], r["baseline"]) for r in data} == {
         ("m1", "slow", "slow"), ("m1", "fast", "slow"), ("m2", "fast", "fast"),

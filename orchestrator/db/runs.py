@@ -15,9 +15,10 @@ Every layer above db/ reads runs through here, never through db/schema.py:
   record, or a file's mtime) so no view labels a study's local time UTC.
 - **`SessionRow`** carries the session's columns and `.matrix`, the stored matrix text parsed
   once (None for imports and for a matrix this orch can no longer read).
-- **Per-run statistics** (`Runs.stats`) belong to the read model as pyperf's result model owns
-  its statistics: every view and the adaptive-repeat judgement in run/ read the same figures.
-  pandas and the statistics are imported when first asked for, so listing runs stays light.
+- **Per-run figures** (`Runs.figures`, stats/figures.py RunFigures) belong to the read model as
+  pyperf's result model owns its statistics: every view and the adaptive-repeat judgement in
+  run/ read the same figures. pandas and the statistics are imported only when figures must be
+  computed (another trim or quantile method), so listing runs stays light.
 """
 from __future__ import annotations
 
@@ -38,8 +39,6 @@ from orchestrator.stats.overlap import overlapped
 from orchestrator.stats.status import Status
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from orchestrator.config.matrix import Matrix
     from orchestrator.db.store import Store
     from orchestrator.record import RunRecord
@@ -260,8 +259,7 @@ class Runs:
     """Reads of stored runs; `Runs(store)` is cheap (no query until asked)."""
 
     def __init__(self, store: "Store") -> None:
-        # transitional: report/context.py hands its frame cache, which wraps the store
-        self.store = getattr(store, "store", store)
+        self.store = store
 
     def _fetch(self, stmt: Select) -> list[RunRow]:
         return [RunRow.of(r) for r in self.store.fetch(stmt)]
@@ -382,29 +380,6 @@ class Runs:
         tok = schema.token
         stmt = select(func.count()).select_from(tok).where(tok.c.run_id == run_id)
         return int(self.store.fetch(stmt)[0][0])
-
-    # -- transitional: the frame and dict forms of `figures` that views still read ----------
-    def stats(self, rows: Sequence[Any], quantile_method: str = "linear", trim: int = 0,
-              within_run: bool = False) -> "pd.DataFrame":
-        """`figures` as a frame indexed by run id (columns: RunFigures' fields)."""
-        from orchestrator.stats.figures import frame
-
-        return frame(self.figures(list(rows), trim, quantile_method))
-
-    def stats_dicts(self, rows: Sequence[Any], trim: int = 0) -> dict[int, dict[str, Any]]:
-        """`figures` as plain dicts by run id."""
-        return {rid: f.as_dict() for rid, f in self.figures(list(rows), trim).items()}
-
-    def stats_dicts_q(self, rows: Sequence[Any], trim: int = 0,
-                      quantile_method: str = "linear") -> dict[int, dict[str, Any]]:
-        return {rid: f.as_dict()
-                for rid, f in self.figures(list(rows), trim, quantile_method).items()}
-
-    def listing_stats(self, rows: Sequence[Any]) -> dict[int, dict[str, Any]]:
-        return self.stats_dicts(rows)
-
-    def show_stats(self, row: RunRow) -> dict[str, Any]:
-        return self.figures([row])[row.id].as_dict()
 
 
 class Sessions:

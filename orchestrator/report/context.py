@@ -1,4 +1,5 @@
-"""The data of a report: which runs, their statistics, and how repeats and failures aggregate.
+"""The data of a report: which runs, their figures, and each config's runs combined
+(stats/config_figures.py `combine`: the one place repeats and failures are combined).
 
 Everything is read with a fixed number of queries (runs per session, one token read, one sample
 read, devices, sessions), never one per run: a report over 1,000 runs must cost about what
@@ -7,8 +8,7 @@ reading their token rows costs (bench/report).
 from __future__ import annotations
 
 import re
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,28 +19,20 @@ from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions, devices_by_name
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.record import load_record
 from orchestrator.report.tables import group_title
 from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
 from orchestrator.results.query import by_model_and_device, labelled
 from orchestrator.results.trim import resolve_trim
-from orchestrator.stats.figures import FIELDS as STAT_COLUMNS
-from orchestrator.stats.statistics import spread
-from orchestrator.stats.uncertainty import mean_interval
-from orchestrator.stats.values import is_missing, plain
-
-# How a config's repeats combine into one row. Throughput columns average the runs' values
-# (mean = mean of the runs' means, the figure the spread is about); extremes and device
-# pressure take the worst case, since a report must not hide the hottest or fullest run.
-_WORST = {"min": min, "max": max, "peak_rss_gib": max, "mem_floor_gib": min,
-          "cpu_temp_max_c": max, "batt_temp_max_c": max}
+from orchestrator.stats.config_figures import ConfigFigures, RunResult, Spread, combine
+from orchestrator.stats.figures import RunFigures
+from orchestrator.stats.status import Status
 
 
 @dataclass
 class RunView:
     row: RunRow
     label: str                    # config (#repeat), with a dagger when it did not end ok
-    stats: dict[str, Any]
+    figures: RunFigures           # the run's figures (Runs.figures)
 
     @property
     def id(self) -> int:
@@ -48,19 +40,31 @@ class RunView:
 
     @property
     def ok(self) -> bool:
-        return self.row.status == "ok"
+        return self.row.status == Status.OK
+
+    @property
+    def result(self) -> RunResult:
+        return RunResult(self.row.id, self.row.status, self.figures)
 
 
 @dataclass
 class ConfigAgg:
-    """One config of one (model, device) group: its ok runs combined."""
+    """One config of one (model, device) group: its runs combined (ConfigFigures)."""
 
     config: str
-    runs: list[RunView]           # ok runs only: failed ones are in no aggregate
-    values: dict[str, Any]
-    spread: dict[str, Any]
+    figures: ConfigFigures        # every run of the config, combined over its ok ones
+    runs: list[RunView]           # ok runs only: failed ones are in no figure of the config
     bad: list[RunView] = field(default_factory=list)
     label: str = ""               # the matrix's `labels:` entry for the config, else its name
+
+    @property
+    def values(self) -> Any:
+        """The config's combined figures, by RunFigures name."""
+        return self.figures.values
+
+    @property
+    def spread(self) -> Spread:
+        return self.figures.spread
 
     @property
     def ids(self) -> list[int]:
@@ -120,20 +124,6 @@ class ReportData:
         return ", ".join(names)
 
 
-class _FrameCache:
-    """Hands the read model's statistics (Runs.stats) the store's frames and keeps them for the plots, so the token
-    rows are read once (Runs.stats only calls `frame`)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.frames: dict[str, pd.DataFrame] = {}
-
-    def frame(self, table_name: str, run_ids: Iterable[int]) -> pd.DataFrame:
-        if table_name not in self.frames:
-            self.frames[table_name] = self.store.frame(table_name, run_ids)
-        return self.frames[table_name]
-
-
 # ---- which runs --------------------------------------------------------------------------
 
 def select_runs(store: Store, session: str | None, matrix: str | None,
@@ -171,39 +161,6 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     return rows
 
 
-# ---- aggregation -------------------------------------------------------------------------
-
-def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(combined stats, spread of the means) of a config's ok runs. With one run the values
-    are that run's, unchanged."""
-    values: dict[str, Any] = {}
-    if runs:
-        for key in STAT_COLUMNS:
-            xs = [r.stats.get(key) for r in runs if not is_missing(r.stats.get(key))]
-            if not xs:
-                values[key] = None
-            elif key in _WORST:
-                values[key] = _WORST[key](xs)
-            elif all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
-                values[key] = statistics.fmean(xs) if len(xs) > 1 else xs[0]
-            else:
-                values[key] = xs[0]
-        values["n"] = sum(int(r.stats.get("n") or 0) for r in runs)
-        # a config with a run that had not settled says so where the steady state would be
-        values["settle_note"] = next((r.stats.get("settle_note") for r in runs
-                                      if r.stats.get("settle_note")), None)
-        # the mean's 95% interval over the runs' means (none for a single run)
-        ci = mean_interval([r.stats.get("mean") for r in runs])
-        values["mean_ci_low"], values["mean_ci_high"] = ci.low, ci.high
-    if len(runs) == 1:
-        # An engine that repeats internally (llama-bench -r N) reports its own per-repetition
-        # spread: with a single orch run, that is the spread there is.
-        inner = load_record(runs[0].row.summary).extra.get("repetition_spread") or {}
-        if (inner.get("n") or 0) >= 2:
-            return values, {**inner, "unit": "repetitions"}
-    return values, spread([r.stats.get("mean") for r in runs])
-
-
 def _slug(*parts: str) -> str:
     text = "-".join(parts).lower()
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:60] or "group"
@@ -223,12 +180,9 @@ def _groups(runs: list[RunView], ab: list[ABGroup],
         configs: dict[str, list[RunView]] = {}
         for r in members:
             configs.setdefault(r.row.config, []).append(r)
-        aggs = []
-        for name, rs in configs.items():
-            good = [r for r in rs if r.ok]
-            values, spread = aggregate(good)
-            aggs.append(ConfigAgg(name, good, values, spread, [r for r in rs if not r.ok],
-                                  _label(rs[0].row, matrices)))
+        aggs = [ConfigAgg(name, combine([r.result for r in rs]), [r for r in rs if r.ok],
+                          [r for r in rs if not r.ok], _label(rs[0].row, matrices))
+                for name, rs in configs.items()]
         title = group_title(model, device, members[0].row.engine)
         groups.append(Group(model, device, title, f"{i}-{_slug(model, device)}", members, aggs,
                             by_key.get((model, device))))
@@ -274,7 +228,7 @@ def _single_ok_runs(rows: Sequence[RunRow]) -> set[int]:
     config)."""
     ok: dict[tuple[str, str, str], list[int]] = {}
     for r in rows:
-        if r.status == "ok":
+        if r.status == Status.OK:
             ok.setdefault((r.model or "-", r.device, r.config), []).append(r.id)
     return {ids[0] for ids in ok.values() if len(ids) == 1}
 
@@ -289,19 +243,18 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     # devices in the order asked for (select_runs keeps --device order), then as the runs ran
     rank = {d: i for i, d in enumerate(dict.fromkeys(r.device for r in rows))}
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
-    cache = _FrameCache(store)
     trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
     # the runs' figures, as stored (or, with a trim or another quantile method, computed)
     figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)
-    records = {rid: f.as_dict() for rid, f in figures.items()}
-    if keep_frames:     # the plots' token rows and samples
-        cache.frame("token", [r.id for r in rows])
-        cache.frame("sample", [r.id for r in rows])
+    ids = [r.id for r in rows]
+    # the plots' token rows and samples, read once
+    tokens = store.frame("token", ids) if keep_frames else None
+    samples = store.frame("sample", ids) if keep_frames else None
     sids = list(dict.fromkeys(r.session_id for r in rows))
     sessions = Sessions(store).by_ids(sids)
     parsed = {s.id: s.matrix for s in sessions}
     labels = labelled(rows)      # "config #2 †": the config part as its label
-    runs = [RunView(r, _label(r, parsed) + labels[r.id][len(r.config):], records.get(r.id, {}))
+    runs = [RunView(r, _label(r, parsed) + labels[r.id][len(r.config):], figures[r.id])
             for r in rows]
     devices = device_views(store, rows, sessions)
     files: dict[int, Any] = {}
@@ -315,13 +268,12 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     return ReportData(sessions=sessions, devices=devices, runs=runs,
                       groups=_groups(runs, ab, parsed),
                       matrices=matrices, imported_files=files, designs=designs,
-                      trim=trim, tokens=cache.frames.get("token") if keep_frames else None,
-                      samples=cache.frames.get("sample") if keep_frames else None)
+                      trim=trim, tokens=tokens, samples=samples)
 
 
 def left_out_line(r: RunView) -> str:
     """Plain text (escaped by the caller) saying why a run is in no aggregate."""
-    n = int(r.stats.get("n") or 0)
+    n = r.figures.n
     return (f"{r.label} run {r.id} on {r.row.device}: {r.row.status}"
             + (f" — {r.row.cause}" if r.row.cause else "")
             + f"; {n} token(s) recorded; left out of every aggregate")

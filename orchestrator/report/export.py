@@ -16,6 +16,7 @@ import pandas as pd
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.report.paths import Paths, base_of
+from orchestrator.stats.figures import frame as figures_frame
 
 
 def export_session(store: Store, session_id: int, out_dir: Path, fmt: str,
@@ -30,7 +31,7 @@ def export_session(store: Store, session_id: int, out_dir: Path, fmt: str,
     run_frame = pd.DataFrame([{**_shown(r.as_dict(), paths, base), "settings": r.settings}
                               for r in rows])
     current = [r for r in rows if not r.superseded]
-    stats = Runs(store).stats(current, within_run=True).add_prefix("stat_")
+    stats = figures_frame(Runs(store).figures(current)).add_prefix("stat_")
     if len(run_frame):
         run_frame = run_frame.merge(stats, left_on="id", right_index=True, how="left")
         for column in ("argv", "summary", "warnings", "temp_start", "settings"):

@@ -191,7 +191,7 @@ def runs_table(data: ReportData, paths: Paths = SHARE) -> Table:
         t.rows.append([str(row.id), str(row.session_id), md_escape(row.device),
                        md_escape(row.model or "-"), md_escape(row.config),
                        str(row.repeat_index + 1), md_escape(status),
-                       str(int(r.stats.get("n") or 0)),
+                       str(r.figures.n),
                        _started(row), when(row.ended_at), cooldown,
                        md_code(paths.text(row.flags, bases.get(row.session_id)))])
     return t

@@ -201,7 +201,7 @@ def document_context(data: context.ReportData, plots: dict[str, list[Any]] | Non
     user@host and absolute paths in the provenance (`--provenance full`)."""
     groups = []
     caveats = drift.caveats([r.row for r in data.runs],
-                            {r.id: r.stats.get("mean") for r in data.runs}, data.matrices)
+                            {r.id: r.figures.mean for r in data.runs}, data.matrices)
     for g in data.groups:
         ab, ab_note = sections.ab(g)
         pressure = sections.pressure(g)

@@ -11,7 +11,7 @@ captions), and "ab" (results/ab.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -25,12 +25,16 @@ from orchestrator.report.formatting import records
 from orchestrator.report.markdown import md_escape, md_prose
 from orchestrator.report.markdown import render as md_render
 from orchestrator.report.within_cells import with_trim
-from orchestrator.results import ab, overlap
+from orchestrator.results import ab
 from orchestrator.results.drift import Caveat
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.query import by_model_and_device, labelled
 from orchestrator.results.trim import resolve_trim
-from orchestrator.stats.values import DAGGER, is_missing
+from orchestrator.stats.config_figures import RunResult, combine_all
+from orchestrator.stats.figures import RunFigures
+from orchestrator.stats.figures import frame as figures_frame
+from orchestrator.stats.status import Status
+from orchestrator.stats.values import DAGGER
 
 
 def failure_line(row: RunRow) -> str:
@@ -52,25 +56,26 @@ def _without_name(facts: ModelFacts) -> dict[str, Any]:
     return {k: v for k, v in facts.as_dict().items() if k != "name"}
 
 
-def _config_means(members: Sequence[RunRow], stats: pd.DataFrame) -> dict[str, float | None]:
-    """Per config, the mean of its ok runs' means (the pivot's cells)."""
-    means: dict[str, list[float]] = {}
+def _config_means(members: Sequence[RunRow], figures: Mapping[int, RunFigures]
+                  ) -> dict[str, float | None]:
+    """Per config, its ConfigFigures' mean (the mean of its ok runs' means: the pivot's
+    cells)."""
+    groups: dict[str, list[RunResult]] = {}
     for r in members:
-        m = stats.at[r.id, "mean"]
-        if r.status == "ok" and not is_missing(m):
-            means.setdefault(r.config, []).append(float(m))
-    return {c: sum(v) / len(v) for c, v in means.items()}
+        groups.setdefault(r.config, []).append(RunResult(r.id, r.status, figures[r.id]))
+    return {c: f.mean.mean for c, f in combine_all(groups).items()}
 
 
-def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataFrame,
-              kinds: list[str], baseline: ab.Baselines | None = None,
+def _markdown(store: Store, session_id: int, rows: list[RunRow],
+              figures: Mapping[int, RunFigures], kinds: list[str], baseline: ab.Baselines | None = None,
               columns: Sequence[str] | None = None, trim: int = 0) -> str:
     session = store.session_row(session_id)
     matrix = session.matrix
     labels = row_labels(rows, matrix)
     groups = by_model_and_device(rows)
     parts = []
-    ab_groups = ab.session_groups(store, session_id, rows, Runs(store).figures(rows, trim=trim), baseline) \
+    stats = figures_frame(figures)
+    ab_groups = ab.session_groups(store, session_id, rows, figures, baseline) \
         if "ab" in kinds else []
     from orchestrator.results.drift import session_warnings
 
@@ -101,7 +106,7 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
             # the throughput table names each row's run (the json/csv `run_id`)
             parts.append(tables.markdown(stats.loc[ids], kind, labels, columns=columns,
                                          run_ids=kind == "throughput"))
-            grid = tables.pivot(matrix, _config_means(members, stats)) \
+            grid = tables.pivot(matrix, _config_means(members, figures)) \
                 if kind == "throughput" else None
             if grid is not None:
                 parts.append(tables.pivot_caption(matrix) + "\n")
@@ -111,7 +116,7 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
         warnings = markdown_block(c for c in caveats if (c.model, c.device) == (model, device))
         if warnings:
             parts.append(warnings)
-    note = "".join(failure_line(r) + "\n" for r in rows if r.status != "ok")
+    note = "".join(failure_line(r) + "\n" for r in rows if r.status != Status.OK)
     return "\n".join(parts) + ("\n" + note if note else "")
 
 
@@ -132,10 +137,11 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     if not rows:
         return f"session {session_id} has no runs\n"
     trim = resolve_trim(trim, [store.session_row(session_id)])
-    stats = _serial_stall(Runs(store).stats(rows, quantile_method=quantile, trim=trim,
-                                             within_run=True), rows)
+    # each run's figures (stored, or computed for another trim or quantile method)
+    figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)
     if fmt == "md":
-        return _markdown(store, session_id, rows, stats, kinds, baseline, columns, trim)
+        return _markdown(store, session_id, rows, figures, kinds, baseline, columns, trim)
+    stats = figures_frame(figures)
     session = store.session_row(session_id)
     labels = row_labels(rows, session.matrix)
     by_id = {r.id: r for r in rows}
@@ -144,7 +150,7 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
     for kind in kinds:
         if kind == "ab":
             frames.append(ab_table.frame(ab.session_groups(
-                store, session_id, rows, Runs(store).figures(rows, trim=trim), baseline)))
+                store, session_id, rows, figures, baseline)))
             continue
         if kind == "model":
             frames.append(pd.DataFrame([
@@ -178,15 +184,6 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
 PER_TOKEN_TABLES = ("throughput", "latency", "variants")
 _COUNTS = ("run_id", "repeat", "trim", "n", "size_bytes", "layers", "experts", "ram_kb",
            "steady_from_token", "cache_resizes", "spec_experts", "spec_useful")
-
-
-def _serial_stall(stats: pd.DataFrame, rows: Sequence[RunRow]) -> pd.DataFrame:
-    """A serial run's stall as not measured (results/overlap.py: all its I/O is stall)."""
-    serial = [r.id for r in rows if r.id in stats.index and overlap.serial([r])]
-    if serial and overlap.STALL in stats:
-        stats = stats.copy()
-        stats.loc[serial, overlap.STALL] = float("nan")
-    return stats
 
 
 def markdown_block(found: Iterable[Caveat]) -> str:

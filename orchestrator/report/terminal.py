@@ -18,22 +18,19 @@ from orchestrator.escape import visible
 from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.record_versions import entry_state
 from orchestrator.report.formatting import when
+from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
 
-def stats_for_runs(store: Store, run_rows: list[RunRow]) -> dict[int, dict[str, Any]]:
-    return Runs(store).stats_dicts(run_rows)
-
-
 def _status(row: RunRow) -> str:
-    return row.status if row.status == "ok" else f"{DAGGER} {row.status}"
+    return row.status if row.status == Status.OK else f"{DAGGER} {row.status}"
 
 
 def print_session_table(console: Console, store: Store, session_id: int) -> None:
     from orchestrator.report.session_tables import failure_line
 
     rows = store.runs(session_id)
-    stats = stats_for_runs(store, rows)
+    stats = Runs(store).figures(rows)
     table = Table(title=f"session {session_id}: {rows[0].matrix_name if rows else ''}",
                   title_justify="left")
     for name in ("run", "device", "config", "rep", "status"):
@@ -41,13 +38,13 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
     for col in SESSION.columns:
         table.add_column(col.header, justify=col.justify)
     for row in rows:
-        s = stats.get(row.id, {})
+        s = stats.get(row.id)
         table.add_row(str(row.id), visible(row.device), visible(row.config),
                       str(row.repeat_index + 1), _status(row),
                       *(col.text(s) for col in SESSION.columns))
     console.print(table)
     for row in rows:
-        if row.status != "ok":
+        if row.status != Status.OK:
             console.print(visible(failure_line(row)), markup=False, highlight=False)
     for row in rows:
         for warning in row.warnings or []:
@@ -75,14 +72,14 @@ def print_runs(console: Console, store: Store, session_id: int | None, limit: in
     if not rows:
         console.print(visible(f"no runs in {store.url}"))
         return
-    stats = Runs(store).listing_stats(rows)     # LISTING's n and mean, without the frames
+    stats = Runs(store).figures(rows)     # the figures kept with the runs
     table = Table()
     for name in ("run", "session", "started", "device", "matrix", "config", "status"):
         table.add_column(name)
     for col in LISTING.columns:
         table.add_column(col.header, justify=col.justify)
     for row in rows:
-        s = stats.get(row.id, {})
+        s = stats.get(row.id)
         table.add_row(str(row.id), str(row.session_id), _listed_start(row), visible(row.device),
                       visible(row.matrix_name or row.session_name or ""), visible(row.config),
                       _status(row),
@@ -105,7 +102,7 @@ def runs_json(store: Store, session_id: int | None, limit: int) -> list[dict[str
     (null for a live run, whose `flags` are engine flags); `tokens` and `mean_tok_s` are the
     figures the table shows, unformatted."""
     rows = store.runs(session_id, limit=limit)
-    stats = Runs(store).listing_stats(rows) if rows else {}
+    stats = Runs(store).figures(rows) if rows else {}
     return [{"id": row.id, "session": row.session_id, "session_name": row.session_name,
              "device": row.device, "matrix": row.matrix_name, "model": row.model,
              "config": row.config, "repeat_index": row.repeat_index,
@@ -113,8 +110,8 @@ def runs_json(store: Store, session_id: int | None, limit: int) -> list[dict[str
              "started_at": _iso(row.started_at, row), "ended_at": _iso(row.ended_at, row),
              "time_source": row.time_source, "source_file": row.source_file,
              "settings": row.settings, "flags": row.flags, "engine_build": row.engine_build,
-             "tokens": plain(stats.get(row.id, {}).get("n")),
-             "mean_tok_s": plain(stats.get(row.id, {}).get("mean"))}
+             "tokens": plain(stats[row.id].n),
+             "mean_tok_s": plain(stats[row.id].mean)}
             for row in rows]
 
 
@@ -122,11 +119,11 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     row = store.run_row(run_id)
     if row is None:
         raise ConfigError(f"no run {run_id} in {store.url}")
-    stats = Runs(store).show_stats(row)     # the figures kept with the run, when current
+    stats = Runs(store).figures([row])[row.id]   # the figures kept with the run
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
                   f"config {row.config} (repeat {row.repeat_index + 1})"))
     console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
-                  + f", {stats.get('n', 0)} tokens, engine {row.engine}"))
+                  + f", {stats.n} tokens, engine {row.engine}"))
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
         console.print(visible(line), highlight=False, markup=False)
@@ -141,7 +138,7 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(table)
     for warning in row.warnings or []:
         console.print(visible(f"[yellow]warning:[/] {warning}"))
-    if row.status != "ok":
+    if row.status != Status.OK:
         for line in failure_details(store, row):
             console.print(visible(line), highlight=False, markup=False)
 
