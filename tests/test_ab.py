@@ -105,7 +105,7 @@ def test_imported_session_compares_with_the_first_config_in_run_order():
     x = row([group], "-", "x")
     assert x.comparison.delta_pct == pytest.approx(25.0)
     assert x.comparison.p_value is None and not x.comparison.significant
-    assert x.verdict == "not tested (n=1/1)" and x.interval.low is None
+    assert ab_table.verdict_words(x) == "not tested (n=1/1)" and x.interval.low is None
 
 
 def test_interleaved_rounds_are_paired_and_pairs_only_their_members():
@@ -130,12 +130,12 @@ def test_interleaved_rounds_are_paired_and_pairs_only_their_members():
     assert b.comparison.significant and b.verdict == "faster"
     assert b.comparison.ci_low_pct > 0 and b.comparison.ci_low_pct < b.comparison.delta_pct \
         < b.comparison.ci_high_pct
-    assert row(paired, "-", "c").verdict == "no significant difference (n=5 rounds)"
+    assert ab_table.verdict_words(row(paired, "-", "c")) == "no significant difference (n=5 rounds)"
     # the same runs unpaired: the drift swamps the effect
     welch = ab.ab_groups(rows, figures_of(stats), {1: matrix(body.format(order="as-written", extra=""))})
     b = row(welch, "-", "b")
     assert b.comparison.method == "welch" and not b.comparison.significant
-    assert b.verdict == "no significant difference (n=5/5)"
+    assert ab_table.verdict_words(b) == "no significant difference (n=5/5)"
     assert b.comparison.ci_low_pct < 0 < b.comparison.ci_high_pct
     # `pairs:` pairs only the configs of the pair, in any order
     pairs = ab.ab_groups(rows, figures_of(stats), {1: matrix(body.format(
@@ -170,7 +170,7 @@ def test_holm_across_every_group_decides_significance():
     assert all(0.03 < c.p_value < 0.05 for c in tested)
     assert [c.p_adjusted for c in tested] == pytest.approx(holm([c.p_value for c in tested]))
     assert not any(c.significant for c in tested)
-    assert {r.verdict for g in groups for r in g.rows if not r.is_baseline} == {
+    assert {ab_table.verdict_words(r) for g in groups for r in g.rows if not r.is_baseline} == {
         "no significant difference (n=4 rounds)"}
     # one document with one of them: significant
     alone = ab.ab_groups([r for r in rows if r.model == "m2" and r.config != "c"], figures_of(stats),

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, Select, func, select
+from sqlalchemy import Select, func, select
 
 from orchestrator.db import schema
 from orchestrator.errors import ConfigError
@@ -121,7 +121,7 @@ class RunRow:
     session_kind: str | None = None     # "run", "import", ... (session.kind)
 
     @cached_property
-    def record(self) -> "RunRecord":
+    def record(self) -> RunRecord:
         """What the engine reported about the run as a whole, typed (record.py)."""
         from orchestrator.record import load_record
 
@@ -190,12 +190,12 @@ class RunRow:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name != "figures"}
 
-    def replace(self, **values: Any) -> "RunRow":
+    def replace(self, **values: Any) -> RunRow:
         """A copy with some fields changed (a view's relabelled config, say)."""
         return dataclasses.replace(self, **values)
 
     @classmethod
-    def of(cls, row: Any) -> "RunRow":
+    def of(cls, row: Any) -> RunRow:
         m = row._mapping
         return cls(**{k: m[k] for k in _RUN_COLUMNS},
                    device=m.get("device", ""), matrix_name=m.get("matrix_name"),
@@ -218,7 +218,7 @@ class SessionRow:
             raise AttributeError(name) from None
 
     @cached_property
-    def matrix(self) -> "Matrix | None":
+    def matrix(self) -> Matrix | None:
         """The stored matrix, parsed once; None for imports or text this orch cannot read."""
         from orchestrator.config.matrix import stored_matrix
 
@@ -237,7 +237,7 @@ class SessionRow:
         return data if isinstance(data, dict) else {}
 
     @classmethod
-    def of(cls, row: Any) -> "SessionRow":
+    def of(cls, row: Any) -> SessionRow:
         return cls(dict(row._mapping))
 
 
@@ -258,7 +258,7 @@ def current_only(stmt: Select) -> Select:
 class Runs:
     """Reads of stored runs; `Runs(store)` is cheap (no query until asked)."""
 
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def _fetch(self, stmt: Select) -> list[RunRow]:
@@ -385,7 +385,7 @@ class Runs:
 class Sessions:
     """Reads of stored sessions."""
 
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def _fetch(self, stmt: Select) -> list[SessionRow]:
@@ -456,7 +456,7 @@ class Sessions:
         return {r.name: r.sid for r in self.store.fetch(stmt)}
 
 
-def devices_by_name(store: "Store", names: Iterable[str]) -> dict[str, Any]:
+def devices_by_name(store: Store, names: Iterable[str]) -> dict[str, Any]:
     """Device rows (name, kind, facts, ...) of these names."""
     rows = store.fetch(select(schema.device).where(schema.device.c.name.in_(list(names))))
     return {d.name: d for d in rows}

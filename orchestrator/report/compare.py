@@ -25,6 +25,7 @@ from orchestrator.report.markdown import Table, md_escape
 from orchestrator.report.session_tables import failure_line
 from orchestrator.results.ab import parse_baselines, runs_where
 from orchestrator.results.comparison import (
+    Absence,
     ConfigRow,
     SideComparison,
     absence_records,
@@ -105,7 +106,7 @@ def only_lines(comp: SideComparison) -> list[str]:
     for i, side in enumerate(comp.sides):
         # a config whose runs failed is not a config that never ran: said apart
         failed = [f"{_name(r)} (runs {id_list(r.failed[i])})" for r in comp.only
-                  if r.absence(i) == "failed"]
+                  if r.absence(i) is Absence.FAILED]
         if failed:
             lines.append(f"Failed on {side.label}, not missing (the others above never ran "
                          f"there): {', '.join(failed)}")

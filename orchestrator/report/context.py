@@ -19,9 +19,10 @@ from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions, devices_by_name
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
+from orchestrator.report.labels import labelled
 from orchestrator.report.tables import group_title
 from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
-from orchestrator.results.query import by_model_and_device, labelled
+from orchestrator.results.query import by_model_and_device
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, Spread, combine
 from orchestrator.stats.figures import RunFigures

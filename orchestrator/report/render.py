@@ -42,6 +42,7 @@ from orchestrator.report.regressions import sections as regression_sections
 from orchestrator.report.within_cells import with_trim
 from orchestrator.results import drift
 from orchestrator.results.model_facts import facts_for_group
+from orchestrator.results.regressions import regressions
 from orchestrator.stats.values import DAGGER, DASH
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
@@ -289,7 +290,7 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
     ctx["comparison"] = comparison      # `--compare`: report/compare.py's section(), or None
     ctx["routing"] = [routing.section_context(s) for s in traced]   # report/routing.py
     ctx["routing_problems"] = untraceable
-    ctx["regressions"] = regression_sections(store, rows)   # earlier sessions of the matrix
+    ctx["regressions"] = regression_sections(regressions(store, rows))   # earlier sessions of the matrix
     try:
         if fmt == "html" and user_main is not None and _is_html(user_main):
             # the user's page template wraps the built-in markdown body

@@ -17,18 +17,18 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.config.matrix import Matrix
 from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.report import ab_table, design_notes, tables
 from orchestrator.report.formatting import records
+from orchestrator.report.labels import row_labels
 from orchestrator.report.markdown import md_escape, md_prose
 from orchestrator.report.markdown import render as md_render
 from orchestrator.report.within_cells import with_trim
 from orchestrator.results import ab
 from orchestrator.results.drift import Caveat
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
-from orchestrator.results.query import by_model_and_device, labelled
+from orchestrator.results.query import by_model_and_device
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import RunResult, combine_all
 from orchestrator.stats.figures import RunFigures
@@ -41,15 +41,6 @@ def failure_line(row: RunRow) -> str:
     """Why a run that did not end ok is in no aggregate (the terminal and `orch table`)."""
     return (f"{DAGGER} {row.config}: {row.status}" + (f" ({row.cause})" if row.cause else "")
             + f", run {row.id}; left out of every aggregate")
-
-
-def row_labels(rows: Sequence[RunRow], matrix: Matrix | None) -> dict[int, str]:
-    """query.labelled's labels (repeat, dagger) with the config's `labels:` entry for its
-    name."""
-    base = labelled(rows)
-    if matrix is None:
-        return base
-    return {r.id: matrix.label(r.config) + base[r.id][len(r.config):] for r in rows}
 
 
 def _without_name(facts: ModelFacts) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from orchestrator.db.runs import DATE_ONLY, RunRow, Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.escape import visible
-from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.record_versions import entry_state
+from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.report.formatting import when
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from orchestrator.db.runs import Runs, Sessions
@@ -31,6 +32,13 @@ from orchestrator.stats.uncertainty import Comparison, Interval, compare, correc
 Key = tuple[str, str]          # (model, config)
 
 
+class Absence(StrEnum):
+    """Why a side has no figure for a config (its value is the JSON records' `why`)."""
+
+    FAILED = "failed"            # its runs there did not end ok
+    NEVER_RUN = "never run"
+
+
 @dataclass(frozen=True)
 class ConfigRow:
     """One (model, config) of the sides."""
@@ -43,12 +51,11 @@ class ConfigRow:
     failed: list[list[int]] = field(default_factory=list)   # per side: its runs not ok
     matched: list[str | None] = field(default_factory=list)  # per side: its name, if --match
 
-    def absence(self, side: int) -> str | None:
-        """Why side `side` has no figure for it: "failed" (runs that did not end ok) or
-        "never run"; None when it has one."""
+    def absence(self, side: int) -> Absence | None:
+        """Why side `side` has no figure for it; None when it has one."""
         if self.means[side] is not None:
             return None
-        return "failed" if self.failed and self.failed[side] else "never run"
+        return Absence.FAILED if self.failed and self.failed[side] else Absence.NEVER_RUN
 
     @property
     def present(self) -> list[int]:

@@ -30,8 +30,8 @@ from orchestrator.stats import config_key
 from orchestrator.stats.changepoints import Step, detect
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
 from orchestrator.stats.figures import RunFigures
-from orchestrator.stats.uncertainty import Interval, mean_interval
 from orchestrator.stats.status import Status
+from orchestrator.stats.uncertainty import Interval, mean_interval
 
 METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
 
