@@ -16,7 +16,7 @@ from orchestrator.db.store import Store
 from orchestrator.ingest.grouping import Member, name_configs
 from orchestrator.ingest.naming import model_from_path, name_time, repeat_index
 from orchestrator.ingest.when import parse_time
-from orchestrator.report.render import render_report
+from orchestrator.cli.documents import report_text as render_report
 from orchestrator.results.ab import ab_groups
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"

@@ -16,7 +16,7 @@ from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.engines.bmoe import BmoeRunParser
 from orchestrator.record import load_record
-from orchestrator.report.render import render_report
+from orchestrator.cli.documents import report_text as render_report
 from orchestrator.ingest.state import parse_state
 from orchestrator.ingest.importer import import_dir
 from orchestrator.db.runs import Runs

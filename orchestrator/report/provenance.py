@@ -16,10 +16,10 @@ from typing import Any
 from orchestrator.db.runs import DATE_ONLY, RunRow
 from orchestrator.record import load_record
 from orchestrator.report.cells import id_list
-from orchestrator.report.context import ReportData, RunView
 from orchestrator.report.formatting import file_size, gib_from_kb, when
 from orchestrator.report.markdown import Table, md_code, md_escape
 from orchestrator.report.paths import SHARE, Paths, base_of
+from orchestrator.results.report_data import ReportData, RunView
 from orchestrator.stats.values import DAGGER, DASH
 
 

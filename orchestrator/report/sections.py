@@ -23,14 +23,14 @@ from orchestrator.report.columns import (
     TableSpec,
     pick,
 )
-from orchestrator.report.context import (
+from orchestrator.report.labels import left_out_line, run_label
+from orchestrator.report.markdown import Table, md_escape
+from orchestrator.results.report_data import (
     ConfigAgg,
     Group,
     ReportData,
     RunView,
-    left_out_line,
 )
-from orchestrator.report.markdown import Table, md_escape
 from orchestrator.stats.config_figures import Spread
 from orchestrator.stats.divergence import divergence
 from orchestrator.stats.values import DASH
@@ -61,7 +61,7 @@ def _rows(group: Group) -> list[Row]:
             out.append((md_escape(agg.label or agg.config), agg.values, agg.spread, agg.ids,
                         agg.figures.overlapped))
         for bad in agg.bad:
-            out.append((md_escape(bad.label), bad.figures.as_dict(), None, [bad.id],
+            out.append((md_escape(run_label(bad)), bad.figures.as_dict(), None, [bad.id],
                         bad.figures.overlapped))
     return out
 

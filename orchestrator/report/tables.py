@@ -32,6 +32,7 @@ from orchestrator.report.columns import (
     pick,
 )
 from orchestrator.report.formatting import STATS, records
+from orchestrator.report.labels import model_on_device
 from orchestrator.stats.values import DASH, is_missing
 
 RUN_IDS = "run ids"       # the header of the column naming the runs a row comes from
@@ -42,7 +43,7 @@ PICKABLE = (THROUGHPUT, DETAIL, LATENCY, ENERGY)
 
 def group_title(model: str, device: str, engine: str | None) -> str:
     """`model on device`; the engine stands in for a run without a model."""
-    return f"{model if model != '-' else engine or 'engine'} on {device}"
+    return model_on_device(model, device, engine)
 
 
 def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,

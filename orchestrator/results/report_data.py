@@ -1,5 +1,9 @@
-"""The data of a report: which runs, their figures, and each config's runs combined
-(stats/config_figures.py `combine`: the one place repeats and failures are combined).
+"""The data of a report, read and computed once for report/ to render (a view reads no
+store): which runs, their figures, each config's runs combined (stats/config_figures.py
+`combine`: the one place repeats and failures are combined), and what each (model, device)
+group's sections show beside them (model facts, ceilings, quality probes), the route traces
+and the regressions against earlier sessions. Nothing here is text: labels, titles and
+verdicts are the views' words.
 
 Everything is read with a fixed number of queries (runs per session, one token read, one sample
 read, devices, sessions), never one per run: a report over 1,000 runs must cost about what
@@ -16,13 +20,25 @@ import pandas as pd
 
 from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
-from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions, devices_by_name
+from orchestrator.db.quality import newest_probed_session
+from orchestrator.db.runs import (
+    RunRow,
+    Runs,
+    SessionRow,
+    Sessions,
+    devices_by_name,
+)
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.report.labels import labelled
-from orchestrator.report.tables import group_title
+from orchestrator.results import drift
 from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
+from orchestrator.results.ceilings import nearest
+from orchestrator.results.drift import Caveat
+from orchestrator.results.model_facts import ModelFacts, facts_for_group
+from orchestrator.results.quality import ModelQuality, summarise
 from orchestrator.results.query import by_model_and_device
+from orchestrator.results.regressions import Regression, regressions
+from orchestrator.results.routes import run_figures
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, Spread, combine
 from orchestrator.stats.figures import RunFigures
@@ -32,7 +48,7 @@ from orchestrator.stats.status import Status
 @dataclass
 class RunView:
     row: RunRow
-    label: str                    # config (#repeat), with a dagger when it did not end ok
+    config_label: str             # its config as the reader sees it: its `labels:` entry
     figures: RunFigures           # the run's figures (Runs.figures)
 
     @property
@@ -76,11 +92,15 @@ class ConfigAgg:
 class Group:
     model: str
     device: str
-    title: str
+    engine: str | None            # the engine of its first run (names a group without model)
     slug: str
     runs: list[RunView]
     configs: list[ConfigAgg]
     ab: ABGroup | None = None      # its A/B rows against its model's baseline (results/ab.py)
+    facts: ModelFacts | None = None   # the model's facts (results/model_facts.py)
+    pivot_matrix: Matrix | None = None  # the matrix whose two-flag grid the pivot lays out
+    ceilings: Any = None          # the device's ceilings nearest its first run (results/ceilings)
+    quality: ModelQuality | None = None  # its newest session's quality probes (results/quality)
 
     @property
     def failed(self) -> list[RunView]:
@@ -103,26 +123,28 @@ class ReportData:
     # session id -> the design file its import applied (config/design.py), None without one
     designs: dict[int, Design | None] = field(default_factory=dict)
     trim: int = 0                          # first tokens left out of the per-token figures
+    caveats: list[Caveat] = field(default_factory=list)     # results/drift.py, every group's
+    regressions: list[Regression] = field(default_factory=list)  # results/regressions.py
+    # traced runs' route figures: run id -> (results/routes.py run_figures) or why not
+    routes: dict[int, Any] = field(default_factory=dict)
+    quantile: str = "linear"               # the p5/p95 quantile method of the figures
 
     @property
     def failed(self) -> list[RunView]:
         return [r for r in self.runs if not r.ok]
 
     @property
-    def baseline(self) -> str | None:
-        """The baselines (their labels) as one line for the header: one name when every model
-        shares it."""
-        chosen = {g.model: g.ab.rows[0].label for g in self.groups    # rows[0]: the baseline
-                  if g.ab is not None and g.ab.rows}
-        if len(set(chosen.values())) <= 1:
-            return next(iter(chosen.values()), None)
-        return "; ".join(f"{model}: {label}" for model, label in chosen.items())
+    def title(self) -> str:
+        """The sessions' matrices (or names) the report is about, in order (templates read
+        `data.title`)."""
+        return ", ".join(dict.fromkeys(s.matrix_name or s.name or f"session {s.id}"
+                                       for s in self.sessions))
 
     @property
-    def title(self) -> str:
-        names = list(dict.fromkeys(s.matrix_name or s.name or f"session {s.id}"
-                                   for s in self.sessions))
-        return ", ".join(names)
+    def baselines(self) -> dict[str, str]:
+        """model -> the label of its baseline config (the A/B rows' first)."""
+        return {g.model: g.ab.rows[0].label for g in self.groups
+                if g.ab is not None and g.ab.rows}
 
 
 # ---- which runs --------------------------------------------------------------------------
@@ -184,8 +206,8 @@ def _groups(runs: list[RunView], ab: list[ABGroup],
         aggs = [ConfigAgg(name, combine([r.result for r in rs]), [r for r in rs if r.ok],
                           [r for r in rs if not r.ok], _label(rs[0].row, matrices))
                 for name, rs in configs.items()]
-        title = group_title(model, device, members[0].row.engine)
-        groups.append(Group(model, device, title, f"{i}-{_slug(model, device)}", members, aggs,
+        groups.append(Group(model, device, members[0].row.engine,
+                            f"{i}-{_slug(model, device)}", members, aggs,
                             by_key.get((model, device))))
     return groups
 
@@ -236,7 +258,7 @@ def _single_ok_runs(rows: Sequence[RunRow]) -> set[int]:
 
 def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
           quantile: str = "linear", keep_frames: bool = True,
-          trim: int | None = None) -> ReportData:
+          trim: int | None = None, routes: bool = True) -> ReportData:
     """Everything a report shows, from the selected runs. `trim`: `--trim N` (None: the
     sessions' own `trim:`, results/trim.py)."""
     if not rows:
@@ -254,9 +276,7 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     sids = list(dict.fromkeys(r.session_id for r in rows))
     sessions = Sessions(store).by_ids(sids)
     parsed = {s.id: s.matrix for s in sessions}
-    labels = labelled(rows)      # "config #2 †": the config part as its label
-    runs = [RunView(r, _label(r, parsed) + labels[r.id][len(r.config):], figures[r.id])
-            for r in rows]
+    runs = [RunView(r, _label(r, parsed), figures[r.id]) for r in rows]
     devices = device_views(store, rows, sessions)
     files: dict[int, Any] = {}
     for f in Sessions(store).imported_files(sids):
@@ -266,15 +286,47 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     # each (model, device) group against its own model's baseline; Holm across all of them
     ab = ab_groups(rows, figures, parsed, baseline, designs=designs,
                    earlier=store_repeats(store))     # noise floor of single runs
-    return ReportData(sessions=sessions, devices=devices, runs=runs,
-                      groups=_groups(runs, ab, parsed),
+    groups = _groups(runs, ab, parsed)
+    for g in groups:
+        _beside(store, g, sessions)
+    caveats = drift.caveats(rows, {r.id: r.figures.mean for r in runs}, matrices)
+    return ReportData(sessions=sessions, devices=devices, runs=runs, groups=groups,
                       matrices=matrices, imported_files=files, designs=designs,
-                      trim=trim, tokens=tokens, samples=samples)
+                      trim=trim, quantile=quantile, tokens=tokens, samples=samples,
+                      caveats=caveats,
+                      regressions=regressions(store, rows),
+                      routes=_routes(store, runs) if routes else {})
 
 
-def left_out_line(r: RunView) -> str:
-    """Plain text (escaped by the caller) saying why a run is in no aggregate."""
-    n = r.figures.n
-    return (f"{r.label} run {r.id} on {r.row.device}: {r.row.status}"
-            + (f" — {r.row.cause}" if r.row.cause else "")
-            + f"; {n} token(s) recorded; left out of every aggregate")
+def _beside(store: Store, g: Group, sessions: Sequence[SessionRow]) -> None:
+    """What a group's sections show beside its figures: the model's facts and the pivot's
+    matrix, the device's ceilings nearest its first run, its newest quality probes."""
+    session_ids = {r.row.session_id for r in g.runs}
+    session = next((s for s in sessions if s.id in session_ids), None)
+    if session is not None:
+        g.facts = facts_for_group(store, session, g.model, g.device, [r.row for r in g.runs])
+        g.pivot_matrix = session.matrix if len(session_ids) == 1 else None
+    starts = [r.row.started_at for r in g.runs if r.row.started_at is not None]
+    g.ceilings = nearest(store, g.device, min(starts) if starts else None)
+    probed_in = newest_probed_session(store, sorted(session_ids, reverse=True), g.model) \
+        if session_ids else None
+    if probed_in is not None:
+        models = summarise(store, probed_in, g.model)
+        g.quality = models[0] if models else None
+
+
+def traced_runs(runs: Sequence[RunView]) -> list[RunView]:
+    """The ok runs whose record carries a route trace (no query: the summary is read)."""
+    return [r for r in runs if r.ok and r.row.record.route_trace]
+
+
+def _routes(store: Store, runs: Sequence[RunView]) -> dict[int, Any]:
+    """Each traced run's (route figures, trace), or the error that kept them from being read
+    (one unreadable trace does not cost the reader the rest of the document)."""
+    out: dict[int, Any] = {}
+    for run in traced_runs(runs):
+        try:
+            out[run.id] = run_figures(store, run.id)
+        except (ValueError, ConfigError) as exc:
+            out[run.id] = exc
+    return out
