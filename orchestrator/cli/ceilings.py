@@ -80,6 +80,7 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
     from orchestrator.report.ceiling_tables import print_ceilings
+    from orchestrator.results.ceilings import latest
     from orchestrator.run.agent_client import AgentClient
     from orchestrator.run.ceilings import CeilingOptions, measure, save
     from orchestrator.run.probe_output import ProbeOutputError
@@ -88,7 +89,8 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
     inv = load_inventory(inventory)
     if list_only:
         store = Store.open(db, create=False)
-        print_ceilings(console, store, inv.names() if name is None else [name])
+        names = inv.names() if name is None else [name]
+        print_ceilings(console, latest(store, names), names)
         return
     name = name or "local"
     if (dense_model is None) != (engine is None):
@@ -116,4 +118,4 @@ def ceilings(name: str | None, path: str | None, size_mib: int, samples: int, se
             sys.exit(1)
     device_id = store.upsert_device(name, entry.kind, facts)
     save(store, device_id, measured)
-    print_ceilings(console, store, [name])
+    print_ceilings(console, latest(store, [name]), [name])

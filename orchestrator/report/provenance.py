@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.db.runs import DATE_ONLY, RunRow
+from orchestrator.results.listings import DATE_ONLY, RunRow
 from orchestrator.record import load_record
 from orchestrator.report.cells import id_list
 from orchestrator.report.formatting import file_size, gib_from_kb, when

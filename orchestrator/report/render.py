@@ -40,7 +40,8 @@ from orchestrator.report.formatting import cell, gib_from_kb, pct, ratio, when
 from orchestrator.report.labels import baseline_line, group_title
 from orchestrator.report.regressions import sections as regression_sections
 from orchestrator.report.within_cells import with_trim
-from orchestrator.results.report_data import DATE_ONLY, Group, ReportData
+from orchestrator.results.listings import DATE_ONLY
+from orchestrator.results.report_data import Group, ReportData
 from orchestrator.stats.values import DAGGER, DASH
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
