@@ -20,6 +20,7 @@ from orchestrator.db.store import Store
 from orchestrator.report import ab_table
 from orchestrator.results import ab
 from orchestrator.db.runs import Runs
+from orchestrator.stats.figures import frame
 from orchestrator.stats.uncertainty import holm
 from orchestrator.stats.figures import RunFigures
 
@@ -104,7 +105,7 @@ def test_imported_session_compares_with_the_first_config_in_run_order():
     x = row([group], "-", "x")
     assert x.comparison.delta_pct == pytest.approx(25.0)
     assert x.comparison.p_value is None and not x.comparison.significant
-    assert x.verdict == "not tested (n=1/1)" and x.interval.low is None
+    assert ab_table.verdict_words(x) == "not tested (n=1/1)" and x.interval.low is None
 
 
 def test_interleaved_rounds_are_paired_and_pairs_only_their_members():
@@ -129,12 +130,12 @@ def test_interleaved_rounds_are_paired_and_pairs_only_their_members():
     assert b.comparison.significant and b.verdict == "faster"
     assert b.comparison.ci_low_pct > 0 and b.comparison.ci_low_pct < b.comparison.delta_pct \
         < b.comparison.ci_high_pct
-    assert row(paired, "-", "c").verdict == "no significant difference (n=5 rounds)"
+    assert ab_table.verdict_words(row(paired, "-", "c")) == "no significant difference (n=5 rounds)"
     # the same runs unpaired: the drift swamps the effect
     welch = ab.ab_groups(rows, figures_of(stats), {1: matrix(body.format(order="as-written", extra=""))})
     b = row(welch, "-", "b")
     assert b.comparison.method == "welch" and not b.comparison.significant
-    assert b.verdict == "no significant difference (n=5/5)"
+    assert ab_table.verdict_words(b) == "no significant difference (n=5/5)"
     assert b.comparison.ci_low_pct < 0 < b.comparison.ci_high_pct
     # `pairs:` pairs only the configs of the pair, in any order
     pairs = ab.ab_groups(rows, figures_of(stats), {1: matrix(body.format(
@@ -169,7 +170,7 @@ def test_holm_across_every_group_decides_significance():
     assert all(0.03 < c.p_value < 0.05 for c in tested)
     assert [c.p_adjusted for c in tested] == pytest.approx(holm([c.p_value for c in tested]))
     assert not any(c.significant for c in tested)
-    assert {r.verdict for g in groups for r in g.rows if not r.is_baseline} == {
+    assert {ab_table.verdict_words(r) for g in groups for r in g.rows if not r.is_baseline} == {
         "no significant difference (n=4 rounds)"}
     # one document with one of them: significant
     alone = ab.ab_groups([r for r in rows if r.model == "m2" and r.config != "c"], figures_of(stats),
@@ -349,7 +350,7 @@ def test_aa_control_is_not_significant_and_a_cache_is(workspace):
     assert "within the spread" not in text
     thr = by_label(find(tables, "95% CI")[0])
     runs = [r for r in store.runs(sid) if r.config == "cache"]
-    means = Runs(store).stats(runs)["mean"]
+    means = frame(Runs(store).figures(runs))["mean"]
     lo, hi = sps.t.interval(0.95, 4, loc=means.mean(), scale=means.std(ddof=1) / 5 ** 0.5)
     assert thr["cache"]["95% CI"] == "%.2f–%.2f" % (lo, hi)
 
@@ -383,7 +384,7 @@ def test_two_model_matrix_each_model_against_its_own_baseline(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 8 and all(r.status == "ok" for r in runs)
-    stats = Runs(store).stats(runs)["mean"]
+    stats = frame(Runs(store).figures(runs))["mean"]
     data = json.loads(orch("table", "--format", "json", "-t", "ab"))
     assert {(r["model"], r["config"], r["baseline"]) for r in data} == {
         ("m1", "slow", "slow"), ("m1", "fast", "slow"), ("m2", "fast", "fast"),

@@ -15,6 +15,7 @@ from scipy import stats as scipy_stats
 
 from orchestrator.db.store import Store
 from orchestrator.db.runs import Runs
+from orchestrator.stats.figures import frame
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "bigmoe"
 KEYS = {"model", "config", "reference", "other", "ratio", "ci_low", "ci_high", "p_value",
@@ -68,7 +69,7 @@ def run_means(store: Store, device: str | None = None, session: int | None = Non
               ) -> dict[str, list[float]]:
     runs = [r for r in store.runs(session) if r.status == "ok"
             and (device is None or r.device == device)]
-    stats = Runs(store).stats(runs)
+    stats = frame(Runs(store).figures(runs))
     out: dict[str, list[float]] = {}
     for r in sorted(runs, key=lambda r: r.id):
         out.setdefault(r.config, []).append(float(stats.loc[r.id, "mean"]))

@@ -16,7 +16,7 @@ from orchestrator.db.store import Store
 from orchestrator.ingest.grouping import Member, name_configs
 from orchestrator.ingest.naming import model_from_path, name_time, repeat_index
 from orchestrator.ingest.when import parse_time
-from orchestrator.report.render import render_report
+from orchestrator.cli.documents import report_text as render_report
 from orchestrator.results.ab import ab_groups
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
@@ -228,7 +228,7 @@ def test_a_column_that_is_zero_on_every_token_is_not_measured(db, tmp_path):
     (folder / "win_k2.csv").write_text("\n".join(lines) + "\n")
     run = imported(db, folder)[0]
     assert any("rss_mib is 0 on every token: not measured" in w for w in run.warnings)
-    stats = Runs(Store.open(db)).stats_dicts([run])[run.id]
+    stats = Runs(Store.open(db)).figures([run])[run.id].as_dict()
     assert stats["peak_rss_gib"] is None or stats["peak_rss_gib"] != stats["peak_rss_gib"]
     assert stats["mem_floor_gib"] == pytest.approx(min(
         float(l.split(",")[lines[header].split(",").index("mem_available_mib")])

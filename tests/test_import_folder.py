@@ -16,7 +16,7 @@ from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.engines.bmoe import BmoeRunParser
 from orchestrator.record import load_record
-from orchestrator.report.render import render_report
+from orchestrator.cli.documents import report_text as render_report
 from orchestrator.ingest.state import parse_state
 from orchestrator.ingest.importer import import_dir
 from orchestrator.db.runs import Runs
@@ -88,7 +88,7 @@ def test_jul14_warmup_and_matrix_stdout(db):
     rec = load_record(k2.summary)
     assert (rec.tokens, rec.decode_tps, rec.cache_hit_pct) == (24, 0.687, 20.4)
     assert "Canberra" in k2.text
-    assert Runs(store).stats_dicts([k2])[k2.id]["mean"] == pytest.approx(0.687)
+    assert Runs(store).figures([k2])[k2.id].as_dict()["mean"] == pytest.approx(0.687)
     # its mmap_k2 / mmap_k4 sections are the CSV runs' stdout (same tokens and s/token)
     assert "mmap_k2" not in runs and "Canberra" in runs["gptoss_mmap_k2"].text
 
@@ -327,7 +327,7 @@ def test_token_memory_columns_fill_the_pressure_table(db, tmp_path):
     rows = store.frame("token", [run.id])
     peak = max(e["rss_mib"] for e in rows.extra) / 1024
     floor = min(e["mem_available_mib"] for e in rows.extra) / 1024
-    stats = Runs(store).stats_dicts([run])[run.id]
+    stats = Runs(store).figures([run])[run.id].as_dict()
     assert stats["peak_rss_gib"] == pytest.approx(peak)
     assert stats["mem_floor_gib"] == pytest.approx(floor)
     code, out = orch("table", "--db", db, "-t", "pressure")
@@ -336,7 +336,7 @@ def test_token_memory_columns_fill_the_pressure_table(db, tmp_path):
     shutil.copy(src.with_suffix(".metrics"), folder)
     orch("import", str(folder), "--db", db)
     run = Store.open(db).runs()[0]
-    assert Runs(store).stats_dicts([run])[run.id]["peak_rss_gib"] == pytest.approx(
+    assert Runs(store).figures([run])[run.id].as_dict()["peak_rss_gib"] == pytest.approx(
         load_record(run.summary).extra["sidecar"]["peak_rss_kb"] / 1048576)
 
 

@@ -16,7 +16,8 @@ from test_analysis_oracle import FIX
 
 from orchestrator.cli import main
 from orchestrator.db.store import Store
-from orchestrator.report import context, plots
+from orchestrator.report import plots
+from orchestrator.results import report_data as context
 
 pytestmark = pytest.mark.extra("plots")   # every test here draws with matplotlib
 
@@ -59,7 +60,7 @@ def fake_data(n_configs: int, tokens: int = 80, repeats: int = 2, temperature: b
                                       {r.id for r in ok}) * 1000.0
         configs.append(SimpleNamespace(config=name, runs=ok, ids=[r.id for r in ok],
                                        values={"mean": mean}))
-    group = SimpleNamespace(title="m on phone", slug="1-m-phone", runs=runs, configs=configs)
+    group = SimpleNamespace(model="m", device="phone", engine=None, slug="1-m-phone", runs=runs, configs=configs)
     data = SimpleNamespace(groups=[group], matrices={1: {"labels": {"c00": LONG}}},
                            tokens=pd.DataFrame(tok), samples=pd.DataFrame(smp))
     return data, group

@@ -99,7 +99,7 @@ def test_imported_runs_keep_their_files_times(tmp_path):
     session = store.session_row(report.session_id)
     assert session.ended_at.replace(tzinfo=dt.timezone.utc) > written   # the import itself
     assert session.python_version and session.orch_version
-    from orchestrator.report.render import render_report
+    from orchestrator.cli.documents import report_text as render_report
 
     text = render_report(store, store.runs(report.session_id), plots=False)
     # the copied files take their folder's day; the one written that day keeps its file time
@@ -112,7 +112,7 @@ def test_provenance_shows_the_facts_of_when_the_session_ran(tmp_path):
     """A session keeps a snapshot of its device's facts; a later probe (a new kernel) changes
     the device row, not what an old session's report says about the device it ran on."""
     from orchestrator.db.runs import Runs, Sessions
-    from orchestrator.report.context import device_views
+    from orchestrator.results.report_data import device_views
     from orchestrator.report.provenance import devices_table
 
     store = Store.open(str(tmp_path / "orch.db"))

@@ -26,6 +26,7 @@ from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.report.ab_table import delta_cell
 from orchestrator.db.runs import Runs
+from orchestrator.stats.figures import frame
 from orchestrator.stats.uncertainty import compare
 
 REPO = Path(__file__).resolve().parent.parent
@@ -230,7 +231,7 @@ def test_report_of_a_real_run_has_every_section(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert len(runs) == 4 and all(r.status == "ok" for r in runs)
-    stats = Runs(store).stats(runs)
+    stats = frame(Runs(store).figures(runs))
     tables = md_tables(text)
     thr = by_label(find(tables, "decode mean", "moe-probe on local")[0])
     ab = by_label(find(tables, "Δ mean [95% CI]")[0])
@@ -315,7 +316,7 @@ def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
     ab = by_label(find(tables, "Δ mean [95% CI]")[0])
     assert ab["stuck"]["decode mean [95% CI]"] == "—"
     assert "no run ended ok" in ab["stuck"]["verdict"]
-    stats = Runs(store).stats(store.runs())
+    stats = frame(Runs(store).figures(store.runs()))
     runs = store.runs()
     base, _ = mean_of_means(stats, runs, "base")
     fast, xs = mean_of_means(stats, runs, "fast")
@@ -341,7 +342,7 @@ def test_compare_two_devices_prints_ratios_from_the_store(workspace):
     store = Store.open("orch.db")
     runs = store.runs()
     assert {r.device for r in runs} == {"local", "other"}
-    stats = Runs(store).stats(runs)
+    stats = frame(Runs(store).figures(runs))
     table = by_label(md_tables(Path("cmp.md").read_text(encoding="utf-8"))[0])
     for config in ("pread", "mmap"):
         a, xs = mean_of_means(stats, runs, config, "local")

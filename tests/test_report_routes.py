@@ -13,7 +13,8 @@ from cli_helpers import orch_ok
 from test_analysis_oracle import FIX
 
 from orchestrator.db.store import Store
-from orchestrator.report import context, routing
+from orchestrator.report import routing
+from orchestrator.results import report_data as context
 
 TRACE_DIR = FIX / "2026-07-15-route-trace"
 CACHE_DIR = FIX / "2026-07-13"
@@ -138,7 +139,7 @@ def test_a_trace_that_cannot_be_analysed_is_named_and_the_rest_renders(tmp_path,
     def broken(store, run_id):
         raise ValueError("layers have different numbers of routed experts")
 
-    monkeypatch.setattr(routing, "run_figures", broken)
+    monkeypatch.setattr(context, "run_figures", broken)
     text = orch_ok("report", "--db", db, "--no-plots")
     part = _routing_part(text)
     assert "its route trace could not be analysed: layers have different numbers" in part
@@ -177,7 +178,7 @@ def mixed(tmp_path_factory) -> tuple[Store, context.ReportData]:
 
 def test_measured_points_are_the_same_models_cache_runs(mixed):
     _store, data = mixed
-    (traced,) = routing.traced_runs(data)
+    (traced,) = routing.traced_runs(data.runs)
     assert traced.row.config == "gemma_trace"
     points = routing.measured_points(data, traced)
     got = [(p.label, p.budget_mib, round(p.hit_pct, 1), p.n, p.traced) for p in points]
@@ -190,8 +191,8 @@ def test_measured_points_are_the_same_models_cache_runs(mixed):
 @pytest.mark.slow
 def test_section_compares_measured_points_with_the_replayed_lru(mixed):
     store, data = mixed
-    (traced,) = routing.traced_runs(data)
-    section = routing.build_section(store, data, traced)
+    (traced,) = routing.traced_runs(data.runs)
+    section = routing.build_section(data, traced)
     lru = {p.label: round(p.replay_lru_cum, 2) for p in section.measured}
     assert lru == {"gemma_trace": 76.78, "gemma_base_ov": 58.27, "gemma_sg_ov": 58.27}
     table = routing.measured_table(section)
@@ -203,7 +204,7 @@ def test_runs_of_another_model_are_not_measured_points(mixed):
     _store, data = mixed
     qwen = next(r for r in data.runs if r.row.config == "qwen_base_ov")
     assert routing.model_names(qwen) == {"qwen"}
-    (traced,) = routing.traced_runs(data)
+    (traced,) = routing.traced_runs(data.runs)
     assert "google_gemma-4-26B-A4B-it-Q4_K_M" in routing.model_names(traced)
     assert "google_gemma-4-26B-A4B-it-Q4_K_M.gguf" in routing.model_names(traced)
 

@@ -11,7 +11,7 @@ from cli_helpers import orch
 
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
-from orchestrator.report.render import render_report
+from orchestrator.cli.documents import report_text as render_report
 from orchestrator.results.drift import caveats, session_warnings
 from orchestrator.ingest.importer import driver_entries, import_dir
 from orchestrator.run.validity import RunValidity, summarise

@@ -10,6 +10,7 @@ import pytest
 from cli_helpers import orch
 
 from orchestrator.db.runs import Runs
+from orchestrator.stats.figures import frame
 from orchestrator.db.store import Store
 from orchestrator.stats.settle import settling
 from orchestrator.stats.within_run import block_length, run_figures, stationary_means
@@ -38,9 +39,9 @@ def stats(tmp_path_factory):
     assert code == 0, out
     store = Store.open(db)
     rows = store.runs()
-    frame = Runs(store).stats(rows, within_run=True)
-    frame["file"] = [Path(r.source_file).name for r in rows]
-    return frame.set_index("file")
+    table = frame(Runs(store).figures(rows))
+    table["file"] = [Path(r.source_file).name for r in rows]
+    return table.set_index("file")
 
 
 def test_the_decisive_pair_as_the_study_printed_it(stats) -> None:

@@ -99,13 +99,15 @@ def ceilings(name: str | None, options: CeilingOptions, list_only: bool,
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
     from orchestrator.report.ceiling_tables import print_ceilings
+    from orchestrator.results.ceilings import latest
     from orchestrator.run.agent_client import AgentClient
     from orchestrator.run.ceilings import measure, save
 
     inv = load_inventory(inventory)
     if list_only:
         store = Store.open(db, create=False)
-        print_ceilings(console, store, inv.names() if name is None else [name])
+        names = inv.names() if name is None else [name]
+        print_ceilings(console, latest(store, names), names)
         return
     name = name or "local"
     if (options.dense_model is None) != (options.engine is None):
@@ -126,4 +128,4 @@ def ceilings(name: str | None, options: CeilingOptions, list_only: bool,
         measured = measure(transport, options, event)
     device_id = store.upsert_device(name, entry.kind, facts)
     save(store, device_id, measured)
-    print_ceilings(console, store, [name])
+    print_ceilings(console, latest(store, [name]), [name])

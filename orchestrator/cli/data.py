@@ -208,6 +208,7 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
     from orchestrator.report.session_tables import session_tables
+    from orchestrator.results.table_data import table_data
     from orchestrator.results.ab import parse_baselines, shown_by_default
 
     kinds = [k.strip() for k in (tables or "").split(",") if k.strip()]
@@ -220,15 +221,16 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
     chosen = parse_baselines(baselines, store.runs(sid), f"session {sid}")
     if pivot is not None:
         from orchestrator.report.pivot import pivot_text
+        from orchestrator.results.pivot import session_pivots
 
-        sys.stdout.write(pivot_text(store, sid, fmt, quantile))
+        sys.stdout.write(pivot_text(session_pivots(store, sid, quantile), sid, fmt))
         return
     if tables is None:
         kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(store.runs(sid)) else [])
         if picked is not None:      # the picked columns may come from the detail table
             kinds.remove("detail")
-    text = session_tables(store, sid, kinds, fmt, quantile, chosen or None, columns=picked,
-                          trim=trim)
+    data = table_data(store, sid, quantile, chosen or None, trim=trim, with_ab="ab" in kinds)
+    text = session_tables(data, sid, kinds, fmt, columns=picked)
     if fmt == "md":   # notes name runs and configs as stored: their escapes shown, not sent
         from orchestrator.escape import visible
 
@@ -258,10 +260,12 @@ def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, prov
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
     from orchestrator.report.export import export_session
+    from orchestrator.results.export import session_export
     from orchestrator.report.outputs import check_out_dir
 
     check_out_dir(Path(out_dir))
     store = Store.open(db, create=False)
     sid = Sessions(store).resolve(session, matrix)
-    for path in export_session(store, sid, Path(out_dir), fmt, full=provenance == "full"):
+    for path in export_session(session_export(store, sid), Path(out_dir), fmt,
+                               full=provenance == "full"):
         console.print(f"wrote {path}")

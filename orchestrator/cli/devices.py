@@ -36,7 +36,10 @@ def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: 
         from orchestrator.db.store import Store
         from orchestrator.report.ceiling_tables import print_ceilings
 
-        print_ceilings(console, Store.open(db), list(names) or inv.names())
+        from orchestrator.results.ceilings import latest
+
+        shown = list(names) or inv.names()
+        print_ceilings(console, latest(Store.open(db), shown), shown)
 
 
 def print_devices(console: Console, inventory: Inventory, names: list[str], probe: bool,

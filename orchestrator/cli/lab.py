@@ -196,6 +196,7 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
     from orchestrator.lab.status import sessions_to_wait
     from orchestrator.lab.status import wait as wait_for
     from orchestrator.report.terminal import print_session_table
+    from orchestrator.results.listings import session_listing
 
     store = _store(db, create=False)
     sessions = sessions_to_wait(store, session)
@@ -218,7 +219,7 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
     if not result.ok and timeout is not None and any(result.states[s] for s in ("queued", "delivered")):
         errors.print(f"{last['line']}; gave up after --timeout {timeout:g} s")
     for sid in sessions:
-        print_session_table(console, store, sid)
+        print_session_table(console, session_listing(store, sid))
     if not result.ok:   # the tables above say which cells did not end ok
         raise Failed()
 

@@ -57,7 +57,8 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     provenance of every number. With --compare, of two or more sides and their comparison."""
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
-    from orchestrator.report import render_report, select_runs
+    from orchestrator.cli.documents import compared_report, report_text
+    from orchestrator.results.report_data import select_runs
     from orchestrator.report.outputs import check_out_file
     from orchestrator.results.ab import parse_baselines, runs_where
 
@@ -71,16 +72,14 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
                "columns": column_keys(columns, "report"),
                "provenance_full": provenance == "full", "trim": trim}
     if with_comparison:
-        from orchestrator.report.compare import report as compared
-
-        text = compared(store, ([session] if session else []) + list(sessions), devices,
+        text = compared_report(store, ([session] if session else []) + list(sessions), devices,
                         matrix, baselines=baselines, **options)
     elif sessions:
         raise ConfigError("--session is for --compare (a report of one session: SESSION)")
     else:
         rows = select_runs(store, session, matrix, devices)
         chosen = parse_baselines(baselines, rows, runs_where(rows))
-        text = render_report(store, rows, baseline=chosen or None, **options)
+        text = report_text(store, rows, baseline=chosen or None, **options)
     if out:
         console.print(f"wrote {out}", highlight=False)
     else:
@@ -128,14 +127,16 @@ def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | N
     --match) on the first side, not with another config; for A/B rows against a baseline
     config use `orch table -b` or `orch report -b`."""
     from orchestrator.db.store import Store
+    from orchestrator.cli.documents import comparison_of
     from orchestrator.report.compare import compare as run_compare
     from orchestrator.report.outputs import check_out_file
 
     if out:
         check_out_file(Path(out))
-    text = run_compare(Store.open(db, create=False), sessions, devices, matrix, fmt=fmt,
-                       out=Path(out) if out else None, console=console, template=template,
-                       builds=builds or (), matches=matches, trim=trim)
+    comp = comparison_of(Store.open(db, create=False), sessions, devices, matrix,
+                         builds=builds or (), matches=matches, trim=trim)
+    text = run_compare(comp, fmt=fmt, out=Path(out) if out else None, console=console,
+                       template=template)
     if out:
         console.print(f"wrote {out}", highlight=False)
     elif text is not None:

@@ -60,6 +60,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     from orchestrator.config.matrix import load_matrix
     from orchestrator.db.store import Store
     from orchestrator.report.terminal import print_session_table
+    from orchestrator.results.listings import session_listing
     from orchestrator.run.progress import Board
     from orchestrator.run.runner import LinkPolicy
 
@@ -95,7 +96,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
             click.echo(text if text.startswith(f"{name}: ") else f"{name}: {text}", err=True)
             codes.add(result.exit_code if isinstance(result, OrchError) else Failed.exit_code)
             continue
-        print_session_table(console, store, result.session_id)
+        print_session_table(console, session_listing(store, result.session_id))
         if any(o.status != Status.OK for o in result.outcomes):
             codes.add(Failed.exit_code)
     if codes:   # reported above; one device's own code (4: busy), else 1
@@ -140,12 +141,15 @@ def runs(session: int | None, limit: int, fmt: str, db: str | None) -> None:
         import json
 
         from orchestrator.report.terminal import runs_json
+        from orchestrator.results.listings import runs_listing
 
-        click.echo(json.dumps(runs_json(store, session, limit), indent=1, ensure_ascii=False))
+        click.echo(json.dumps(runs_json(runs_listing(store, session, limit)), indent=1,
+                              ensure_ascii=False))
         return
     from orchestrator.report.terminal import print_runs
+    from orchestrator.results.listings import runs_listing
 
-    print_runs(console, store, session, limit)
+    print_runs(console, runs_listing(store, session, limit))
 
 
 @click.command()
@@ -156,5 +160,6 @@ def show(run_id: int, db: str | None) -> None:
     """Print one run's statistics: tok/s distribution, I/O, cache, device pressure."""
     from orchestrator.db.store import Store
     from orchestrator.report.terminal import print_run
+    from orchestrator.results.listings import run_detail
 
-    print_run(console, Store.open(db, create=False), run_id)
+    print_run(console, run_detail(Store.open(db, create=False), run_id))

@@ -15,9 +15,10 @@ Every layer above db/ reads runs through here, never through db/schema.py:
   record, or a file's mtime) so no view labels a study's local time UTC.
 - **`SessionRow`** carries the session's columns and `.matrix`, the stored matrix text parsed
   once (None for imports and for a matrix this orch can no longer read).
-- **Per-run statistics** (`Runs.stats`) belong to the read model as pyperf's result model owns
-  its statistics: every view and the adaptive-repeat judgement in run/ read the same figures.
-  pandas and the statistics are imported when first asked for, so listing runs stays light.
+- **Per-run figures** (`Runs.figures`, stats/figures.py RunFigures) belong to the read model as
+  pyperf's result model owns its statistics: every view and the adaptive-repeat judgement in
+  run/ read the same figures. pandas and the statistics are imported only when figures must be
+  computed (another trim or quantile method), so listing runs stays light.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Engine, Select, func, select
+from sqlalchemy import Select, func, select
 
 from orchestrator.db import schema
 from orchestrator.errors import NotFound
@@ -38,8 +39,6 @@ from orchestrator.stats.overlap import overlapped
 from orchestrator.stats.status import Status
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from orchestrator.config.matrix import Matrix
     from orchestrator.db.store import Store
     from orchestrator.record import RunRecord
@@ -122,7 +121,7 @@ class RunRow:
     session_kind: str | None = None     # "run", "import", ... (session.kind)
 
     @cached_property
-    def record(self) -> "RunRecord":
+    def record(self) -> RunRecord:
         """What the engine reported about the run as a whole, typed (record.py)."""
         from orchestrator.record import load_record
 
@@ -191,12 +190,12 @@ class RunRow:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name != "figures"}
 
-    def replace(self, **values: Any) -> "RunRow":
+    def replace(self, **values: Any) -> RunRow:
         """A copy with some fields changed (a view's relabelled config, say)."""
         return dataclasses.replace(self, **values)
 
     @classmethod
-    def of(cls, row: Any) -> "RunRow":
+    def of(cls, row: Any) -> RunRow:
         m = row._mapping
         return cls(**{k: m[k] for k in _RUN_COLUMNS},
                    device=m.get("device", ""), matrix_name=m.get("matrix_name"),
@@ -219,7 +218,7 @@ class SessionRow:
             raise AttributeError(name) from None
 
     @cached_property
-    def matrix(self) -> "Matrix | None":
+    def matrix(self) -> Matrix | None:
         """The stored matrix, parsed once; None for imports or text this orch cannot read."""
         from orchestrator.config.matrix import stored_matrix
 
@@ -238,7 +237,7 @@ class SessionRow:
         return data if isinstance(data, dict) else {}
 
     @classmethod
-    def of(cls, row: Any) -> "SessionRow":
+    def of(cls, row: Any) -> SessionRow:
         return cls(dict(row._mapping))
 
 
@@ -259,9 +258,8 @@ def current_only(stmt: Select) -> Select:
 class Runs:
     """Reads of stored runs; `Runs(store)` is cheap (no query until asked)."""
 
-    def __init__(self, store: "Store") -> None:
-        # transitional: report/context.py hands its frame cache, which wraps the store
-        self.store = getattr(store, "store", store)
+    def __init__(self, store: Store) -> None:
+        self.store = store
 
     def _fetch(self, stmt: Select) -> list[RunRow]:
         return [RunRow.of(r) for r in self.store.fetch(stmt)]
@@ -384,34 +382,11 @@ class Runs:
         stmt = select(func.count()).select_from(tok).where(tok.c.run_id == run_id)
         return int(self.store.fetch(stmt)[0][0])
 
-    # -- transitional: the frame and dict forms of `figures` that views still read ----------
-    def stats(self, rows: Sequence[Any], quantile_method: str = "linear", trim: int = 0,
-              within_run: bool = False) -> "pd.DataFrame":
-        """`figures` as a frame indexed by run id (columns: RunFigures' fields)."""
-        from orchestrator.stats.figures import frame
-
-        return frame(self.figures(list(rows), trim, quantile_method))
-
-    def stats_dicts(self, rows: Sequence[Any], trim: int = 0) -> dict[int, dict[str, Any]]:
-        """`figures` as plain dicts by run id."""
-        return {rid: f.as_dict() for rid, f in self.figures(list(rows), trim).items()}
-
-    def stats_dicts_q(self, rows: Sequence[Any], trim: int = 0,
-                      quantile_method: str = "linear") -> dict[int, dict[str, Any]]:
-        return {rid: f.as_dict()
-                for rid, f in self.figures(list(rows), trim, quantile_method).items()}
-
-    def listing_stats(self, rows: Sequence[Any]) -> dict[int, dict[str, Any]]:
-        return self.stats_dicts(rows)
-
-    def show_stats(self, row: RunRow) -> dict[str, Any]:
-        return self.figures([row])[row.id].as_dict()
-
 
 class Sessions:
     """Reads of stored sessions."""
 
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def _fetch(self, stmt: Select) -> list[SessionRow]:
@@ -482,7 +457,7 @@ class Sessions:
         return {r.name: r.sid for r in self.store.fetch(stmt)}
 
 
-def devices_by_name(store: "Store", names: Iterable[str]) -> dict[str, Any]:
+def devices_by_name(store: Store, names: Iterable[str]) -> dict[str, Any]:
     """Device rows (name, kind, facts, ...) of these names."""
     rows = store.fetch(select(schema.device).where(schema.device.c.name.in_(list(names))))
     return {d.name: d for d in rows}

@@ -10,7 +10,7 @@ import pandas as pd
 
 from orchestrator.report import markdown as md
 from orchestrator.report.formatting import STATS, Formatter, bold, pct, signed
-from orchestrator.results.ab import ABGroup, ABRow
+from orchestrator.results.ab import ABGroup, ABRow, Verdict
 from orchestrator.stats.uncertainty import ALPHA, Comparison, Interval
 from orchestrator.stats.values import DAGGER, DASH, is_missing
 
@@ -68,10 +68,23 @@ def noise_floor_text(row: ABRow) -> str | None:
     return f"noise floor ±{row.noise_floor_pct:.1f}% (from repeats of {row.noise_floor_from})"
 
 
+def verdict_words(row: ABRow) -> str:
+    """The row's verdict (results/ab.py Verdict) in words, with its test's sizes where it
+    was not tested or found no difference."""
+    verdict, c = row.verdict, row.comparison
+    if verdict is Verdict.NOT_TESTED and c is not None:
+        return f"{verdict} (n={c.n_base}/{c.n_cand})"
+    if verdict is Verdict.NO_DIFFERENCE and c is not None:
+        n = f"{c.n_cand} rounds" if c.method == "paired" else f"{c.n_base}/{c.n_cand}"
+        return f"{verdict} (n={n})"
+    return str(verdict)
+
+
 def verdict_text(row: ABRow) -> str:
     """The verdict, with the noise floor where the change could not be tested."""
     floor = noise_floor_text(row)
-    return row.verdict if floor is None else f"{row.verdict}; {floor}"
+    words = verdict_words(row)
+    return words if floor is None else f"{words}; {floor}"
 
 
 HEADERS = ["Config", "decode mean [95% CI]", "Δ mean [95% CI]", "p (Holm)", "verdict",
@@ -98,7 +111,7 @@ def row_cells(row: ABRow) -> list[str]:
         "baseline" if row.is_baseline else (delta_cell(c) if c is not None else DASH),
         p_cell(c.p_adjusted) if c is not None else DASH,
         verdict_text(row) if row.ids else
-        f"{row.verdict} ({DAGGER}: {', '.join(map(str, row.failed))})",
+        f"{verdict_words(row)} ({DAGGER}: {', '.join(map(str, row.failed))})",
         STATS["cache_hit_pct"].fmt(row.cache_hit_pct),
         DASH if row.is_baseline else pp(row.cache_hit_delta_pp),
         STATS["read_mib_per_token"].fmt(row.read_mib_per_token),
@@ -188,7 +201,7 @@ def records(groups: Sequence[ABGroup]) -> list[dict[str, Any]]:
                 "n_base": c.n_base if c else len(g.rows[0].ids),   # rows[0]: the baseline
                 "n_config": c.n_cand if c else len(row.ids),
                 "method": c.method if c else None,
-                "verdict": row.verdict,
+                "verdict": verdict_words(row),
                 "noise_floor_pct": row.noise_floor_pct,
                 "noise_floor_from": row.noise_floor_from,
                 "within_run_ci_low": row.within_run[0] if row.within_run else None,

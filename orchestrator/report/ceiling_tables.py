@@ -2,14 +2,13 @@
 ceilings (results/ceilings.py reads and judges them) as rich tables."""
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.db.store import Store
-from orchestrator.results.ceilings import latest
+
 from orchestrator.stats.values import DASH, is_missing
 
 
@@ -60,10 +59,9 @@ def lanes_table(row: Any) -> Table | None:
     return table
 
 
-def print_ceilings(console: Console, store: Store, names: Iterable[str]) -> None:
-    """The newest ceilings of each named device, or how to measure them."""
-    names = list(names)
-    found = latest(store, names)
+def print_ceilings(console: Console, found: Mapping[str, Any], names: Iterable[str]) -> None:
+    """The newest ceilings of each named device (`found`: results/ceilings.py latest), or how
+    to measure them."""
     for name in names:
         row = found.get(name)
         if row is None:

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.db.store import Store
 from orchestrator.report.cells import id_list
-from orchestrator.report.context import Group
 from orchestrator.report.markdown import Table, md_escape
 from orchestrator.results.ceilings import (
     COMPUTE_BOUND_SHARE,
     IO_BOUND_SHARE,
     io_ceiling,
     judge,
-    nearest,
 )
+from orchestrator.results.report_data import Group
 from orchestrator.stats.values import DASH, is_missing
 
 
@@ -65,11 +63,10 @@ def table(group: Group, row: Any) -> Table:
     return out
 
 
-def group_context(store: Store, group: Group) -> dict[str, Any]:
+def group_context(group: Group) -> dict[str, Any]:
     """`ceilings` (a Table or None) and `ceilings_caption` for group.md.j2: the device's
-    ceilings measured nearest in time to the group's first run."""
-    starts = [r.row.started_at for r in group.runs if r.row.started_at is not None]
-    row = nearest(store, group.device, min(starts) if starts else None)
+    ceilings measured nearest in time to the group's first run (results/report_data.py)."""
+    row = group.ceilings
     if row is None or not any(a.runs for a in group.configs):
         return {"ceilings": None, "ceilings_caption": None}
     return {"ceilings": table(group, row), "ceilings_caption": caption(row)}

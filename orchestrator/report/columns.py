@@ -26,9 +26,11 @@ from orchestrator.report.formatting import (
     Formatter,
     energy_cell,
     gib,
+    ms_in_s,
     number,
     split,
     temp_range,
+    useful,
 )
 from orchestrator.report.within_cells import (
     interval_cell,
@@ -36,7 +38,7 @@ from orchestrator.report.within_cells import (
     pct_cell,
     steady_cell,
 )
-from orchestrator.stats.values import DASH, is_missing
+from orchestrator.stats.values import DASH
 
 _JUSTIFY = {"---": "left", ":---": "left", "---:": "right", ":--:": "center"}
 
@@ -202,17 +204,17 @@ ADAPTIVE = TableSpec(
     "router-prediction recall, useful-hit rate and auto-off under `--spec-gate`):")
 # The per-variant comparison of the 2026-07-12-pr23 write-up, in that document's own layout
 # (units in the headers, whole degrees): its "decode tok/s" cell carries the change from the
-# table's first row, and its "useful" cell combines two counters; both are derived in
-# tables.py (`_variant_rows`), and csv/json carry their inputs (`data`). The published header
+# table's first row (derived in tables.py `_variant_rows`), and its "useful" cell combines two
+# counters with the run's useful share; csv/json carry the counters (`data`). The published header
 # says "stall ms/tok" but prints s/tok (0.063 for a 63 ms stall); the unit is stated
 # correctly here. p5 and the compute + I/O split follow the published columns.
 VARIANTS = TableSpec((
     Column("mean", "decode tok/s", number("%.2f"), headline=True),
     *stats("median", "p95", "cache_hit_pct"),
     Column("read_mib_per_token", "flash MiB/tok", number("%.0f")),
-    Column("stall_s_per_token", "stall s/tok", number("%.3f"), data=("stall_ms_per_token",)),
+    Column("stall_ms_per_token", "stall s/tok", ms_in_s("%.3f")),
     Column("spec_read_mib", "spec MiB", number("%.0f")),
-    Column("spec_useful", "useful", lambda v: DASH if is_missing(v) else v,
+    Column("spec_useful", "useful", useful, also=("spec_experts", "spec_useful_pct"),
            data=("spec_useful", "spec_experts")),
     Column("spec_recall_pct", "recall", number("%.0f%%")),
     Column("ttft_s", "TTFT s", number("%.1f")),

@@ -16,23 +16,19 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from orchestrator.db.store import Store
-from orchestrator.errors import ConfigError
 from orchestrator.report import ab_table, render
 from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict_cell
 from orchestrator.report.formatting import ratio, when
 from orchestrator.report.markdown import Table, md_escape
 from orchestrator.report.session_tables import failure_line
-from orchestrator.results.ab import parse_baselines, runs_where
 from orchestrator.results.comparison import (
+    Absence,
     ConfigRow,
     SideComparison,
     absence_records,
-    build,
-    build_side,
     records,
 )
-from orchestrator.results.query import Side, select_sides
+from orchestrator.results.query import Side
 from orchestrator.stats.uncertainty import ALPHA, CONFIDENCE
 from orchestrator.stats.values import DASH
 
@@ -105,7 +101,7 @@ def only_lines(comp: SideComparison) -> list[str]:
     for i, side in enumerate(comp.sides):
         # a config whose runs failed is not a config that never ran: said apart
         failed = [f"{_name(r)} (runs {id_list(r.failed[i])})" for r in comp.only
-                  if r.absence(i) == "failed"]
+                  if r.absence(i) is Absence.FAILED]
         if failed:
             lines.append(f"Failed on {side.label}, not missing (the others above never ran "
                          f"there): {', '.join(failed)}")
@@ -182,27 +178,6 @@ def shared_lines(comp: SideComparison) -> list[str]:
 
 # ---- entry points ------------------------------------------------------------------------
 
-def from_store(store: Store, sessions: Sequence[str], devices: Sequence[str],
-               matrix: str | None, builds: Sequence[str] = (),
-               matches: Sequence[str] = (), trim: int | None = None) -> SideComparison:
-    """The sides (results/query.py: select_sides; with builds, one side per engine build:
-    comparison.build_side) and their comparison; `matches`: `--match A=B` pairs. Sides with
-    no config in common are refused, each side's configs listed: a table of nothing but
-    one-sided rows would read as a comparison."""
-    if builds:
-        if sessions or len(devices) > 1:
-            raise ConfigError("--builds compares builds (on one --device): no --session, "
-                              "one --device at most")
-        device = devices[0] if devices else None
-        sides = [build_side(store, b, device, matrix) for b in builds]
-    else:
-        sides = select_sides(store, sessions, devices, matrix)
-    comp = build(store, sides, matches, trim=trim)
-    if not any(len(row.on) >= 2 for row in comp.rows):
-        raise ConfigError(no_common_text(comp))
-    return comp
-
-
 def no_common_text(comp: SideComparison) -> str:
     """The refusal of sides with no config in common: one line, then each side's configs."""
     lines = [("no config in common between the sides: pair them with --match A=B "
@@ -233,14 +208,10 @@ def title(comp: SideComparison) -> str:
     return " vs ".join(side.label for side in comp.sides)
 
 
-def compare(store: Store, sessions: Sequence[str] = (), devices: Sequence[str] = (),
-            matrix: str | None = None, fmt: str | None = None, out: Path | None = None,
-            console: Console | None = None, template: str | Path | None = None,
-            builds: Sequence[str] = (), matches: Sequence[str] = (),
-            trim: int | None = None) -> str | None:
+def compare(comp: SideComparison, fmt: str | None = None, out: Path | None = None,
+            console: Console | None = None, template: str | Path | None = None) -> str | None:
     """`orch compare`: with no format, the rich table on `console` (and markdown to `out`);
     with one, that text, written to `out` or returned for stdout."""
-    comp = from_store(store, sessions, devices, matrix, builds, matches, trim=trim)
     if fmt is None and console is not None:
         print_rich(console, comp, f"mean tok/s: {title(comp)}")
     result = text(comp, fmt or "md", template) if fmt is not None or out is not None else None
@@ -249,14 +220,3 @@ def compare(store: Store, sessions: Sequence[str] = (), devices: Sequence[str] =
         out.write_text(result, encoding="utf-8")
         return None
     return result
-
-
-def report(store: Store, sessions: Sequence[str], devices: Sequence[str], matrix: str | None,
-           baselines: Sequence[str] = (), **options: Any) -> str:
-    """`orch report --compare`: the report of every side's runs with the comparison as a
-    section (options: render_report's; `baselines`: the `-b` choices for its A/B tables)."""
-    comp = from_store(store, sessions, devices, matrix, trim=options.get("trim"))
-    rows = [r for side in comp.sides for r in side.rows]
-    chosen = parse_baselines(baselines, rows, runs_where(rows))
-    return render.render_report(store, rows, comparison=section(comp, in_report=True),
-                                baseline=chosen or None, **options)

@@ -13,33 +13,29 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.db.runs import Runs
-from orchestrator.db.store import Store
 from orchestrator.report.paths import Paths, base_of
+from orchestrator.results.export import SessionExport
 
 
-def export_session(store: Store, session_id: int, out_dir: Path, fmt: str,
+def export_session(data: SessionExport, out_dir: Path, fmt: str,
                    full: bool = False) -> list[Path]:
-    """Write the session's three tables to `out_dir`; returns the paths written. `full`:
-    absolute paths as stored (`--provenance full`)."""
+    """Write the session's three tables (results/export.py) to `out_dir`; returns the paths
+    written. `full`: absolute paths as stored (`--provenance full`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = store.runs(session_id, include_superseded=True)
-    paths, base = Paths(full), base_of(store.session_row(session_id))
+    rows = data.rows
+    paths, base = Paths(full), base_of(data.session)
     # settings: an import's flags parsed (null for a live run); time_source and source_file
     # come with the stored columns
     run_frame = pd.DataFrame([{**_shown(r.as_dict(), paths, base), "settings": r.settings}
                               for r in rows])
-    current = [r for r in rows if not r.superseded]
-    stats = Runs(store).stats(current, within_run=True).add_prefix("stat_")
+    stats = data.figures.add_prefix("stat_")
     if len(run_frame):
         run_frame = run_frame.merge(stats, left_on="id", right_index=True, how="left")
         for column in ("argv", "summary", "warnings", "temp_start", "settings"):
             if column in run_frame:
                 run_frame[column] = run_frame[column].map(
                     lambda v: None if v is None else json.dumps(v, ensure_ascii=False))
-    ids = [r.id for r in rows]
-    frames = {"runs": run_frame, "tokens": store.frame("token", ids),
-              "samples": store.frame("sample", ids)}
+    frames = {"runs": run_frame, "tokens": data.tokens, "samples": data.samples}
     written = []
     for name, frame in frames.items():
         if "extra" in frame:

@@ -31,6 +31,25 @@ def number(pattern: str) -> Formatter:
     return cell
 
 
+MS_PER_S = 1000.0
+
+
+def ms_in_s(pattern: str) -> Formatter:
+    """A figure kept in ms, printed in seconds (`pattern` of seconds): a unit of display, the
+    figure itself is the model's."""
+    def cell(value: Any) -> str:
+        return DASH if is_missing(value) else pattern % (value / MS_PER_S)
+    return cell
+
+
+def useful(used: Any, experts: Any, share_pct: Any) -> str:
+    """Speculated experts that were used: "12/40 (30%)" (the share is the run's
+    spec_useful_pct), "—" when not measured."""
+    if is_missing(used) or is_missing(experts) or not experts or is_missing(share_pct):
+        return DASH
+    return f"{used:.0f}/{experts:.0f} ({share_pct:.0f}%)"
+
+
 def _with_small(pattern: str, below: float, small: Callable[[float], str]) -> Formatter:
     """`pattern`, but values in (0, below) through `small`: at the published precision they
     would print a false zero (a synthetic moe-probe reads well under a MiB per token and its

@@ -13,9 +13,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import PurePath, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.db.runs import RunRow, SessionRow
+if TYPE_CHECKING:
+    from orchestrator.db.runs import RunRow, SessionRow
 
 # an absolute path inside a command line or a key=value list: after a space, `=`, `:`, a
 # quote or a parenthesis, up to the next space, quote, comma or semicolon

@@ -7,13 +7,10 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.config.design import session_design
-from orchestrator.db.runs import Runs
-from orchestrator.db.store import Store
 from orchestrator.report import markdown as md
 from orchestrator.report.cells import id_list
 from orchestrator.report.formatting import STATS, records
-from orchestrator.results.pivot import Pivot, PivotRow, pivots
+from orchestrator.results.pivot import Pivot, PivotRow
 from orchestrator.stats.values import DASH
 
 CAPTION = ("**Models side by side** (mean decode tok/s of each config's ok runs; a row pairs "
@@ -47,14 +44,11 @@ def _records(found: list[Pivot]) -> list[dict[str, Any]]:
             for p in found for row in p.rows for cell in row.cells.values()]
 
 
-def pivot_text(store: Store, session_id: int, fmt: str = "md",
-               quantile: str = "linear") -> str:
-    """The pivot of a stored session as markdown, csv or json."""
-    rows = store.runs(session_id)
-    if not rows:
+def pivot_text(found: list[Pivot] | None, session_id: int, fmt: str = "md") -> str:
+    """The pivot of a stored session (results/pivot.py session_pivots: None for a session
+    without runs) as markdown, csv or json."""
+    if found is None:
         return f"session {session_id} has no runs\n"
-    figures = Runs(store).figures(rows, quantile_method=quantile)
-    found = pivots(rows, figures, session_design(store.session_row(session_id)))
     if fmt == "md":
         return "\n".join(markdown(p) for p in found)
     out = records(_records(found))

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.stats import energy
+from orchestrator.stats.statistics import rates
 
 KIB_PER_MIB = 1024.0
 
@@ -41,14 +42,12 @@ def trajectory(steps: pd.DataFrame, warm: int, window: int) -> tuple[np.ndarray,
     s = steps.sort_values("seq")
     x = s["seq"].to_numpy() + 1
     n, wall = s["n"].to_numpy(float), s["wall_ms"].to_numpy(float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        raw = np.where(wall > 0, 1000.0 * n / wall, np.nan)
+    raw = rates(n, wall)
     if len(x) <= warm + window:
         return x, raw, len(x)
     rolled_n = pd.Series(n).rolling(window, min_periods=1).sum().to_numpy()
     rolled_wall = pd.Series(wall).rolling(window, min_periods=1).sum().to_numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rolled = np.where(rolled_wall > 0, 1000.0 * rolled_n / rolled_wall, np.nan)
+    rolled = rates(rolled_n, rolled_wall)
     head = int(np.searchsorted(x, warm, side="right"))
     return x, np.concatenate([raw[:head], rolled[head:]]), head
 
@@ -56,8 +55,7 @@ def trajectory(steps: pd.DataFrame, warm: int, window: int) -> tuple[np.ndarray,
 def per_token_tps(tokens: pd.DataFrame, run_ids: list[int]) -> np.ndarray:
     """The per-token rate 1000 / wall_ms of these runs' tokens (rows with a wall time)."""
     wall = pd.to_numeric(tokens.loc[tokens["run_id"].isin(run_ids), "wall_ms"], errors="coerce")
-    wall = wall[wall > 0].to_numpy(float)
-    return 1000.0 / wall
+    return rates(1.0, wall[wall > 0].to_numpy(float))
 
 
 @dataclass

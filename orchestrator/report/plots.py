@@ -27,7 +27,8 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.report import plot_data
-from orchestrator.report.context import Group, ReportData
+from orchestrator.report.labels import group_title
+from orchestrator.results.report_data import Group, ReportData
 
 WARM_TOKENS = 32        # tokens drawn one by one: warm-up lasts a few to a few dozen tokens
 WINDOW = 16             # tokens per point of the rolling rate after them
@@ -159,12 +160,12 @@ def _trajectory(group: Group, rates: pd.DataFrame, names: dict[str, str],
             ax.set_xlabel("token")
         for ax in axes[:, 0]:
             ax.set_ylabel("tok/s")
-        fig.suptitle(wrap(f"Per-token decode rate: {group.title}", 90)
+        fig.suptitle(wrap(f"Per-token decode rate: {group_title(group)}", 90)
                      + (f"\n(markers: {what})" if rolled else ""), fontsize="medium")
     else:
         ax.set_xlabel("token")
         ax.set_ylabel("tok/s (1000 / wall_ms)")
-        ax.set_title(wrap(f"Per-token decode rate: {group.title}", 70), fontsize="medium")
+        ax.set_title(wrap(f"Per-token decode rate: {group_title(group)}", 70), fontsize="medium")
         _legend_outside(ax)
     repeats = any(len(a.runs) > 1 for a in group.configs)
     caption = ("Per-token decode rate over the run, tok/s (the tables' unit)"
@@ -204,7 +205,7 @@ def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str],
     ax.set_xlim(left=0)
     ax.set_xlabel("tok/s of single tokens (1000 / wall_ms)")
     ax.grid(alpha=0.3, axis="x")
-    ax.set_title(wrap(f"Per-token rate per config: {group.title}", 70), fontsize="medium")
+    ax.set_title(wrap(f"Per-token rate per config: {group_title(group)}", 70), fontsize="medium")
     _legend_outside(ax, [
         Patch(facecolor="none", edgecolor="k", label="p25–p75 of the tokens"),
         Line2D([], [], color="k", lw=1, label="whiskers: p5–p95"),
@@ -283,7 +284,7 @@ def _device(group: Group, series: list[plot_data.Series], by_token: bool,
     panels = [PANEL_NAMES[k] for k in keys]
     shown = (", ".join(panels[:-1]) + " and " if len(panels) > 1 else "") + panels[-1]
     shown = shown[0].upper() + shown[1:]
-    axes[0, 0].set_title(wrap(f"{shown}: {group.title}", 70), fontsize="medium")
+    axes[0, 0].set_title(wrap(f"{shown}: {group_title(group)}", 70), fontsize="medium")
     avail = " (free RAM = MemAvailable)" if "avail" in keys else ""
     if by_token:
         axes[-1, 0].set_xlabel("token")

@@ -13,13 +13,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.db.runs import DATE_ONLY, RunRow
+from orchestrator.results.listings import DATE_ONLY, RunRow
 from orchestrator.record import load_record
 from orchestrator.report.cells import id_list
-from orchestrator.report.context import ReportData, RunView
 from orchestrator.report.formatting import file_size, gib_from_kb, when
 from orchestrator.report.markdown import Table, md_code, md_escape
 from orchestrator.report.paths import SHARE, Paths, base_of
+from orchestrator.results.report_data import ReportData, RunView
 from orchestrator.stats.values import DAGGER, DASH
 
 
@@ -191,7 +191,7 @@ def runs_table(data: ReportData, paths: Paths = SHARE) -> Table:
         t.rows.append([str(row.id), str(row.session_id), md_escape(row.device),
                        md_escape(row.model or "-"), md_escape(row.config),
                        str(row.repeat_index + 1), md_escape(status),
-                       str(int(r.stats.get("n") or 0)),
+                       str(r.figures.n),
                        _started(row), when(row.ended_at), cooldown,
                        md_code(paths.text(row.flags, bases.get(row.session_id)))])
     return t

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.db.quality import newest_probed_session
-from orchestrator.db.store import Store
 from orchestrator.report.ab_table import mean_cell
-from orchestrator.report.context import Group
 from orchestrator.report.formatting import STATS, pct
 from orchestrator.report.markdown import Table, md_escape
 from orchestrator.report.quality_tables import (
@@ -22,22 +19,11 @@ from orchestrator.report.quality_tables import (
     pp,
     rules_out_cell,
 )
-from orchestrator.results.quality import ModelQuality, summarise
+from orchestrator.results.quality import ModelQuality
+from orchestrator.results.report_data import Group
 from orchestrator.stats.values import DASH
 
 NONE: dict[str, Any] = {"quality": None, "quality_caption": None, "quality_differ": []}
-
-
-def _probed(store: Store, group: Group) -> ModelQuality | None:
-    """The group's model in the newest of its sessions that ran probes."""
-    sessions = sorted({r.row.session_id for r in group.runs}, reverse=True)
-    if not sessions:
-        return None
-    probed = newest_probed_session(store, sessions, group.model)
-    if probed is None:
-        return None
-    models = summarise(store, probed, group.model)
-    return models[0] if models else None
 
 
 def table(group: Group, probed: ModelQuality) -> Table:
@@ -67,10 +53,11 @@ def table(group: Group, probed: ModelQuality) -> Table:
     return out.drop_empty(keep=(0, 1, 3))
 
 
-def group_context(store: Store, group: Group) -> dict[str, Any]:
+def group_context(group: Group) -> dict[str, Any]:
     """`quality` (a Table or None), `quality_caption` and `quality_differ` (markdown bullet
-    lines) for quality.md.j2."""
-    probed = _probed(store, group)
+    lines) for quality.md.j2: the group's model in the newest of its sessions that ran
+    probes (results/report_data.py)."""
+    probed = group.quality
     if probed is None or not probed.configs:
         return dict(NONE)
     labels = {a.config: a.label for a in group.configs if a.label}

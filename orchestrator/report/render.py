@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +30,18 @@ from jinja2 import (
 from markupsafe import Markup
 
 from orchestrator import __version__
-from orchestrator.db.runs import DATE_ONLY
-from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.report import ceilings as against_ceilings
-from orchestrator.report import context, provenance, quality, routing, sections, tables
 from orchestrator.report import markdown as md
+from orchestrator.report import provenance, quality, routing, sections, tables
 from orchestrator.report.cells import id_list
 from orchestrator.report.columns import REPORT_PRESSURE
 from orchestrator.report.formatting import cell, gib_from_kb, pct, ratio, when
+from orchestrator.report.labels import baseline_line, group_title
 from orchestrator.report.regressions import sections as regression_sections
 from orchestrator.report.within_cells import with_trim
-from orchestrator.results import drift
-from orchestrator.results.model_facts import facts_for_group
+from orchestrator.results.listings import DATE_ONLY
+from orchestrator.results.report_data import Group, ReportData
 from orchestrator.stats.values import DAGGER, DASH
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
@@ -130,7 +130,7 @@ def _configs_per_model(rows: Sequence[Any], models: list[str], n_configs: int) -
     return ", ".join(parts)
 
 
-def header(data: context.ReportData) -> dict[str, Any]:
+def header(data: ReportData) -> dict[str, Any]:
     rows = [r.row for r in data.runs]
     matrices = list(data.matrices.values())
     starts = [t for r in rows for t in (r.started_at, r.ended_at) if t is not None]
@@ -168,7 +168,7 @@ def header(data: context.ReportData) -> dict[str, Any]:
         "devices": "; ".join(_device_line(n, d) for n, d in data.devices.items()),
         "engines": build_text,
         "counts": f"{len(rows) - len(failed)} ended ok, {len(failed)} left out ({DAGGER})",
-        "baseline": md.md_escape(data.baseline) if data.baseline else None,
+        "baseline": md.md_escape(baseline) if (baseline := baseline_line(data)) else None,
     }
 
 
@@ -178,34 +178,30 @@ def pressure_caption(table: md.Table) -> str:
     return REPORT_PRESSURE.caption_naming(table.headers)
 
 
-def group_facts_and_pivot(store: Store, data: context.ReportData,
-                          g: context.Group) -> dict[str, Any]:
+def group_facts_and_pivot(g: Group) -> dict[str, Any]:
     """What opens a (model, device) section: the model's facts (file size, arch, layers,
     experts, top-k, size against the device's RAM), and for a grid over two flags the pivot of
     mean tok/s, the same as `orch table` shows (results/model_facts.py, report/tables.py)."""
-    session_ids = {r.row.session_id for r in g.runs}
-    session = next((s for s in data.sessions if s.id in session_ids), None)
-    if session is None:
+    if g.facts is None:
         return {"facts": None, "pivot": None, "pivot_caption": None}
-    facts = facts_for_group(store, session, g.model, g.device, [r.row for r in g.runs]).line()
-    matrix = session.matrix if len(session_ids) == 1 else None
+    facts = g.facts.line()
+    matrix = g.pivot_matrix
     pivot = tables.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
     return {"facts": md.md_escape(facts) if facts else None, "pivot": pivot,
             "pivot_caption": tables.pivot_caption(matrix) if pivot is not None else None}
 
 
-def document_context(data: context.ReportData, plots: dict[str, list[Any]] | None,
+def document_context(data: ReportData, plots: dict[str, list[Any]] | None,
                      plot_note: str | None = None, columns: list[str] | None = None,
                      full_provenance: bool = False) -> dict[str, Any]:
     """`columns`: the throughput table's columns by key (`--columns`); `full_provenance`:
     user@host and absolute paths in the provenance (`--provenance full`)."""
     groups = []
-    caveats = drift.caveats([r.row for r in data.runs],
-                            {r.id: r.stats.get("mean") for r in data.runs}, data.matrices)
+    caveats = data.caveats
     for g in data.groups:
         ab, ab_note = sections.ab(g)
         pressure = sections.pressure(g)
-        groups.append({"title": md.md_escape(g.title), "slug": g.slug, "group": g,
+        groups.append({"title": md.md_escape(group_title(g)), "slug": g.slug, "group": g,
                        "throughput": sections.throughput(g, columns),
                        "detail": sections.detail(g, columns),
                        "pressure": pressure,
@@ -253,18 +249,29 @@ def markdown_to_html(text: str) -> Markup:
 
 # ---- entry point -------------------------------------------------------------------------
 
-def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fmt: str = "md",
-           template: str | Path | None = None, baseline: str | Mapping[str, str] | None = None,
-           plots: bool = True, quantile: str = "linear",
-           comparison: dict[str, Any] | None = None, columns: list[str] | None = None,
-           provenance_full: bool = False, trim: int | None = None) -> str:
+@dataclass(frozen=True)
+class ReportRequest:
+    """How `orch report` renders a document (what it is about: results/report_data.py
+    ReportData). `out`: written there, its figures in `<out stem>_files/`; `columns`: the
+    throughput table's (`--columns`); `provenance_full`: user@host and absolute paths;
+    `comparison`: `--compare`'s section (report/compare.py section), or None."""
+
+    out: Path | None = None
+    fmt: str = "md"
+    template: str | Path | None = None
+    plots: bool = True
+    columns: list[str] | None = None
+    provenance_full: bool = False
+    comparison: dict[str, Any] | None = None
+
+
+def render_report(data: ReportData, request: ReportRequest = ReportRequest()) -> str:
     """The report of these runs as markdown or HTML; written to `out` when given. Markdown
     links its figures from `<out stem>_files/` (drawn only with `out`); HTML embeds them as
     data: URIs, so the page is one file. Returns the text."""
-    env, user_main = environment(template)   # a bad --template refuses before figures are drawn
-    data = context.build(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots,
-                         trim=trim)
-    traced, untraceable = routing.build(store, data)   # none traced: the report as before
+    out, fmt, plots = request.out, request.fmt, request.plots
+    env, user_main = environment(request.template)   # a bad --template refuses before drawing
+    traced, untraceable = routing.build(data)   # none traced: the report as before
     drawn, note = None, None
     if plots and out is None and fmt != "html":
         note = "Figures are written only with `-o FILE` (next to the document)."
@@ -280,16 +287,16 @@ def render_report(store: Store, rows: Sequence[Any], out: Path | None = None, fm
             # HTML is one self-contained file: its figures are embedded, none written beside it
             drawn = plotting.draw(data, None if fmt == "html" else out)
             route_plots.draw(traced, None if fmt == "html" else out)
-    ctx = document_context(data, drawn, note, columns, provenance_full)
+    ctx = document_context(data, drawn, note, request.columns, request.provenance_full)
     for group in ctx["groups"]:
-        group.update(group_facts_and_pivot(store, data, group["group"]))
-        group.update(against_ceilings.group_context(store, group["group"]))  # orch ceilings
-        group.update(quality.group_context(store, group["group"]))  # quality probes
-    ctx["quantile"] = quantile          # the Method paragraph names the p5/p95 method used
-    ctx["comparison"] = comparison      # `--compare`: report/compare.py's section(), or None
+        group.update(group_facts_and_pivot(group["group"]))
+        group.update(against_ceilings.group_context(group["group"]))  # orch ceilings
+        group.update(quality.group_context(group["group"]))  # quality probes
+    ctx["quantile"] = data.quantile     # the Method paragraph names the p5/p95 method used
+    ctx["comparison"] = request.comparison  # `--compare`: report/compare.py's section()
     ctx["routing"] = [routing.section_context(s) for s in traced]   # report/routing.py
     ctx["routing_problems"] = untraceable
-    ctx["regressions"] = regression_sections(store, rows)   # earlier sessions of the matrix
+    ctx["regressions"] = regression_sections(data.regressions)  # earlier sessions of the matrix
     try:
         if fmt == "html" and user_main is not None and _is_html(user_main):
             # the user's page template wraps the built-in markdown body

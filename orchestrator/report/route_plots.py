@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from orchestrator.report.labels import run_label
 from orchestrator.report.plots import (
     Plot,
     _legend_outside,
@@ -59,7 +60,7 @@ def _steps(s: RoutingSection, plt: Any) -> tuple[Any, str]:
     _layer_ticks(ax, layers)
     ax.set_xlabel("decode token")
     ax.set_ylabel("layer")
-    ax.set_title(wrap(f"Token-to-token expert overlap: {s.run.label}", 80), fontsize="medium")
+    ax.set_title(wrap(f"Token-to-token expert overlap: {run_label(s.run)}", 80), fontsize="medium")
     caption = (f"Decode token × MoE layer: each cell is how many of the {k} experts the layer "
                f"routed at that token it had also routed at the token before (0 = none, {k} "
                f"= the same set; the first token has no predecessor and is not drawn); a "
@@ -98,7 +99,7 @@ def _popularity(s: RoutingSection, plt: Any) -> tuple[Any, str]:
     ax.set_ylabel("layer")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=2, fontsize="small",
               frameon=False)
-    ax.set_title(wrap(f"Per-layer expert popularity: {s.run.label}", 80), fontsize="medium")
+    ax.set_title(wrap(f"Per-layer expert popularity: {run_label(s.run)}", 80), fontsize="medium")
     caption = ("MoE layer × popularity rank: each cell is the share of the layer's decode "
                "activations (N tokens × k) taken by its r-th most routed expert, colour on a "
                "log scale, grey = never routed in decode; white diamond = the fewest experts that "
@@ -122,7 +123,7 @@ def _lags(s: RoutingSection, plt: Any) -> tuple[Any, str]:
     ax.set_xlabel("lag G (tokens)")
     ax.set_ylabel("experts shared, % of k")
     ax.grid(alpha=0.3)
-    ax.set_title(wrap(f"Lag profile: {s.run.label}", 60), fontsize="medium")
+    ax.set_title(wrap(f"Lag profile: {run_label(s.run)}", 60), fontsize="medium")
     _legend_outside(ax)
     caption = ("Mean over layers of the share of a token's k experts that the token G "
                "decode steps earlier also routed (lag 1 = the temporal predictor), against "
@@ -175,7 +176,7 @@ def _replay(s: RoutingSection, plt: Any) -> tuple[Any, str]:
     handles.append(Line2D([], [], ls="none", marker="*", ms=11, mec="k", color="gold",
                           label=wrap("measured (numbers: the table below)", 26)))
     _legend_outside(axes[1], handles)
-    fig.suptitle(wrap(f"Expert-cache replay: {s.run.label}", 90), fontsize="medium")
+    fig.suptitle(wrap(f"Expert-cache replay: {run_label(s.run)}", 90), fontsize="medium")
     caption = (f"Hit % of an expert cache against its budget, replayed offline from this trace "
                f"through each policy (deterministic: no interval); left decode lookups only, "
                f"right cumulative with the prefill (bmoe's summary figure). Dotted line: one "

@@ -25,15 +25,14 @@ import pandas as pd
 
 from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
-from orchestrator.report.context import ReportData, RunView
 from orchestrator.report.markdown import Table, md_escape
+from orchestrator.results.report_data import ReportData, RunView, traced_runs
 from orchestrator.results.routes import (
     LAGS,
     decode_cells,
     display,
     layer_figures,
     replay_trace,
-    run_figures,
 )
 from orchestrator.stats.values import DASH, is_missing
 
@@ -82,12 +81,6 @@ class RoutingSection:
 
 
 # ---- which runs, which budgets -------------------------------------------------------------
-
-def traced_runs(data: ReportData) -> list[RunView]:
-    """The report's ok runs whose record carries a route trace (no query: the summary is read)."""
-    return [r for r in data.runs
-            if r.ok and load_record(r.row.summary).route_trace]
-
 
 def _nice(value: float) -> float:
     """Two significant digits: budgets a reader can type back into --replay."""
@@ -187,11 +180,14 @@ def _model_title(run: RunView, trace: Any) -> str:
     return _file_name(trace.preamble.get("model")) or "unknown model"
 
 
-def build_section(store: Any, data: ReportData, run: RunView) -> RoutingSection:
+def build_section(data: ReportData, run: RunView) -> RoutingSection:
     """One traced run's section: its figures, per-layer values, replay at the default budgets
     (11 × 5 for a Gemma-sized trace, about a second), and the measured points, each with the
     replayed global LRU at its budget (one cheap LRU pass per distinct measured budget)."""
-    figures, trace = run_figures(store, run.id)
+    found = data.routes[run.id]
+    if isinstance(found, Exception):
+        raise found
+    figures, trace = found
     if not figures["decode_tokens"]:
         raise ValueError("no decode rows (phase 1): nothing to analyse")
     budgets = default_budgets(figures["touched_mib"])
@@ -206,7 +202,8 @@ def build_section(store: Any, data: ReportData, run: RunView) -> RoutingSection:
     overlap, popularity = _heatmaps(trace)
     record = load_record(run.row.summary)
     model = _model_title(run, trace)
-    config = run.label.rstrip(" †")
+    config = run.config_label + (f" #{run.row.repeat_index + 1}" if run.row.repeat_index
+                                  else "")
     heading = md_escape(f"Run {run.id}: {config} — {model} on {run.row.device}")
     return RoutingSection(run=run, slug=f"routing-run{run.id}", heading=heading,
                           figures=figures, layers=layer_figures(trace), overlap=overlap,
@@ -215,14 +212,14 @@ def build_section(store: Any, data: ReportData, run: RunView) -> RoutingSection:
                           budget_mib=record.cache_budget_mib)
 
 
-def build(store: Any, data: ReportData) -> tuple[list[RoutingSection], list[str]]:
+def build(data: ReportData) -> tuple[list[RoutingSection], list[str]]:
     """(a section per traced run of the report, a line per traced run whose trace could not
     be analysed); ([], []) when none is traced: the report is then exactly what it was. One
     unreadable trace does not cost the reader the rest of the document."""
     sections, problems = [], []
-    for run in traced_runs(data):
+    for run in traced_runs(data.runs):
         try:
-            sections.append(build_section(store, data, run))
+            sections.append(build_section(data, run))
         except (ValueError, ConfigError) as exc:
             problems.append(md_escape(f"Run {run.id} ({run.row.config}): its route trace "
                                       f"could not be analysed: {exc}"))

@@ -5,7 +5,7 @@ REPORT_DETAIL and REPORT_PRESSURE (`--columns` picks the throughput table's from
 two). Every row carries a `run ids` cell with the ids it was computed from (see Provenance),
 and runs that did not end ok get their own daggered row, never a share of an aggregate.
 Overlap configs carry a mark (‡) on their compute + I/O cell, whose meaning the note under
-the table gives; a serial config's stall is "—" (results/overlap.py).
+the table gives; a serial config's stall is "—" (its RunFigures have none: stats/overlap.py).
 """
 from __future__ import annotations
 
@@ -23,15 +23,15 @@ from orchestrator.report.columns import (
     TableSpec,
     pick,
 )
-from orchestrator.report.context import (
+from orchestrator.report.labels import left_out_line, run_label
+from orchestrator.report.markdown import Table, md_escape
+from orchestrator.results.report_data import (
     ConfigAgg,
     Group,
     ReportData,
     RunView,
-    left_out_line,
 )
-from orchestrator.report.markdown import Table, md_escape
-from orchestrator.results import overlap
+from orchestrator.stats.config_figures import Spread
 from orchestrator.stats.divergence import divergence
 from orchestrator.stats.values import DASH
 
@@ -48,29 +48,22 @@ CAPTIONS = {
 }
 
 
-Row = tuple[str, Mapping[str, Any], Mapping[str, Any] | None, list[int], bool | None]
+Row = tuple[str, Mapping[str, Any], Spread | None, list[int], bool | None]
 
 
 def _rows(group: Group) -> list[Row]:
     """(label, values, spread, run ids, overlap): one row per config with ok runs, then one
-    daggered row per run that did not end ok, right under its config. A serial config's stall
-    is left out (results/overlap.py)."""
-    out = []
+    daggered row per run that did not end ok, right under its config. The figures are the
+    model's (ConfigFigures, RunFigures): a serial run's stall is already not measured."""
+    out: list[Row] = []
     for agg in group.configs:
         if agg.runs:
-            rows = [r.row for r in agg.runs]
-            out.append((md_escape(agg.label or agg.config),
-                        overlap.without_serial_stall(agg.values, rows), agg.spread, agg.ids,
-                        _overlapped(rows)))
+            out.append((md_escape(agg.label or agg.config), agg.values, agg.spread, agg.ids,
+                        agg.figures.overlapped))
         for bad in agg.bad:
-            out.append((md_escape(bad.label), overlap.without_serial_stall(bad.stats, [bad.row]),
-                        None, [bad.id], overlap.overlapped(bad.row)))
+            out.append((md_escape(run_label(bad)), bad.figures.as_dict(), None, [bad.id],
+                        bad.figures.overlapped))
     return out
-
-
-def _overlapped(rows: list[Any]) -> bool | None:
-    flags = {overlap.overlapped(r) for r in rows}
-    return flags.pop() if len(flags) == 1 else None
 
 
 def _table(group: Group, spec: TableSpec, mark_overlap: bool = False) -> Table:

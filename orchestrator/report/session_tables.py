@@ -11,26 +11,24 @@ captions), and "ab" (results/ab.py).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
-from orchestrator.config.design import Design, session_design
-from orchestrator.config.matrix import Matrix
-from orchestrator.db.runs import RunRow, Runs
-from orchestrator.db.store import Store
+from orchestrator.config.design import Design
 from orchestrator.report import ab_table, design_notes, tables
 from orchestrator.report.formatting import records
+from orchestrator.report.labels import row_labels
 from orchestrator.report.markdown import md_escape, md_prose
 from orchestrator.report.markdown import render as md_render
 from orchestrator.report.within_cells import with_trim
-from orchestrator.results import ab, overlap
 from orchestrator.results.drift import Caveat
-from orchestrator.results.model_facts import ModelFacts, facts_for_group
-from orchestrator.results.query import by_model_and_device, labelled
-from orchestrator.results.trim import resolve_trim
-from orchestrator.stats.values import DAGGER, is_missing
+from orchestrator.results.model_facts import ModelFacts
+from orchestrator.results.table_data import RunRow, TableData
+from orchestrator.stats.figures import frame as figures_frame
+from orchestrator.stats.status import Status
+from orchestrator.stats.values import DAGGER
 
 
 def failure_line(row: RunRow) -> str:
@@ -39,43 +37,17 @@ def failure_line(row: RunRow) -> str:
             + f", run {row.id}; left out of every aggregate")
 
 
-def row_labels(rows: Sequence[RunRow], matrix: Matrix | None) -> dict[int, str]:
-    """query.labelled's labels (repeat, dagger) with the config's `labels:` entry for its
-    name."""
-    base = labelled(rows)
-    if matrix is None:
-        return base
-    return {r.id: matrix.label(r.config) + base[r.id][len(r.config):] for r in rows}
-
-
 def _without_name(facts: ModelFacts) -> dict[str, Any]:
     return {k: v for k, v in facts.as_dict().items() if k != "name"}
 
 
-def _config_means(members: Sequence[RunRow], stats: pd.DataFrame) -> dict[str, float | None]:
-    """Per config, the mean of its ok runs' means (the pivot's cells)."""
-    means: dict[str, list[float]] = {}
-    for r in members:
-        m = stats.at[r.id, "mean"]
-        if r.status == "ok" and not is_missing(m):
-            means.setdefault(r.config, []).append(float(m))
-    return {c: sum(v) / len(v) for c, v in means.items()}
-
-
-def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataFrame,
-              kinds: list[str], baseline: ab.Baselines | None = None,
-              columns: Sequence[str] | None = None, trim: int = 0) -> str:
-    session = store.session_row(session_id)
-    matrix = session.matrix
+def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None = None) -> str:
+    matrix = data.session.matrix
+    rows, groups = data.rows, data.groups
     labels = row_labels(rows, matrix)
-    groups = by_model_and_device(rows)
     parts = []
-    ab_groups = ab.session_groups(store, session_id, rows, Runs(store).figures(rows, trim=trim), baseline) \
-        if "ab" in kinds else []
-    from orchestrator.results.drift import session_warnings
-
-    caveats = session_warnings(store, session_id)
-    designs = [session_design(session)]     # an import's design file: its notes and labels
+    stats = figures_frame(data.figures)
+    designs = [data.design]     # an import's design file: its notes and labels
     parts += [note + "\n" for note in design_notes.session_notes(designs)]
     legend = design_notes.markdown_block(designs, [r.config for r in rows])
     if legend:
@@ -83,7 +55,7 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
     for (model, device), members in groups:
         if len(groups) > 1 or model != "-":
             parts.append(f"### {tables.group_title(model, device, members[0].engine)}\n")
-        facts = facts_for_group(store, session, model, device, members).line()
+        facts = data.facts[model, device].line()
         if facts:
             parts.append(f"Model: {md_escape(facts)}\n")
         ids = [r.id for r in members]
@@ -91,27 +63,28 @@ def _markdown(store: Store, session_id: int, rows: list[RunRow], stats: pd.DataF
             if kind == "model":
                 continue                       # the facts line above
             if kind == "ab":     # each model against its own baseline (results/ab.py)
-                parts.append(ab_table.group_markdown(ab_groups, model, device))
+                parts.append(ab_table.group_markdown(data.ab_groups, model, device))
                 continue
             caption = tables.spec_of(kind, columns).caption
             if kind in PER_TOKEN_TABLES:
-                caption = with_trim(caption, trim)
+                caption = with_trim(caption, data.trim)
             if caption:
                 parts.append(caption + "\n")
             # the throughput table names each row's run (the json/csv `run_id`)
             parts.append(tables.markdown(stats.loc[ids], kind, labels, columns=columns,
                                          run_ids=kind == "throughput"))
-            grid = tables.pivot(matrix, _config_means(members, stats)) \
-                if kind == "throughput" else None
+            means = {c: f.mean.mean for c, f in data.configs[model, device].items()}
+            grid = tables.pivot(matrix, means) if kind == "throughput" else None
             if grid is not None:
                 parts.append(tables.pivot_caption(matrix) + "\n")
                 parts.append(md_render(grid) + "\n")
         parts += [n + "\n" for n in _group_notes(designs, model, members)]
         # warnings next to the group's rows they concern (drift.py)
-        warnings = markdown_block(c for c in caveats if (c.model, c.device) == (model, device))
+        warnings = markdown_block(c for c in data.caveats
+                                  if (c.model, c.device) == (model, device))
         if warnings:
             parts.append(warnings)
-    note = "".join(failure_line(r) + "\n" for r in rows if r.status != "ok")
+    note = "".join(failure_line(r) + "\n" for r in rows if r.status != Status.OK)
     return "\n".join(parts) + ("\n" + note if note else "")
 
 
@@ -122,35 +95,29 @@ def _group_notes(designs: list[Design | None], model: str, members: Sequence[Run
     return ([note] if note else []) + design_notes.config_notes(designs, configs)
 
 
-def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "md",
-                   quantile: str = "linear", baseline: ab.Baselines | None = None,
-                   columns: Sequence[str] | None = None, trim: int | None = None) -> str:
-    """`baseline`: the `-b` choices, model -> config (ab.parse_baselines); `columns`: the
-    throughput table's columns by key (`--columns`, tables.spec_of); `trim`: `--trim N`
-    (None: the session's matrix or design file's `trim:`, else 0; results/trim.py)."""
-    rows = store.runs(session_id)
-    if not rows:
+def session_tables(data: TableData | None, session_id: int, kinds: list[str],
+                   fmt: str = "md", columns: Sequence[str] | None = None) -> str:
+    """The tables `kinds` of a session's data (results/table_data.py; None: it has no runs);
+    `columns`: the throughput table's columns by key (`--columns`, tables.spec_of)."""
+    if data is None:
         return f"session {session_id} has no runs\n"
-    trim = resolve_trim(trim, [store.session_row(session_id)])
-    stats = _serial_stall(Runs(store).stats(rows, quantile_method=quantile, trim=trim,
-                                             within_run=True), rows)
     if fmt == "md":
-        return _markdown(store, session_id, rows, stats, kinds, baseline, columns, trim)
-    session = store.session_row(session_id)
-    labels = row_labels(rows, session.matrix)
+        return _markdown(data, kinds, columns)
+    rows, trim = data.rows, data.trim
+    stats = figures_frame(data.figures)
+    labels = row_labels(rows, data.session.matrix)
     by_id = {r.id: r for r in rows}
     ordered = [by_id[i] for i in stats.index]
     frames = []
     for kind in kinds:
         if kind == "ab":
-            frames.append(ab_table.frame(ab.session_groups(
-                store, session_id, rows, Runs(store).figures(rows, trim=trim), baseline)))
+            frames.append(ab_table.frame(data.ab_groups))
             continue
         if kind == "model":
             frames.append(pd.DataFrame([
                 {"table": "model", "device": device, "model": model,
-                 **_without_name(facts_for_group(store, session, model, device, members))}
-                for (model, device), members in by_model_and_device(rows)]))
+                 **_without_name(data.facts[model, device])}
+                for (model, device), _ in data.groups]))
             continue
         # one row per run: the config's name, its label, and the statistics
         frame = tables.values(stats, kind, labels, columns=columns).rename(
@@ -178,15 +145,6 @@ def session_tables(store: Store, session_id: int, kinds: list[str], fmt: str = "
 PER_TOKEN_TABLES = ("throughput", "latency", "variants")
 _COUNTS = ("run_id", "repeat", "trim", "n", "size_bytes", "layers", "experts", "ram_kb",
            "steady_from_token", "cache_resizes", "spec_experts", "spec_useful")
-
-
-def _serial_stall(stats: pd.DataFrame, rows: Sequence[RunRow]) -> pd.DataFrame:
-    """A serial run's stall as not measured (results/overlap.py: all its I/O is stall)."""
-    serial = [r.id for r in rows if r.id in stats.index and overlap.serial([r])]
-    if serial and overlap.STALL in stats:
-        stats = stats.copy()
-        stats.loc[serial, overlap.STALL] = float("nan")
-    return stats
 
 
 def markdown_block(found: Iterable[Caveat]) -> str:

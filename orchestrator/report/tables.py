@@ -32,6 +32,7 @@ from orchestrator.report.columns import (
     pick,
 )
 from orchestrator.report.formatting import STATS, records
+from orchestrator.report.labels import model_on_device
 from orchestrator.stats.values import DASH, is_missing
 
 RUN_IDS = "run ids"       # the header of the column naming the runs a row comes from
@@ -42,7 +43,7 @@ PICKABLE = (THROUGHPUT, DETAIL, LATENCY, ENERGY)
 
 def group_title(model: str, device: str, engine: str | None) -> str:
     """`model on device`; the engine stands in for a run without a model."""
-    return f"{model if model != '-' else engine or 'engine'} on {device}"
+    return model_on_device(model, device, engine)
 
 
 def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,
@@ -58,22 +59,16 @@ def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,
 
 def _variant_rows(rows: list[tuple[str, Mapping[str, Any] | None, Any]]
                   ) -> list[tuple[str, Any, Any]]:
-    """Derive the combined cells of columns.VARIANTS (delta vs first measured row, a/b
-    (p%))."""
+    """The delta of columns.VARIANTS' mean against the first measured row."""
     base = next((r["mean"] for _, r, _ in rows
                  if r is not None and not is_missing(r.get("mean"))), None)
     out = []
     for i, (label, rec, rid) in enumerate(rows):
         if rec is not None:
             rec = dict(rec)
-            stall = rec.get("stall_ms_per_token")
-            rec["stall_s_per_token"] = None if is_missing(stall) else stall / 1000
             m = rec.get("mean")
             if not is_missing(m) and base is not None and i > 0:
                 rec["_delta"] = m - base      # unrounded, as the published "(+0.05)" shows
-            u, e = rec.get("spec_useful"), rec.get("spec_experts")
-            rec["spec_useful"] = (f"{u:.0f}/{e:.0f} ({100 * u / e:.0f}%)"
-                                  if not is_missing(u) and not is_missing(e) and e else None)
         out.append((label, rec, rid))
     return out
 

@@ -11,29 +11,23 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.db.runs import DATE_ONLY, RunRow, Runs
-from orchestrator.db.store import Store
-from orchestrator.errors import NotFound
+from orchestrator.results.listings import DATE_ONLY, Listing, RunDetail, RunRow
 from orchestrator.escape import visible
-from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.record_versions import entry_state
+from orchestrator.report.columns import LISTING, SESSION, SHOW
 from orchestrator.report.formatting import when
+from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
 
-def stats_for_runs(store: Store, run_rows: list[RunRow]) -> dict[int, dict[str, Any]]:
-    return Runs(store).stats_dicts(run_rows)
-
-
 def _status(row: RunRow) -> str:
-    return row.status if row.status == "ok" else f"{DAGGER} {row.status}"
+    return row.status if row.status == Status.OK else f"{DAGGER} {row.status}"
 
 
-def print_session_table(console: Console, store: Store, session_id: int) -> None:
+def print_session_table(console: Console, listing: Listing) -> None:
     from orchestrator.report.session_tables import failure_line
 
-    rows = store.runs(session_id)
-    stats = stats_for_runs(store, rows)
+    rows, stats, session_id = listing.rows, listing.figures, listing.session_id
     table = Table(title=f"session {session_id}: {rows[0].matrix_name if rows else ''}",
                   title_justify="left")
     for name in ("run", "device", "config", "rep", "status"):
@@ -41,20 +35,18 @@ def print_session_table(console: Console, store: Store, session_id: int) -> None
     for col in SESSION.columns:
         table.add_column(col.header, justify=col.justify)
     for row in rows:
-        s = stats.get(row.id, {})
+        s = stats.get(row.id)
         table.add_row(str(row.id), visible(row.device), visible(row.config),
                       str(row.repeat_index + 1), _status(row),
                       *(col.text(s) for col in SESSION.columns))
     console.print(table)
     for row in rows:
-        if row.status != "ok":
+        if row.status != Status.OK:
             console.print(visible(failure_line(row)), markup=False, highlight=False)
     for row in rows:
         for warning in row.warnings or []:
             console.print(visible(f"[yellow]warning[/] run {row.id} {row.config}: {warning}"))
-    from orchestrator.results.drift import session_warnings
-
-    for warning in session_warnings(store, session_id):
+    for warning in listing.caveats:
         console.print(visible(f"[yellow]comparability[/]: {warning}"))
 
 
@@ -70,19 +62,18 @@ def _listed_start(row: RunRow) -> str:
     return f"{text} (file time)" if row.clock == "file" else text
 
 
-def print_runs(console: Console, store: Store, session_id: int | None, limit: int) -> None:
-    rows = store.runs(session_id, limit=limit)
+def print_runs(console: Console, listing: Listing) -> None:
+    rows, stats = listing.rows, listing.figures     # the figures kept with the runs
     if not rows:
-        console.print(visible(f"no runs in {store.url}"))
+        console.print(visible(f"no runs in {listing.where}"))
         return
-    stats = Runs(store).listing_stats(rows)     # LISTING's n and mean, without the frames
     table = Table()
     for name in ("run", "session", "started", "device", "matrix", "config", "status"):
         table.add_column(name)
     for col in LISTING.columns:
         table.add_column(col.header, justify=col.justify)
     for row in rows:
-        s = stats.get(row.id, {})
+        s = stats.get(row.id)
         table.add_row(str(row.id), str(row.session_id), _listed_start(row), visible(row.device),
                       visible(row.matrix_name or row.session_name or ""), visible(row.config),
                       _status(row),
@@ -98,14 +89,13 @@ def _iso(t: dt.datetime | None, row: RunRow) -> str | None:
     return (t.replace(tzinfo=None) if row.clock == "local" else t).isoformat()
 
 
-def runs_json(store: Store, session_id: int | None, limit: int) -> list[dict[str, Any]]:
+def runs_json(listing: Listing) -> list[dict[str, Any]]:
     """`orch runs --format json`: one object per run, newest first (docs/formats.md, "When an
     imported run ran"). `repeat_index` is 0-based as stored (the table's "rep" is it + 1);
     `time_source` null means orch's own clock, UTC; `settings` is an import's `flags` parsed
     (null for a live run, whose `flags` are engine flags); `tokens` and `mean_tok_s` are the
     figures the table shows, unformatted."""
-    rows = store.runs(session_id, limit=limit)
-    stats = Runs(store).listing_stats(rows) if rows else {}
+    rows, stats = listing.rows, listing.figures
     return [{"id": row.id, "session": row.session_id, "session_name": row.session_name,
              "device": row.device, "matrix": row.matrix_name, "model": row.model,
              "config": row.config, "repeat_index": row.repeat_index,
@@ -113,20 +103,17 @@ def runs_json(store: Store, session_id: int | None, limit: int) -> list[dict[str
              "started_at": _iso(row.started_at, row), "ended_at": _iso(row.ended_at, row),
              "time_source": row.time_source, "source_file": row.source_file,
              "settings": row.settings, "flags": row.flags, "engine_build": row.engine_build,
-             "tokens": plain(stats.get(row.id, {}).get("n")),
-             "mean_tok_s": plain(stats.get(row.id, {}).get("mean"))}
+             "tokens": plain(stats[row.id].n),
+             "mean_tok_s": plain(stats[row.id].mean)}
             for row in rows]
 
 
-def print_run(console: Console, store: Store, run_id: int) -> None:
-    row = store.run_row(run_id)
-    if row is None:
-        raise NotFound(f"no run {run_id} in {store.url}")
-    stats = Runs(store).show_stats(row)     # the figures kept with the run, when current
+def print_run(console: Console, detail: RunDetail) -> None:
+    row, stats = detail.row, detail.figures     # the figures kept with the run
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
                   f"config {row.config} (repeat {row.repeat_index + 1})"))
     console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
-                  + f", {stats.get('n', 0)} tokens, engine {row.engine}"))
+                  + f", {stats.n} tokens, engine {row.engine}"))
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
         console.print(visible(line), highlight=False, markup=False)
@@ -141,8 +128,8 @@ def print_run(console: Console, store: Store, run_id: int) -> None:
     console.print(table)
     for warning in row.warnings or []:
         console.print(visible(f"[yellow]warning:[/] {warning}"))
-    if row.status != "ok":
-        for line in failure_details(store, row):
+    if row.status != Status.OK:
+        for line in failure_details(detail):
             console.print(visible(line), highlight=False, markup=False)
 
 
@@ -228,18 +215,13 @@ def when_lines(row: RunRow) -> list[str]:
     return lines + ([f"source: {source}"] if source else [])
 
 
-STDERR_TAIL = 10   # lines of the engine's stderr `orch show` prints for a run that failed
-
-
-def failure_details(store: Store, row: RunRow) -> list[str]:
+def failure_details(detail: RunDetail) -> list[str]:
     """Why a run did not end ok, in the engine's words: the parse errors its output gave
     (a bad CSV line, a missing summary) and the last lines of its stderr."""
-    summary = row.summary or {}
+    summary = detail.row.summary or {}
     lines = [f"parse error: {error}" for error in summary.get("errors") or []]
-    tail = list(summary.get("stderr_tail") or [])
-    if not tail:
-        tail = Runs(store).output_lines(row.id, "E", last=STDERR_TAIL)
+    tail = detail.stderr_tail
     if tail:
-        lines.append(f"engine stderr (last {min(len(tail), STDERR_TAIL)} lines):")
-        lines += [f"  {line}" for line in tail[-STDERR_TAIL:]]
+        lines.append(f"engine stderr (last {len(tail)} lines):")
+        lines += [f"  {line}" for line in tail]
     return lines

@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from orchestrator.config.design import Design, session_design
@@ -40,6 +41,17 @@ from orchestrator.stats.statistics import delta_pct
 from orchestrator.stats.status import Status
 from orchestrator.stats.uncertainty import ALPHA, Comparison, Interval, compare, correct
 from orchestrator.stats.values import is_missing
+
+
+class Verdict(StrEnum):
+    """What an A/B row says about its config against the baseline."""
+
+    BASELINE = "baseline"
+    NO_OK_RUN = "no run ended ok"
+    NOT_TESTED = "not tested"             # one measurement on a side: nothing to test
+    FASTER = "faster"                     # the corrected test finds it faster
+    SLOWER = "slower"
+    NO_DIFFERENCE = "no significant difference"
 
 
 @dataclass(frozen=True)
@@ -68,20 +80,19 @@ class ABRow:
     energy: Comparison | None = None
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         """What the row says about the config, claiming a difference only when the corrected
-        test finds one."""
+        test finds one (its words: report/ab_table.py verdict_words)."""
         if self.is_baseline:
-            return "baseline"
+            return Verdict.BASELINE
         c = self.comparison
         if c is None:
-            return "no run ended ok"
+            return Verdict.NO_OK_RUN
         if c.p_value is None:
-            return f"not tested (n={c.n_base}/{c.n_cand})"
+            return Verdict.NOT_TESTED
         if c.significant and c.ratio is not None and c.ratio != 1.0:
-            return "faster" if c.ratio > 1.0 else "slower"
-        n = f"{c.n_cand} rounds" if c.method == "paired" else f"{c.n_base}/{c.n_cand}"
-        return f"no significant difference (n={n})"
+            return Verdict.FASTER if c.ratio > 1.0 else Verdict.SLOWER
+        return Verdict.NO_DIFFERENCE
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,7 @@ def io_ceiling(row: Any) -> float | None:
 
 
 def judge(values: dict[str, Any], row: Any) -> Judgement:
-    """A config's aggregated statistics (report/context.py ConfigAgg.values: mean tok/s,
+    """A config's aggregated statistics (results/report_data.py ConfigAgg.values: mean tok/s,
     read_mib_per_token, compute_s_per_token) against a ceiling row."""
     tps = values.get("mean")
     per_token = values.get("read_mib_per_token")

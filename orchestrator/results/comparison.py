@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, NotFound
 from orchestrator.results.measured import config_labels
 from orchestrator.results.query import Side
 from orchestrator.results.trim import resolve_trim
@@ -29,6 +30,13 @@ from orchestrator.stats.status import Status
 from orchestrator.stats.uncertainty import Comparison, Interval, compare, correct
 
 Key = tuple[str, str]          # (model, config)
+
+
+class Absence(StrEnum):
+    """Why a side has no figure for a config (its value is the JSON records' `why`)."""
+
+    FAILED = "failed"            # its runs there did not end ok
+    NEVER_RUN = "never run"
 
 
 @dataclass(frozen=True)
@@ -43,12 +51,11 @@ class ConfigRow:
     failed: list[list[int]] = field(default_factory=list)   # per side: its runs not ok
     matched: list[str | None] = field(default_factory=list)  # per side: its name, if --match
 
-    def absence(self, side: int) -> str | None:
-        """Why side `side` has no figure for it: "failed" (runs that did not end ok) or
-        "never run"; None when it has one."""
+    def absence(self, side: int) -> Absence | None:
+        """Why side `side` has no figure for it; None when it has one."""
         if self.means[side] is not None:
             return None
-        return "failed" if self.failed and self.failed[side] else "never run"
+        return Absence.FAILED if self.failed and self.failed[side] else Absence.NEVER_RUN
 
     @property
     def present(self) -> list[int]:
@@ -221,7 +228,7 @@ def build_side(store: Store, build: str, device: str | None = None,
         return Side(f"build {build}", devices[0], store.session_row(sid), rows)
     where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
                                 device and f" on {device}") if x)
-    raise ConfigError(f"no runs of build {build}{where} in {store.url}")
+    raise NotFound(f"no runs of build {build}{where} in {store.url}")
 
 
 def _has(configs: dict[Key, ConfigFigures], key: Key) -> bool:

@@ -143,7 +143,7 @@ def _frame(rows: Iterable[RunRow], means: Mapping[int, Any]) -> pd.DataFrame:
         "validity": RunValidity.from_stored(load_record(r.summary).validity),
     } for r in rows if r.status == Status.OK],
         columns=["id", "device", "model", "config", "session_id", "order_index", "mean",
-                 "cooldown_met", "temp", "free_kb", "validity"])
+                 "cooldown_met", "temp", "free_kb", "validity"]).astype({"mean": float})
 
 
 def _group(runs: pd.DataFrame, how: HowRun, t: Thresholds) -> list[Caveat]:
@@ -261,6 +261,6 @@ def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()
     rows = [r for r in store.runs(session_id) if r.status == Status.OK]
     if not rows:
         return []
-    stats = Runs(store).stats(rows)
+    figures = Runs(store).figures(rows)
     session = store.session_row(session_id)
-    return caveats(rows, stats["mean"].to_dict(), {session_id: session.matrix_data}, t)
+    return caveats(rows, {rid: f.mean for rid, f in figures.items()}, {session_id: session.matrix_data}, t)

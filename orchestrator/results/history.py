@@ -24,14 +24,14 @@ from typing import Any
 
 from orchestrator.db.runs import RunRow, Runs
 from orchestrator.db.store import Store
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, NotFound
 from orchestrator.results.measured import config_labels
 from orchestrator.stats import config_key
 from orchestrator.stats.changepoints import Step, detect
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
 from orchestrator.stats.figures import RunFigures
-from orchestrator.stats.uncertainty import Interval, mean_interval
 from orchestrator.stats.status import Status
+from orchestrator.stats.uncertainty import Interval, mean_interval
 
 METRICS = ("mean", "median", "p5", "p95", "min", "max", "prefill_tps", "steady_mean")
 
@@ -127,14 +127,14 @@ def point_samples(rows: list[RunRow], figures: Mapping[int, RunFigures],
 def history(store: Store, matrix: str, config: str | None = None, device: str | None = None,
             metric: str = "mean", order: str = "time") -> list[Series]:
     """Every (device, model, config) series of `matrix` in the store, with its change points.
-    order: "time" or "build". Raises ConfigError when nothing matches."""
+    order: "time" or "build". Raises NotFound when nothing matches."""
     if metric not in METRICS:
         raise ConfigError(f"--metric {metric}: one of {', '.join(METRICS)}")
     rows = _runs(store, matrix, device, config)
     if not rows:
         what = " ".join(x for x in (f"matrix {matrix!r}", config and f"config {config!r}",
                                     device and f"on {device}") if x)
-        raise ConfigError(f"no runs of {what} in {store.url}")
+        raise NotFound(f"no runs of {what} in {store.url}")
     figures = Runs(store).figures(rows)
     groups: dict[tuple[str, str, str], dict[tuple[int, str | None], list[Any]]] = {}
     # one series per config *as measured*: an edited config under the same name is another

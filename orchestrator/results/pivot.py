@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from orchestrator.config.design import Design
-from orchestrator.db.runs import RunRow, parse_settings
+from orchestrator.config.design import Design, session_design
+from orchestrator.db.runs import RunRow, Runs, parse_settings
 from orchestrator.stats.config_figures import RunResult, combine
 from orchestrator.stats.config_key import without_model_keys
 from orchestrator.stats.figures import RunFigures
@@ -93,3 +94,13 @@ def _pivot(device: str, runs: Sequence[RunRow], figures: Mapping[int, RunFigures
                         row_of[k] = ra
     kept = list({id(r): r for r in (row_of[k] for k in keys)}.values())
     return Pivot(device, models, kept)
+
+
+def session_pivots(store: Any, session_id: int, quantile: str = "linear") -> list[Pivot] | None:
+    """The pivots of a stored session (None when it has no runs): its runs' figures and its
+    design file's labels (`orch table --pivot model`)."""
+    rows = store.runs(session_id)
+    if not rows:
+        return None
+    figures = Runs(store).figures(rows, quantile_method=quantile)
+    return pivots(rows, figures, session_design(store.session_row(session_id)))

@@ -1,5 +1,5 @@
-"""What the views share about a set of stored runs: row labels, grouping by (model, device),
-and the sides of `orch compare`. Runs, sessions and per-run statistics are read through the
+"""What the views share about a set of stored runs: grouping by (model, device) and the sides
+of `orch compare` (row labels, with their dagger, are the views': report/labels.py). Runs, sessions and per-run statistics are read through the
 read model (db/runs.py)."""
 from __future__ import annotations
 
@@ -10,17 +10,6 @@ from typing import Any, TypeVar
 from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.stats.values import DAGGER
-
-
-def labelled(rows: Iterable[RunRow]) -> dict[int, str]:
-    """Row labels: the config name (and repeat), with a dagger on runs that did not end ok."""
-    out = {}
-    for row in rows:
-        label = row.config + (f" #{row.repeat_index + 1}" if row.repeat_index else "")
-        out[row.id] = label if row.status == "ok" else f"{label} {DAGGER}"
-    return out
-
 
 T = TypeVar("T")
 

@@ -380,6 +380,14 @@ def compute(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
             for rid, rec in zip(frame.index, frame.to_dict("records"))}
 
 
+def rates(tokens: Any, wall_ms: Any) -> np.ndarray:
+    """Tokens per second over spans, elementwise: tokens / Σ decode s (figures.rate's
+    vectorised form, for curves over many spans); NaN where no decode time was recorded."""
+    n, wall = np.asarray(tokens, dtype=float), np.asarray(wall_ms, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(wall > 0, n / (wall / 1000.0), np.nan)
+
+
 def spread(values: Iterable[float | None]) -> dict[str, Any]:
     """Spread of repeated measurements (runs' means, an engine's repetitions): their mean,
     sample stdev (n-1, as llama-bench's stddev_ts), min, max and n; missing values skipped."""

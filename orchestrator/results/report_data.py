@@ -1,4 +1,9 @@
-"""The data of a report: which runs, their statistics, and how repeats and failures aggregate.
+"""The data of a report, read and computed once for report/ to render (a view reads no
+store): which runs, their figures, each config's runs combined (stats/config_figures.py
+`combine`: the one place repeats and failures are combined), and what each (model, device)
+group's sections show beside them (model facts, ceilings, quality probes), the route traces
+and the regressions against earlier sessions. Nothing here is text: labels, titles and
+verdicts are the views' words.
 
 Everything is read with a fixed number of queries (runs per session, one token read, one sample
 read, devices, sessions), never one per run: a report over 1,000 runs must cost about what
@@ -7,8 +12,7 @@ reading their token rows costs (bench/report).
 from __future__ import annotations
 
 import re
-import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,31 +20,36 @@ import pandas as pd
 
 from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
-from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions, devices_by_name
+from orchestrator.db.quality import newest_probed_session
+from orchestrator.db.runs import (
+    RunRow,
+    Runs,
+    SessionRow,
+    Sessions,
+    devices_by_name,
+)
 from orchestrator.db.store import Store
-from orchestrator.errors import ConfigError
-from orchestrator.record import load_record
-from orchestrator.report.tables import group_title
+from orchestrator.errors import ConfigError, NotFound
+from orchestrator.results import drift
 from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
-from orchestrator.results.query import by_model_and_device, labelled
+from orchestrator.results.ceilings import nearest
+from orchestrator.results.drift import Caveat
+from orchestrator.results.model_facts import ModelFacts, facts_for_group
+from orchestrator.results.quality import ModelQuality, summarise
+from orchestrator.results.query import by_model_and_device
+from orchestrator.results.regressions import Regression, regressions
+from orchestrator.results.routes import run_figures
 from orchestrator.results.trim import resolve_trim
-from orchestrator.stats.figures import FIELDS as STAT_COLUMNS
-from orchestrator.stats.statistics import spread
-from orchestrator.stats.uncertainty import mean_interval
-from orchestrator.stats.values import is_missing, plain
-
-# How a config's repeats combine into one row. Throughput columns average the runs' values
-# (mean = mean of the runs' means, the figure the spread is about); extremes and device
-# pressure take the worst case, since a report must not hide the hottest or fullest run.
-_WORST = {"min": min, "max": max, "peak_rss_gib": max, "mem_floor_gib": min,
-          "cpu_temp_max_c": max, "batt_temp_max_c": max}
+from orchestrator.stats.config_figures import ConfigFigures, RunResult, Spread, combine
+from orchestrator.stats.figures import RunFigures
+from orchestrator.stats.status import Status
 
 
 @dataclass
 class RunView:
     row: RunRow
-    label: str                    # config (#repeat), with a dagger when it did not end ok
-    stats: dict[str, Any]
+    config_label: str             # its config as the reader sees it: its `labels:` entry
+    figures: RunFigures           # the run's figures (Runs.figures)
 
     @property
     def id(self) -> int:
@@ -48,19 +57,31 @@ class RunView:
 
     @property
     def ok(self) -> bool:
-        return self.row.status == "ok"
+        return self.row.status == Status.OK
+
+    @property
+    def result(self) -> RunResult:
+        return RunResult(self.row.id, self.row.status, self.figures)
 
 
 @dataclass
 class ConfigAgg:
-    """One config of one (model, device) group: its ok runs combined."""
+    """One config of one (model, device) group: its runs combined (ConfigFigures)."""
 
     config: str
-    runs: list[RunView]           # ok runs only: failed ones are in no aggregate
-    values: dict[str, Any]
-    spread: dict[str, Any]
+    figures: ConfigFigures        # every run of the config, combined over its ok ones
+    runs: list[RunView]           # ok runs only: failed ones are in no figure of the config
     bad: list[RunView] = field(default_factory=list)
     label: str = ""               # the matrix's `labels:` entry for the config, else its name
+
+    @property
+    def values(self) -> Any:
+        """The config's combined figures, by RunFigures name."""
+        return self.figures.values
+
+    @property
+    def spread(self) -> Spread:
+        return self.figures.spread
 
     @property
     def ids(self) -> list[int]:
@@ -71,11 +92,15 @@ class ConfigAgg:
 class Group:
     model: str
     device: str
-    title: str
+    engine: str | None            # the engine of its first run (names a group without model)
     slug: str
     runs: list[RunView]
     configs: list[ConfigAgg]
     ab: ABGroup | None = None      # its A/B rows against its model's baseline (results/ab.py)
+    facts: ModelFacts | None = None   # the model's facts (results/model_facts.py)
+    pivot_matrix: Matrix | None = None  # the matrix whose two-flag grid the pivot lays out
+    ceilings: Any = None          # the device's ceilings nearest its first run (results/ceilings)
+    quality: ModelQuality | None = None  # its newest session's quality probes (results/quality)
 
     @property
     def failed(self) -> list[RunView]:
@@ -98,40 +123,28 @@ class ReportData:
     # session id -> the design file its import applied (config/design.py), None without one
     designs: dict[int, Design | None] = field(default_factory=dict)
     trim: int = 0                          # first tokens left out of the per-token figures
+    caveats: list[Caveat] = field(default_factory=list)     # results/drift.py, every group's
+    regressions: list[Regression] = field(default_factory=list)  # results/regressions.py
+    # traced runs' route figures: run id -> (results/routes.py run_figures) or why not
+    routes: dict[int, Any] = field(default_factory=dict)
+    quantile: str = "linear"               # the p5/p95 quantile method of the figures
 
     @property
     def failed(self) -> list[RunView]:
         return [r for r in self.runs if not r.ok]
 
     @property
-    def baseline(self) -> str | None:
-        """The baselines (their labels) as one line for the header: one name when every model
-        shares it."""
-        chosen = {g.model: g.ab.rows[0].label for g in self.groups    # rows[0]: the baseline
-                  if g.ab is not None and g.ab.rows}
-        if len(set(chosen.values())) <= 1:
-            return next(iter(chosen.values()), None)
-        return "; ".join(f"{model}: {label}" for model, label in chosen.items())
+    def title(self) -> str:
+        """The sessions' matrices (or names) the report is about, in order (templates read
+        `data.title`)."""
+        return ", ".join(dict.fromkeys(s.matrix_name or s.name or f"session {s.id}"
+                                       for s in self.sessions))
 
     @property
-    def title(self) -> str:
-        names = list(dict.fromkeys(s.matrix_name or s.name or f"session {s.id}"
-                                   for s in self.sessions))
-        return ", ".join(names)
-
-
-class _FrameCache:
-    """Hands the read model's statistics (Runs.stats) the store's frames and keeps them for the plots, so the token
-    rows are read once (Runs.stats only calls `frame`)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.frames: dict[str, pd.DataFrame] = {}
-
-    def frame(self, table_name: str, run_ids: Iterable[int]) -> pd.DataFrame:
-        if table_name not in self.frames:
-            self.frames[table_name] = self.store.frame(table_name, run_ids)
-        return self.frames[table_name]
+    def baselines(self) -> dict[str, str]:
+        """model -> the label of its baseline config (the A/B rows' first)."""
+        return {g.model: g.ab.rows[0].label for g in self.groups
+                if g.ab is not None and g.ab.rows}
 
 
 # ---- which runs --------------------------------------------------------------------------
@@ -154,11 +167,11 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     if matrix is None:
         matrix = sessions.newest_matrix(devices)
         if matrix is None:
-            raise ConfigError(f"no runs on {', '.join(devices)} in {store.url}")
+            raise NotFound(f"no runs on {', '.join(devices)} in {store.url}")
     latest = sessions.latest_per_device(matrix, devices or None)
     missing = [d for d in devices if d not in latest]
     if missing or not latest:
-        raise ConfigError(f"no session of matrix {matrix!r} on "
+        raise NotFound(f"no session of matrix {matrix!r} on "
                           f"{', '.join(missing) or 'any device'} in {store.url}")
     order = list(devices) or sorted(latest)
     rows: list[RunRow] = []
@@ -169,39 +182,6 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
             by_session[sid] = store.runs(sid)
         rows += [r for r in by_session[sid] if r.device == name]
     return rows
-
-
-# ---- aggregation -------------------------------------------------------------------------
-
-def aggregate(runs: Sequence[RunView]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(combined stats, spread of the means) of a config's ok runs. With one run the values
-    are that run's, unchanged."""
-    values: dict[str, Any] = {}
-    if runs:
-        for key in STAT_COLUMNS:
-            xs = [r.stats.get(key) for r in runs if not is_missing(r.stats.get(key))]
-            if not xs:
-                values[key] = None
-            elif key in _WORST:
-                values[key] = _WORST[key](xs)
-            elif all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in xs):
-                values[key] = statistics.fmean(xs) if len(xs) > 1 else xs[0]
-            else:
-                values[key] = xs[0]
-        values["n"] = sum(int(r.stats.get("n") or 0) for r in runs)
-        # a config with a run that had not settled says so where the steady state would be
-        values["settle_note"] = next((r.stats.get("settle_note") for r in runs
-                                      if r.stats.get("settle_note")), None)
-        # the mean's 95% interval over the runs' means (none for a single run)
-        ci = mean_interval([r.stats.get("mean") for r in runs])
-        values["mean_ci_low"], values["mean_ci_high"] = ci.low, ci.high
-    if len(runs) == 1:
-        # An engine that repeats internally (llama-bench -r N) reports its own per-repetition
-        # spread: with a single orch run, that is the spread there is.
-        inner = load_record(runs[0].row.summary).extra.get("repetition_spread") or {}
-        if (inner.get("n") or 0) >= 2:
-            return values, {**inner, "unit": "repetitions"}
-    return values, spread([r.stats.get("mean") for r in runs])
 
 
 def _slug(*parts: str) -> str:
@@ -223,14 +203,11 @@ def _groups(runs: list[RunView], ab: list[ABGroup],
         configs: dict[str, list[RunView]] = {}
         for r in members:
             configs.setdefault(r.row.config, []).append(r)
-        aggs = []
-        for name, rs in configs.items():
-            good = [r for r in rs if r.ok]
-            values, spread = aggregate(good)
-            aggs.append(ConfigAgg(name, good, values, spread, [r for r in rs if not r.ok],
-                                  _label(rs[0].row, matrices)))
-        title = group_title(model, device, members[0].row.engine)
-        groups.append(Group(model, device, title, f"{i}-{_slug(model, device)}", members, aggs,
+        aggs = [ConfigAgg(name, combine([r.result for r in rs]), [r for r in rs if r.ok],
+                          [r for r in rs if not r.ok], _label(rs[0].row, matrices))
+                for name, rs in configs.items()]
+        groups.append(Group(model, device, members[0].row.engine,
+                            f"{i}-{_slug(model, device)}", members, aggs,
                             by_key.get((model, device))))
     return groups
 
@@ -274,14 +251,14 @@ def _single_ok_runs(rows: Sequence[RunRow]) -> set[int]:
     config)."""
     ok: dict[tuple[str, str, str], list[int]] = {}
     for r in rows:
-        if r.status == "ok":
+        if r.status == Status.OK:
             ok.setdefault((r.model or "-", r.device, r.config), []).append(r.id)
     return {ids[0] for ids in ok.values() if len(ids) == 1}
 
 
 def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
           quantile: str = "linear", keep_frames: bool = True,
-          trim: int | None = None) -> ReportData:
+          trim: int | None = None, routes: bool = True) -> ReportData:
     """Everything a report shows, from the selected runs. `trim`: `--trim N` (None: the
     sessions' own `trim:`, results/trim.py)."""
     if not rows:
@@ -289,20 +266,17 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     # devices in the order asked for (select_runs keeps --device order), then as the runs ran
     rank = {d: i for i, d in enumerate(dict.fromkeys(r.device for r in rows))}
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
-    cache = _FrameCache(store)
     trim = resolve_trim(trim, Sessions(store).by_ids(dict.fromkeys(r.session_id for r in rows)))
     # the runs' figures, as stored (or, with a trim or another quantile method, computed)
     figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)
-    records = {rid: f.as_dict() for rid, f in figures.items()}
-    if keep_frames:     # the plots' token rows and samples
-        cache.frame("token", [r.id for r in rows])
-        cache.frame("sample", [r.id for r in rows])
+    ids = [r.id for r in rows]
+    # the plots' token rows and samples, read once
+    tokens = store.frame("token", ids) if keep_frames else None
+    samples = store.frame("sample", ids) if keep_frames else None
     sids = list(dict.fromkeys(r.session_id for r in rows))
     sessions = Sessions(store).by_ids(sids)
     parsed = {s.id: s.matrix for s in sessions}
-    labels = labelled(rows)      # "config #2 †": the config part as its label
-    runs = [RunView(r, _label(r, parsed) + labels[r.id][len(r.config):], records.get(r.id, {}))
-            for r in rows]
+    runs = [RunView(r, _label(r, parsed), figures[r.id]) for r in rows]
     devices = device_views(store, rows, sessions)
     files: dict[int, Any] = {}
     for f in Sessions(store).imported_files(sids):
@@ -312,16 +286,47 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     # each (model, device) group against its own model's baseline; Holm across all of them
     ab = ab_groups(rows, figures, parsed, baseline, designs=designs,
                    earlier=store_repeats(store))     # noise floor of single runs
-    return ReportData(sessions=sessions, devices=devices, runs=runs,
-                      groups=_groups(runs, ab, parsed),
+    groups = _groups(runs, ab, parsed)
+    for g in groups:
+        _beside(store, g, sessions)
+    caveats = drift.caveats(rows, {r.id: r.figures.mean for r in runs}, matrices)
+    return ReportData(sessions=sessions, devices=devices, runs=runs, groups=groups,
                       matrices=matrices, imported_files=files, designs=designs,
-                      trim=trim, tokens=cache.frames.get("token") if keep_frames else None,
-                      samples=cache.frames.get("sample") if keep_frames else None)
+                      trim=trim, quantile=quantile, tokens=tokens, samples=samples,
+                      caveats=caveats,
+                      regressions=regressions(store, rows),
+                      routes=_routes(store, runs) if routes else {})
 
 
-def left_out_line(r: RunView) -> str:
-    """Plain text (escaped by the caller) saying why a run is in no aggregate."""
-    n = int(r.stats.get("n") or 0)
-    return (f"{r.label} run {r.id} on {r.row.device}: {r.row.status}"
-            + (f" — {r.row.cause}" if r.row.cause else "")
-            + f"; {n} token(s) recorded; left out of every aggregate")
+def _beside(store: Store, g: Group, sessions: Sequence[SessionRow]) -> None:
+    """What a group's sections show beside its figures: the model's facts and the pivot's
+    matrix, the device's ceilings nearest its first run, its newest quality probes."""
+    session_ids = {r.row.session_id for r in g.runs}
+    session = next((s for s in sessions if s.id in session_ids), None)
+    if session is not None:
+        g.facts = facts_for_group(store, session, g.model, g.device, [r.row for r in g.runs])
+        g.pivot_matrix = session.matrix if len(session_ids) == 1 else None
+    starts = [r.row.started_at for r in g.runs if r.row.started_at is not None]
+    g.ceilings = nearest(store, g.device, min(starts) if starts else None)
+    probed_in = newest_probed_session(store, sorted(session_ids, reverse=True), g.model) \
+        if session_ids else None
+    if probed_in is not None:
+        models = summarise(store, probed_in, g.model)
+        g.quality = models[0] if models else None
+
+
+def traced_runs(runs: Sequence[RunView]) -> list[RunView]:
+    """The ok runs whose record carries a route trace (no query: the summary is read)."""
+    return [r for r in runs if r.ok and r.row.record.route_trace]
+
+
+def _routes(store: Store, runs: Sequence[RunView]) -> dict[int, Any]:
+    """Each traced run's (route figures, trace), or the error that kept them from being read
+    (one unreadable trace does not cost the reader the rest of the document)."""
+    out: dict[int, Any] = {}
+    for run in traced_runs(runs):
+        try:
+            out[run.id] = run_figures(store, run.id)
+        except (ValueError, ConfigError) as exc:
+            out[run.id] = exc
+    return out

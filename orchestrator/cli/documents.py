@@ -1,0 +1,62 @@
+"""What the CLI's document commands compose: read and compute (results/), then render
+(report/). A view reads no store (docs/architecture.md, "Layers"), so the reading is here,
+in the thin layer that owns the store a command opened.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrator.db.runs import RunRow
+from orchestrator.db.store import Store
+from orchestrator.errors import ConfigError
+from orchestrator.report.compare import no_common_text, section
+from orchestrator.report.render import ReportRequest, render_report
+from orchestrator.results.ab import Baselines, parse_baselines, runs_where
+from orchestrator.results.comparison import SideComparison, build, build_side
+from orchestrator.results.query import select_sides
+from orchestrator.results.report_data import build as report_data
+
+
+def report_text(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
+                quantile: str = "linear", trim: int | None = None,
+                **request: Any) -> str:
+    """`orch report` of these runs: its data (results/report_data.py) rendered
+    (report/render.py; `request`: ReportRequest's fields)."""
+    plots = request.get("plots", True)
+    data = report_data(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots,
+                       trim=trim)
+    return render_report(data, ReportRequest(**request))
+
+
+def comparison_of(store: Store, sessions: Sequence[str], devices: Sequence[str],
+               matrix: str | None, builds: Sequence[str] = (),
+               matches: Sequence[str] = (), trim: int | None = None) -> SideComparison:
+    """The sides (results/query.py: select_sides; with builds, one side per engine build:
+    comparison.build_side) and their comparison; `matches`: `--match A=B` pairs. Sides with
+    no config in common are refused, each side's configs listed: a table of nothing but
+    one-sided rows would read as a comparison."""
+    if builds:
+        if sessions or len(devices) > 1:
+            raise ConfigError("--builds compares builds (on one --device): no --session, "
+                              "one --device at most")
+        device = devices[0] if devices else None
+        sides = [build_side(store, b, device, matrix) for b in builds]
+    else:
+        sides = select_sides(store, sessions, devices, matrix)
+    comp = build(store, sides, matches, trim=trim)
+    if not any(len(row.on) >= 2 for row in comp.rows):
+        raise ConfigError(no_common_text(comp))
+    return comp
+
+
+
+def compared_report(store: Store, sessions: Sequence[str], devices: Sequence[str],
+                    matrix: str | None, baselines: Sequence[str] = (), **options: Any) -> str:
+    """`orch report --compare`: the report of every side's runs with the comparison as a
+    section (options: report_text's; `baselines`: the `-b` choices for its A/B tables)."""
+    comp = comparison_of(store, sessions, devices, matrix, trim=options.get("trim"))
+    rows = [r for side in comp.sides for r in side.rows]
+    chosen = parse_baselines(baselines, rows, runs_where(rows))
+    return report_text(store, rows, baseline=chosen or None,
+                       comparison=section(comp, in_report=True), **options)

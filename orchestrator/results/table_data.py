@@ -1,0 +1,62 @@
+"""What `orch table` shows of a stored session, read and computed once (report/session_tables.py
+lays it out): the session's runs and their figures (with `--trim`/the quantile method asked
+for), each (model, device) group's model facts and configs combined (ConfigFigures: the
+pivot's cells), its A/B groups, the comparability caveats and the design file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.config.design import Design, session_design
+from orchestrator.db.runs import RunRow, Runs, SessionRow
+from orchestrator.db.store import Store
+from orchestrator.results import ab
+from orchestrator.results.drift import Caveat, session_warnings
+from orchestrator.results.model_facts import ModelFacts, facts_for_group
+from orchestrator.results.query import by_model_and_device
+from orchestrator.results.trim import resolve_trim
+from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine_all
+from orchestrator.stats.figures import RunFigures
+
+GroupKey = tuple[str, str]      # (model, device)
+
+
+@dataclass(frozen=True)
+class TableData:
+    session_id: int
+    session: SessionRow
+    rows: list[RunRow]                       # the session's current runs, in run order
+    figures: dict[int, RunFigures]           # by run id
+    trim: int                                # tokens left out of the per-token figures
+    groups: list[tuple[GroupKey, list[RunRow]]]
+    facts: dict[GroupKey, ModelFacts]
+    configs: dict[GroupKey, dict[str, ConfigFigures]]   # each group's configs combined
+    ab_groups: list[ab.ABGroup] = field(default_factory=list)
+    caveats: list[Caveat] = field(default_factory=list)
+    design: Design | None = None             # an import's design file
+
+
+def table_data(store: Store, session_id: int, quantile: str = "linear",
+               baseline: ab.Baselines | None = None, trim: int | None = None,
+               with_ab: bool = False) -> TableData | None:
+    """The session's tables' data; None when it has no runs. `trim`: `--trim N` (None: the
+    session's own `trim:`, results/trim.py); `with_ab`: its A/B groups too."""
+    rows = store.runs(session_id)
+    if not rows:
+        return None
+    session = store.session_row(session_id)
+    trim = resolve_trim(trim, [session])
+    # each run's figures (stored, or computed for another trim or quantile method)
+    figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)
+    groups = by_model_and_device(rows)
+    facts = {key: facts_for_group(store, session, key[0], key[1], members)
+             for key, members in groups}
+    configs = {}
+    for key, members in groups:
+        by_config: dict[str, list[RunResult]] = {}
+        for r in members:
+            by_config.setdefault(r.config, []).append(RunResult(r.id, r.status, figures[r.id]))
+        configs[key] = combine_all(by_config)
+    ab_groups = ab.session_groups(store, session_id, rows, figures, baseline) if with_ab else []
+    return TableData(session_id, session, rows, figures, trim, groups, facts, configs,
+                     ab_groups, session_warnings(store, session_id), session_design(session))
