@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 
 EXIT_INT = 130
 _seen = {"int": False}
@@ -41,4 +40,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -189,10 +189,12 @@ class Matrix(BaseModel):
                 try:
                     item = ConfigSpec.model_validate(item)
                 except ValidationError as exc:
-                    problems += [InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),
-                                                  input=e["input"],
-                                                  **({"ctx": e["ctx"]} if "ctx" in e else {}))
-                                 for e in exc.errors(include_url=False)]
+                    for e in exc.errors(include_url=False):
+                        detail = InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),
+                                                  input=e["input"])
+                        if "ctx" in e:
+                            detail["ctx"] = e["ctx"]
+                        problems.append(detail)
             elif not isinstance(item, (str, ConfigSpec)):
                 problems.append(InitErrorDetails(type="string_type", loc=(name,), input=item))
             out[name] = item

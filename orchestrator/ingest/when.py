@@ -48,14 +48,15 @@ def parse_time(text: str) -> dt.datetime | None:
             return None
     found = _DATE_CMD.search(text)
     if found and found.group(1) in _MONTHS:
-        mon, day, h, mi, s, year = found.groups()
-        return _make(int(year), _MONTHS[mon], int(day), int(h), int(mi), int(s))
+        mon, day, hour, minute, second, year = found.groups()
+        return _make(int(year), _MONTHS[mon], int(day), int(hour), int(minute), int(second))
     return None
 
 
-def _make(*parts: int) -> dt.datetime | None:
+def _make(year: int, month: int, day: int, hour: int, minute: int,
+          second: int) -> dt.datetime | None:
     try:
-        return dt.datetime(*parts)
+        return dt.datetime(year, month, day, hour, minute, second)
     except ValueError:
         return None
 
