@@ -258,6 +258,15 @@ class Matrix(BaseModel):
         return (max(1, len(self.configs)) * grid * max(1, len(self.models))
                 * max(1, len(self.builds)) * self.repeat.max)
 
+    def device_model_paths(self) -> dict[str, str]:
+        """`models:` as name -> path on the device, for a matrix run/model_push.py prepared
+        (it puts each `{local: FILE}` model's device path in); ValueError before that."""
+        paths = {name: spec for name, spec in self.models.items() if isinstance(spec, str)}
+        if len(paths) != len(self.models):
+            raise ValueError("models: a {local: FILE} model is not pushed yet "
+                             "(run/model_push.py prepare_models)")
+        return paths
+
     def build_binaries(self) -> dict[str, str]:
         """`builds:` as version -> the build cache's binary for this engine, in the order
         written (empty without `builds:`)."""

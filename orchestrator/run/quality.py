@@ -57,7 +57,8 @@ def run_quality(runner: DeviceRunner, loaded: LoadedMatrix, progress: Progress) 
         return summary
     probes = load_probes(spec, loaded.path)
     done = answered_ok(runner.store, runner.session_id)
-    models = list(loaded.matrix.models.items()) or [("-", None)]
+    models: list[tuple[str, str | None]] = \
+        list(loaded.matrix.device_model_paths().items()) or [("-", None)]
     for model, path in models:
         for config, flags in expand_configs(loaded.matrix):
             todo = [p for p in probes if (model, config, p.id) not in done]
