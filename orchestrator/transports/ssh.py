@@ -301,6 +301,11 @@ class SshTransport(SshFiles, PosixTransport):
             yield bytes(held[0])
         if held[1] and not started[1]:
             on_stderr(bytes(held[1]))
+        return self._exit_status(chan, transport, what)
+
+    def _exit_status(self, chan: paramiko.Channel, transport: paramiko.Transport,
+                     what: str) -> int:
+        """The status of a command whose output ended (waiting up to 5 s for it to come)."""
         end = time.monotonic() + 5
         while not chan.status_event.wait(0.1) and transport.is_active() and time.monotonic() < end:
             pass
