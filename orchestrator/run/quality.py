@@ -116,7 +116,7 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
         update_probe(runner.store, row_id, status="failed", cause=f"device: {exc}",
                      ended_at=now())
         return "failed", False
-    status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]
+    status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]  # _Collected has what classify reads of a recorder
     if verdict is not None:   # orch's own deadline: the supervisor stopped (runner.py)
         status, cause = verdict
     reply = parser.record().text

@@ -355,7 +355,7 @@ class DeviceRunner:
             # answer raises TransportError: the link policy retries, it is not an ending.
             state, _ = job_state(self.client, jobdir)
             if state == "full":
-                recorder.spool_full = (  # type: ignore[attr-defined]
+                recorder.spool_full = (  # type: ignore[attr-defined]  # classify reads it with getattr
                     f"the device's storage was full: the agent could not write the run's spool "
                     f"({jobdir}); free space in the device's workdir, then --resume runs it again")
                 return
