@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 from functools import cache
+from collections.abc import Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +96,7 @@ def get_adapter(name: str, options: dict | None = None) -> "EngineAdapter":
 
     factory = load(ENGINES, name)
     try:
-        params = inspect.signature(factory).parameters
+        params: Mapping[str, inspect.Parameter] = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
     kwargs: dict[str, Any] = {}

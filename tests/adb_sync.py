@@ -88,8 +88,8 @@ def _list(stream, path: str) -> None:
     stream.write(bytes(out) + b"DONE" + bytes(16))
 
 
-def _send(stream, spec: bytes) -> bool:
-    """Receive one file; False when the stream must be closed (protocol violation)."""
+def _send_target(spec: bytes):
+    """ID_SEND's `path,mode`: (path, mode, the open file or None, the error or None)."""
     path_b, comma, mode_b = spec.rpartition(b",")
     err = None
     mode = 0o100644
@@ -101,10 +101,8 @@ def _send(stream, spec: bytes) -> bool:
         except ValueError:
             err = f"bad mode {mode_b!r}"
     path = _fs(path_b)
-    is_link = stat.S_ISLNK(mode)
     f = None
-    link_target = bytearray()
-    if err is None and not is_link:
+    if err is None and not stat.S_ISLNK(mode):
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             if os.path.lexists(path) and not os.path.isdir(path):
@@ -112,6 +110,31 @@ def _send(stream, spec: bytes) -> bool:
             f = open(path, "wb")
         except OSError as e:
             err = f"couldn't create file: {e.strerror}"
+    return path, mode, f, err
+
+
+def _finish_send(path: str, mode: int, f, link_target: bytearray, mtime: int) -> str | None:
+    """DONE: make the symlink, or close the file and set its mode and mtime; the error."""
+    try:
+        if stat.S_ISLNK(mode):
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            if os.path.lexists(path):
+                os.unlink(path)
+            os.symlink(bytes(link_target).rstrip(b"\0"), path)
+        else:
+            f.close()
+            os.chmod(path, mode & 0o7777)
+            os.utime(path, (mtime, mtime))
+    except OSError as e:
+        return f"{e.strerror}"
+    return None
+
+
+def _send(stream, spec: bytes) -> bool:
+    """Receive one file; False when the stream must be closed (protocol violation)."""
+    path, mode, f, err = _send_target(spec)
+    is_link = stat.S_ISLNK(mode)
+    link_target = bytearray()
     while True:
         try:
             hdr = stream.read_exact(8)
@@ -136,18 +159,7 @@ def _send(stream, spec: bytes) -> bool:
             stream.write(_fail(f"invalid data message {cid!r}"))
             break
         if err is None:
-            try:
-                if is_link:
-                    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-                    if os.path.lexists(path):
-                        os.unlink(path)
-                    os.symlink(bytes(link_target).rstrip(b"\0"), path)
-                else:
-                    f.close()
-                    os.chmod(path, mode & 0o7777)
-                    os.utime(path, (n, n))
-            except OSError as e:
-                err = f"{e.strerror}"
+            err = _finish_send(path, mode, f, link_target, n)
         if err is None:
             stream.write(b"OKAY" + _u32(0))
             return True

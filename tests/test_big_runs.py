@@ -4,7 +4,6 @@ row, and stored figures are read without any token row; the within-run bootstrap
 streams its CSV through the recorder line by line (ingest/write.py lines())."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path

@@ -1,6 +1,7 @@
 """The code base's shape, checked: the layer contract and no import cycles (import-linter,
-pyproject.toml's [tool.importlinter]; docs/architecture.md, "Layers"), and every built-in
-engine and device kind registered the way a plugin would be."""
+pyproject.toml's [tool.importlinter]; docs/architecture.md, "Layers"), ruff (pyflakes and
+complexity, [tool.ruff]) and mypy ([tool.mypy]) passing, and every built-in engine and device
+kind registered the way a plugin would be."""
 from __future__ import annotations
 
 import ast
@@ -9,6 +10,7 @@ import sys
 from pathlib import Path
 from importlib.metadata import entry_points
 
+from ci import unavailable
 from conftest import REPO
 
 from orchestrator import plugins
@@ -55,6 +57,27 @@ def test_views_read_no_store():
                  if any(m == "orchestrator.db" or m.startswith("orchestrator.db.")
                         for m in _run_time_imports(ast.parse(p.read_text(encoding="utf-8"))))]
     assert offenders == []
+
+
+def _tool(name: str) -> Path:
+    """The venv's `name` (beside this Python); missing: skipped, or a failure under CI."""
+    tool = Path(sys.executable).with_name(name)
+    if not tool.exists():
+        unavailable(f"needs {name} (pip install -e '.[test]')")
+    return tool
+
+
+def test_ruff_passes():
+    done = subprocess.run([str(_tool("ruff")), "check", "--no-cache", "orchestrator", "tests"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_passes():
+    # .mypy_cache (gitignored) in the repository: a cold run takes a minute, a warm one seconds
+    done = subprocess.run([str(_tool("mypy")), "--cache-dir", str(REPO / ".mypy_cache")],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_builtins_are_entry_points_of_orch():

@@ -50,9 +50,9 @@ def parse_measured(text: str) -> dt.datetime:
     match = _MEASURED.match(text.strip())
     if match is None:
         raise ValueError(f"{text!r}: {expected}")
-    parts = [int(p) if p else 0 for p in match.groups()]
+    year, month, day, hour, minute, second = (int(p) if p else 0 for p in match.groups())
     try:
-        return dt.datetime(*parts)   # type: ignore[arg-type, misc]
+        return dt.datetime(year, month, day, hour, minute, second)
     except ValueError as exc:        # 2026-02-30, 25:00
         raise ValueError(f"{text!r} is not a real date and time ({exc}): {expected}") from None
 
@@ -308,7 +308,7 @@ def _bad_timestamp(path: Path, exc: ValueError) -> str:
         elif isinstance(node, yaml.SequenceNode):
             pairs = [(str(i), v) for i, v in enumerate(node.value)]
         else:
-            if node.tag != _TIMESTAMP:
+            if not isinstance(node, yaml.ScalarNode) or node.tag != _TIMESTAMP:
                 return None
             try:
                 yaml.SafeLoader("").construct_yaml_timestamp(node)

@@ -189,10 +189,12 @@ class Matrix(BaseModel):
                 try:
                     item = ConfigSpec.model_validate(item)
                 except ValidationError as exc:
-                    problems += [InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),
-                                                  input=e["input"],
-                                                  **({"ctx": e["ctx"]} if "ctx" in e else {}))
-                                 for e in exc.errors(include_url=False)]
+                    for e in exc.errors(include_url=False):
+                        detail = InitErrorDetails(type=e["type"], loc=(name, *e["loc"]),
+                                                  input=e["input"])
+                        if "ctx" in e:
+                            detail["ctx"] = e["ctx"]
+                        problems.append(detail)
             elif not isinstance(item, (str, ConfigSpec)):
                 problems.append(InitErrorDetails(type="string_type", loc=(name,), input=item))
             out[name] = item
@@ -255,6 +257,15 @@ class Matrix(BaseModel):
             grid *= len(values)
         return (max(1, len(self.configs)) * grid * max(1, len(self.models))
                 * max(1, len(self.builds)) * self.repeat.max)
+
+    def device_model_paths(self) -> dict[str, str]:
+        """`models:` as name -> path on the device, for a matrix run/model_push.py prepared
+        (it puts each `{local: FILE}` model's device path in); ValueError before that."""
+        paths = {name: spec for name, spec in self.models.items() if isinstance(spec, str)}
+        if len(paths) != len(self.models):
+            raise ValueError("models: a {local: FILE} model is not pushed yet "
+                             "(run/model_push.py prepare_models)")
+        return paths
 
     def build_binaries(self) -> dict[str, str]:
         """`builds:` as version -> the build cache's binary for this engine, in the order

@@ -79,7 +79,8 @@ def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = N
     builds: list[tuple[str | None, str | None]] = \
         list(matrix.build_binaries().items()) or [(None, None)]
     units = [(unit, build) for unit in _units(configs, matrix.pairs) for build in builds]
-    models: list[tuple[str, str | None]] = list(matrix.models.items()) or [("-", None)]
+    models: list[tuple[str, str | None]] = \
+        list(matrix.models.items()) or [("-", None)]  # type: ignore[arg-type]  # a {local: FILE} model is a ModelFile until run/model_push.py puts its device path in
     base = matrix.seed if seed is None else seed
     # the first rounds keep the permutation a seed always gave; a later round gets its own
     rng = random.Random(base if rounds.start == 0 else f"{base}/{rounds.start}")

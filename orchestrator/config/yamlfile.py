@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import yaml
 from pydantic import BaseModel, ValidationError
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from orchestrator.errors import ConfigError
 
@@ -81,7 +81,7 @@ def line_of(node: yaml.Node | None, loc: Sequence[Any]) -> int | None:
     return _line_of(node, loc) if node is not None else None
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     kind = error.get("type", "")
     if kind == "string_type":
         return "expected a string"
@@ -166,7 +166,8 @@ def load_yaml(path: Path) -> tuple[Any, yaml.Node | None, str]:
     try:
         data, node = _parse(text)
     except DuplicateKey as exc:
-        raise ConfigError(f"{path}:{exc.problem_mark.line + 1}: {exc.key_path}: {exc.problem}") from None
+        where = f"{path}:{exc.problem_mark.line + 1}" if exc.problem_mark else str(path)
+        raise ConfigError(f"{where}: {exc.key_path}: {exc.problem}") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

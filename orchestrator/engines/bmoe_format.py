@@ -102,7 +102,7 @@ class BmoeCsvParser:
         self.impossible: list[str] = []       # rows dropped for impossible values (bmoe_checks)
         self._last_step: int | None = None    # within the current generation turn
         self._turn: Any = None
-        self.steps_target: int | None = None  # the `steps` column: the -n target
+        self.steps_target: int | float | None = None  # the `steps` column: the -n target
         self._lineno = 0
         self._finished = False
         self._built_for: list[str] | None = None

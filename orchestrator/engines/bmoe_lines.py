@@ -44,11 +44,18 @@ def _f(s: str | None) -> float | None:
     return float(s) if s is not None else None
 
 
+def _i(s: str | None) -> int:
+    """A group the line's pattern requires (so never None)."""
+    if s is None:
+        raise ValueError("a required group is missing")
+    return int(s)
+
+
 def _fields(kind: str, g: tuple[str | None, ...]) -> dict[str, Any]:
     if kind == "generation":
-        return {"tokens": int(g[0]), "s_per_token": _f(g[1]), "tok_per_s": _f(g[2])}
+        return {"tokens": _i(g[0]), "s_per_token": _f(g[1]), "tok_per_s": _f(g[2])}
     if kind == "prefill":
-        return {"tokens": int(g[0]), "s": _f(g[1]), "tok_per_s": _f(g[2]),
+        return {"tokens": _i(g[0]), "s": _f(g[1]), "tok_per_s": _f(g[2]),
                 "load_s": _f(g[3]), "ttft_s": _f(g[4])}
     if kind == "moe_stream":
         return {"read_mib": _f(g[0]), "mib_per_token": _f(g[1]), "decode_s_per_token": _f(g[2]),
@@ -63,10 +70,10 @@ def _fields(kind: str, g: tuple[str | None, ...]) -> dict[str, Any]:
     if kind == "moe_overlap":
         return {"stall_s_per_token": _f(g[0])}
     if kind == "moe_prefetch":
-        return {"spec_mib": _f(g[0]), "useful": int(g[1]), "experts": int(g[2]),
+        return {"spec_mib": _f(g[0]), "useful": _i(g[1]), "experts": _i(g[2]),
                 "useful_pct": _f(g[3])}
     if kind == "compute":
-        return {"cpu_pct": _f(g[0]), "cpu_s_per_token": _f(g[1]), "threads": int(g[2]),
+        return {"cpu_pct": _f(g[0]), "cpu_s_per_token": _f(g[1]), "threads": _i(g[2]),
                 "majflt_per_token": _f(g[3])}
     # moe_spec_gate
     return {"recall_pct": _f(g[0]), "auto_disabled": g[1] is not None,

@@ -63,7 +63,7 @@ def _kv(body: str, lineno: int) -> dict[str, str]:
 
 def _int(value: str | None, what: str, lineno: int) -> int:
     try:
-        return int(value)  # type: ignore[arg-type]
+        return int(value)  # type: ignore[arg-type]  # None raises TypeError, reported below
     except (TypeError, ValueError):
         raise ValueError(f"line {lineno}: {what} must be an integer, got {value!r}") from None
 

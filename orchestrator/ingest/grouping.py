@@ -100,16 +100,16 @@ def _repeats(members: list[Member], put: Any) -> list[Member]:
             bases.setdefault(base, []).append((index, marked, m))
     names = {m.key for m in members}
     grouped: set[str] = set()
-    for base, found in bases.items():
-        if len(found) < 2 or base in names:      # one file, or `qw-a` itself is a run
+    for base, repeats in bases.items():
+        if len(repeats) < 2 or base in names:      # one file, or `qw-a` itself is a run
             continue
-        settings = [_comparable(m.settings) for _, _, m in found]
+        settings = [_comparable(m.settings) for _, _, m in repeats]
         same = all(settings) and all(s == settings[0] for s in settings)
-        if not same and not (not any(settings) and all(marked for _, marked, _ in found)):
+        if not same and not (not any(settings) and all(marked for _, marked, _ in repeats)):
             continue
-        if len({index for index, _, _ in found}) < len(found):
+        if len({index for index, _, _ in repeats}) < len(repeats):
             continue                               # two files claim one index
-        for index, _, m in found:
+        for index, _, m in repeats:
             put(base, (index, _time_key(m)), m)
             grouped.add(m.key)
     return [m for m in members if m.key not in grouped]

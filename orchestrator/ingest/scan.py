@@ -112,28 +112,43 @@ def _symlink_reason(top: Path, path: str) -> str | None:
 
 
 def _classify(rel: str, files: dict[str, Path], out: Scan) -> None:
-    def named(stem: str) -> str:
-        return f"{rel}/{stem}" if rel else stem
-
-    runs: dict[str, RunFiles] = {}
     used: set[str] = set()
+    runs = _runs(rel, files, out, used)
+    _attach(runs, files, used)
+    _leftovers(rel, files, used, out)
+    out.runs.extend(runs[k] for k in sorted(runs))
+
+
+def _named(rel: str, stem: str) -> str:
+    return f"{rel}/{stem}" if rel else stem
+
+
+def _runs(rel: str, files: dict[str, Path], out: Scan, used: set[str]) -> dict[str, RunFiles]:
+    """The folder's runs by stem: each per-token CSV, and each route trace with its run's
+    CSV or .metrics (a trace without either is skipped)."""
+    runs: dict[str, RunFiles] = {}
     for fname, path in files.items():
         if fname.endswith(ROUTE_SUFFIX):
             tag = fname[:-len(ROUTE_SUFFIX)]
             metrics = f"{tag}.metrics"
             if f"{tag}.csv" in files:
-                runs.setdefault(tag, RunFiles(named(tag), files[f"{tag}.csv"])).route = path
+                runs.setdefault(tag, RunFiles(_named(rel, tag), files[f"{tag}.csv"])).route = path
             elif metrics in files:
-                runs.setdefault(tag, RunFiles(named(tag), files[metrics])).route = path
+                runs.setdefault(tag, RunFiles(_named(rel, tag), files[metrics])).route = path
                 used.add(metrics)
             else:
-                out.skipped.append((named(fname), (f"route trace without its {metrics} (the "
-                                                  "traced run's per-token CSV)")))
+                out.skipped.append((_named(rel, fname), (f"route trace without its {metrics} "
+                                                         "(the traced run's per-token CSV)")))
                 continue
             used.add(fname)
         elif fname.endswith(".csv"):
-            runs.setdefault(path.stem, RunFiles(named(path.stem), path)).csv = path
+            runs.setdefault(path.stem, RunFiles(_named(rel, path.stem), path)).csv = path
             used.add(fname)
+    return runs
+
+
+def _attach(runs: dict[str, RunFiles], files: dict[str, Path], used: set[str]) -> None:
+    """Each run's sidecars and .state file, by its stem."""
     for stem, run in runs.items():
         for suffix in SIDECAR_SUFFIXES:
             side = files.get(stem + suffix)
@@ -144,6 +159,10 @@ def _classify(rel: str, files: dict[str, Path], out: Scan) -> None:
         if state is not None:
             run.state = state
             used.add(state.name)
+
+
+def _leftovers(rel: str, files: dict[str, Path], used: set[str], out: Scan) -> None:
+    """What no run took: driver logs, matrix stdouts, or skipped with the reason."""
     for fname, path in files.items():
         if fname in used:
             continue
@@ -152,12 +171,12 @@ def _classify(rel: str, files: dict[str, Path], out: Scan) -> None:
         elif path.suffix in (".out", ".log"):
             out.stdouts.append((rel, path))
         elif path.suffix == ".metrics":
-            out.skipped.append((named(fname), f"sidecar without its CSV (no {path.stem}.csv)"))
+            out.skipped.append((_named(rel, fname),
+                                f"sidecar without its CSV (no {path.stem}.csv)"))
         elif path.suffix == ".state":
-            out.skipped.append((named(fname), (f"state file without its run (no {path.stem}.csv "
-                                              f"or {path.stem}{ROUTE_SUFFIX})")))
+            out.skipped.append((_named(rel, fname), (f"state file without its run (no "
+                                                     f"{path.stem}.csv or {path.stem}{ROUTE_SUFFIX})")))
         else:
-            out.skipped.append((named(fname), ("unknown kind (not a per-token .csv, a sidecar "
-                                              ".metrics/.log/.out, a driver log, a matrix "
-                                              "stdout or a .state file)")))
-    out.runs.extend(runs[k] for k in sorted(runs))
+            out.skipped.append((_named(rel, fname), ("unknown kind (not a per-token .csv, a "
+                                                     "sidecar .metrics/.log/.out, a driver "
+                                                     "log, a matrix stdout or a .state file)")))

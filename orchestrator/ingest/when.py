@@ -48,14 +48,15 @@ def parse_time(text: str) -> dt.datetime | None:
             return None
     found = _DATE_CMD.search(text)
     if found and found.group(1) in _MONTHS:
-        mon, day, h, mi, s, year = found.groups()
-        return _make(int(year), _MONTHS[mon], int(day), int(h), int(mi), int(s))
+        mon, day, hour, minute, second, year = found.groups()
+        return _make(int(year), _MONTHS[mon], int(day), int(hour), int(minute), int(second))
     return None
 
 
-def _make(*parts: int) -> dt.datetime | None:
+def _make(year: int, month: int, day: int, hour: int = 0, minute: int = 0,
+          second: int = 0) -> dt.datetime | None:
     try:
-        return dt.datetime(*parts)
+        return dt.datetime(year, month, day, hour, minute, second)
     except ValueError:
         return None
 
@@ -115,7 +116,8 @@ def folder_date(parts: Iterable[str]) -> dt.datetime | None:
     for part in parts:
         found = _FOLDER_DATE.search(part)
         if found:
-            day = _make(*(int(g) for g in found.groups()))
+            year, month, mday = (int(g) for g in found.groups())
+            day = _make(year, month, mday)
             if day is not None and 1990 <= day.year <= 2100:
                 return day
     return None

@@ -217,7 +217,9 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     build = record.engine_build or build_of(plan.trailer, out_lines) or plan.engine_build
     # every row stored: the run's figures, computed once (db/figures.py), from the rows the
     # recorder stored when they are all the run has, else read back
-    row = Runs(store).get(run_id).replace(flags=flags, engine_build=build)
+    stored = Runs(store).get(run_id)
+    assert stored is not None, run_id   # written above, in this import
+    row = stored.replace(flags=flags, engine_build=build)
     tokens = columns.tokens() if columns.usable(Runs(store).token_count(run_id)) else None
     figures = compute_run(store, row, record, tokens)
     store.update_run(run_id, status=status, cause=cause, summary=record.stored(),

@@ -108,7 +108,9 @@ class DeviceConsumer:
         if row.session_id not in self.sessions:
             batch = lab_db.batch_row(self.store, row.batch_id)
             loaded = loaded_from_batch(batch)
-            seed = self.store.session_row(row.session_id).seed
+            session = self.store.session_row(row.session_id)
+            assert session is not None, row.session_id  # a cell goes with its session (ON DELETE CASCADE)
+            seed = session.seed
             adapter = get_adapter(loaded.matrix.engine, loaded.matrix.engine_options)
             prepared = prepare_device(self.store, self._connected(), adapter, loaded,
                                       self.device, self.kind, self.device_id, self.progress)

@@ -72,7 +72,7 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
                                    matrix_text=loaded.text, prompt_text=loaded.prompt_text,
                                    command=command, submitted_from=controller.host())
     result = Submission(batch_id)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for device in devices:
         session_id = store.create_session(
             kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,

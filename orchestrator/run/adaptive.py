@@ -43,7 +43,7 @@ def judge(store: Store, session_id: int, policy: RepeatPolicy) -> Verdict:
     figures = Runs(store).figures(rows)
     groups: dict[str, list[RunResult]] = {}
     for r in rows:
-        name = r.config if (r.model or "-") == "-" else f"{r.model}/{r.config}"
+        name = f"{r.config}" if (r.model or "-") == "-" else f"{r.model}/{r.config}"
         groups.setdefault(name, []).append(RunResult(r.id, r.status, figures[r.id]))
     widths: dict[str, float] = {}
     for name, config in combine_all(groups).items():

@@ -122,7 +122,8 @@ class DeviceSession:
         """Append the model path check's warnings that concern `cell` to its run's own."""
         extra = [str(w) for w in self.path_warnings if w.applies(cell.model, cell.matrix_config)]
         if extra:
-            have = list(self.store.run_row(run_id).warnings or [])
+            row = self.store.run_row(run_id)
+            have = list(row.warnings or []) if row is not None else []
             self.store.update_run(run_id, warnings=have + [w for w in extra if w not in have])
 
 

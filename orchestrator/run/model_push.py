@@ -5,6 +5,8 @@ sha256 next to it. A lost link is ridden out (run/link_retry.py): the push resum
 arrived (transports), the device-side stat and hash are asked again."""
 from __future__ import annotations
 
+import functools
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,10 @@ class ModelInfo:
     device_path: str
     size: int | None = None
     sha256: str | None = None
+
+
+def _model_info(transport: Transport, path: str) -> ModelInfo:
+    return ModelInfo(path, transport.remote_size(path), transport.remote_sha256(path))
 
 
 def prepare_models(transport: Transport, loaded: LoadedMatrix,
@@ -54,8 +60,8 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
                     progress.note(f"pushing {label}: {done / 1048576:,.0f} of "
                                   f"{total / 1048576:,.0f} MiB")
 
-            pushed = retry.call(lambda local=local, remote=remote, report=report:
-                                transport.push_if_changed(local, remote, 0o644, report))
+            pushed = retry.call(functools.partial(transport.push_if_changed, local, remote,
+                                                  0o644, report))
             if not pushed:
                 progress.note(f"model {local.name}: unchanged on the device, not pushed")
             infos[name] = ModelInfo(remote, size, file_sha256(local))
@@ -69,8 +75,7 @@ def prepare_models(transport: Transport, loaded: LoadedMatrix,
             progress.note(f"model {name}: sha256 on the device (cached after the first time)")
             infos[name] = retry_link(
                 transport, f"the sha256 of {path}",
-                lambda path=path: ModelInfo(path, transport.remote_size(path),
-                                            transport.remote_sha256(path)),
+                functools.partial(_model_info, transport, path),
                 progress.note)
     if not matrix.models:
         return loaded, infos

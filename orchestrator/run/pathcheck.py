@@ -130,13 +130,14 @@ def check_model_paths(transport: Transport, loaded: LoadedMatrix) -> list[str]:
     ConfigError under `path_check: refuse` when there is any."""
     matrix = loaded.matrix
     mode = matrix.path_check
-    paths = sorted(set(matrix.models.values()))
+    models = matrix.device_model_paths()
+    paths = sorted(set(models.values()))
     if mode == "off" or not paths:
         return []
     stream_configs = frozenset(name for name, flags in expand_configs(matrix) if streaming(flags))
     infos = probe_paths(transport, paths)
     warnings: list[str] = []
-    for model, path in matrix.models.items():
+    for model, path in models.items():
         info = infos.get(path)
         if info is None:
             warnings.append(PathWarning(f"model {model}: could not check {path} on "

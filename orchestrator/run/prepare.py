@@ -47,7 +47,7 @@ def prepare_device(store: Store, transport: Transport, adapter: EngineAdapter,
     client = AgentClient(transport)
     facts = dict(client.facts())
     store.upsert_device(device, kind, facts)
-    baseline = store.device_by_name(device).idle_baseline
+    baseline = store.device_by_name(device).idle_baseline  # type: ignore[union-attr]  # upserted just above
     cooldown = loaded.matrix.cooldown
     if cooldown.is_condition:
         try:

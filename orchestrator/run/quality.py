@@ -57,7 +57,8 @@ def run_quality(runner: DeviceRunner, loaded: LoadedMatrix, progress: Progress) 
         return summary
     probes = load_probes(spec, loaded.path)
     done = answered_ok(runner.store, runner.session_id)
-    models = list(loaded.matrix.models.items()) or [("-", None)]
+    models: list[tuple[str, str | None]] = \
+        list(loaded.matrix.device_model_paths().items()) or [("-", None)]
     for model, path in models:
         for config, flags in expand_configs(loaded.matrix):
             todo = [p for p in probes if (model, config, p.id) not in done]
@@ -115,7 +116,7 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
         update_probe(runner.store, row_id, status="failed", cause=f"device: {exc}",
                      ended_at=now())
         return "failed", False
-    status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]
+    status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]  # _Collected has what classify reads of a recorder
     if verdict is not None:   # orch's own deadline: the supervisor stopped (runner.py)
         status, cause = verdict
     reply = parser.record().text

@@ -158,6 +158,7 @@ class DeviceRunner:
             if not local.exists():
                 raise TransportError(f"binary.local: {local} does not exist")
             return (self.client.install_file(local), file_sha256(local))
+        assert spec.device is not None   # BinarySpec has device or local (its validator)
         path = self.transport.expand_home(spec.device)
         return (path, self._device_sha256(path))
 
@@ -354,7 +355,7 @@ class DeviceRunner:
             # answer raises TransportError: the link policy retries, it is not an ending.
             state, _ = job_state(self.client, jobdir)
             if state == "full":
-                recorder.spool_full = (  # type: ignore[attr-defined]
+                recorder.spool_full = (  # type: ignore[attr-defined]  # classify reads it with getattr
                     f"the device's storage was full: the agent could not write the run's spool "
                     f"({jobdir}); free space in the device's workdir, then --resume runs it again")
                 return
@@ -425,13 +426,15 @@ class DeviceRunner:
             "status": status, "cause": cause, "ended_at": now(), "summary": record.stored(),
             "text": record.text, "engine_build": record.engine_build,
             "warnings": warnings or None, "mem_avail_start_kb": first.get("mem_avail_kb")}
-        if temps and not (self.store.run_row(run_id).temp_start or {}):
+        row = self.store.run_row(run_id)
+        assert row is not None, run_id   # started by this runner
+        if temps and not (row.temp_start or {}):
             values["temp_start"] = temps  # no cooldown reading: the first sample's
         if recorder.exit is not None:
             values.update(rc=recorder.exit.rc, signal=recorder.exit.signal)
         # the run's figures, computed once: every token row and sample is stored (flushed
         # before _finish); db/figures.py, stats/statistics.py compute
-        values["figures"] = compute_run(self.store, self.store.run_row(run_id), record)
+        values["figures"] = compute_run(self.store, row, record)
         self.store.update_run(run_id, **values)
         self.progress.cell_done(status, recorder.token_seq)
         return CellOutcome(run_id, status, recorder.token_seq, cause)

@@ -76,11 +76,10 @@ def parse_line(line: str) -> Event:
                 more[key] = value
         # rc, signal and t_ms must all be numbers: a garbled X line is an error, never
         # "rc 0" (which would make a run ok on no evidence)
-        numbers = [_int(part) for part in parts[:3]]
-        if None in numbers:
+        rc, signal, ended_ms = (_int(part) for part in parts[:3])
+        if rc is None or signal is None or ended_ms is None:
             raise GarbledExit(f"garbled X line: {line[:80]!r}")
-        rc, signal, t_ms = numbers
-        return Event(tag, exit=Exit(rc, signal, t_ms, cause, more))  # type: ignore[arg-type]
+        return Event(tag, exit=Exit(rc, signal, ended_ms, cause, more))
     if tag == "H":
         fields = dict(p.partition("=")[::2] for p in rest.split("\t") if p)
         if fields.get("proto") != PROTO:

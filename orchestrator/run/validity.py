@@ -63,7 +63,7 @@ class RunValidity:
             return False
         if self.threads_median is None:   # an agent before 1.2.1: no thread count
             return self.load1_median > self.cores
-        return self.others_load >= max(1.0, self.cores / 2)
+        return (self.others_load or 0.0) >= max(1.0, self.cores / 2)
 
     @property
     def throttled(self) -> bool:
@@ -102,8 +102,8 @@ def sample_dicts(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return out
 
 
-def ghz(khz: float) -> str:
-    return f"{khz / 1e6:.2f} GHz"
+def ghz(khz: float | None) -> str:
+    return f"{khz / 1e6:.2f} GHz" if khz is not None else "unknown"
 
 
 def run_messages(v: RunValidity) -> list[str]:

@@ -78,7 +78,7 @@ def detect(values: Sequence[float], spreads: Sequence[float | None] = (),
     steps = []
     for k, b in enumerate(breaks):
         seg_a, seg_b = x[bounds[k]:b], x[b:bounds[k + 2]]
-        test = compare(v[bounds[k]:b], v[b:bounds[k + 2]])   # the figures as measured
+        test = compare(v[bounds[k]:b].tolist(), v[b:bounds[k + 2]].tolist())   # the figures as measured
         before, after = float(np.exp(seg_a.mean())), float(np.exp(seg_b.mean()))
         step = Step(b, before, after, test.p_value)
         if test.p_value is not None and test.p_value < alpha \

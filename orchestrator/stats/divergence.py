@@ -14,7 +14,7 @@ instead (the index of the first word that differs), which reads better for real 
 from __future__ import annotations
 
 from itertools import zip_longest
-from typing import Literal
+from typing import Literal, Sequence
 
 Unit = Literal["char", "word"]
 _MISSING = object()
@@ -29,10 +29,12 @@ def divergence(text_a: str, text_b: str, unit: Unit = "char") -> int | None:
     if not isinstance(text_a, str) or not isinstance(text_b, str):
         raise TypeError("divergence() compares two texts (str); a run without text has no "
                         "divergence")
+    a: Sequence[str]
+    b: Sequence[str]
     if unit == "char":
         a, b = text_a, text_b
     elif unit == "word":
-        a, b = text_a.split(), text_b.split()   # type: ignore[assignment]
+        a, b = text_a.split(), text_b.split()
     else:
         raise ValueError(f"unit must be 'char' or 'word', not {unit!r}")
     if a == b:

@@ -36,11 +36,11 @@ def trapezoid(t_s: Sequence[float], watts: Sequence[float]) -> float:
     return sum((t_s[i] - t_s[i - 1]) * (watts[i] + watts[i - 1]) / 2 for i in range(1, len(t_s)))
 
 
-def counter_joules(values: Sequence[int], max_range_uj: int | None) -> tuple[float | None, int]:
+def counter_joules(values: Sequence[float], max_range_uj: int | None) -> tuple[float | None, int]:
     """Joules from consecutive readings of a RAPL counter (µJ), each wrap-around (a reading
     below the one before) undone with max_range_uj. Returns (J, wraps); J is None when a wrap
     came and the range is unknown (the step cannot be told)."""
-    total, wraps = 0, 0
+    total, wraps = 0.0, 0
     for a, b in itertools.pairwise(values):
         if b >= a:
             total += b - a
@@ -203,9 +203,10 @@ def summarise(samples: Sequence[Mapping[str, Any]], facts: Mapping[str, Any], to
                                 "charged part of the time, so the draw is underestimated")
         joules = trapezoid(t, w)
         seconds = t[-1] - t[0]
-        key = "batt_uw" if source == "battery" and notes.get("units", "").startswith("power_now") \
+        series_key = "batt_uw" if source == "battery" and \
+            notes.get("units", "").startswith("power_now") \
             else ("batt_ua" if source == "battery" else None)
-        series = [s.get(key) for s in win] if key else w
+        series = [s.get(series_key) for s in win] if series_key else w
         stale = _stale(series)
         if stale is not None:
             every = f"~{stale * interval_s:.1f} s" if interval_s else f"{stale:g} samples"
@@ -362,6 +363,7 @@ def from_sidecar(sidecar: Mapping[str, Any], seconds: float | None,
         if not seconds:
             out["not_measured"] = "an average power without the decode time"
             return out
+        assert watts is not None    # neither: returned None above
         joules = abs(watts) * seconds
     return _finish(out, abs(joules), seconds, tokens)
 

@@ -58,8 +58,8 @@ def paired_drop_bound(baseline: Sequence[bool], config: Sequence[bool],
     neither = n - both - only_base - only_conf
     p1 = (both + only_base) / n          # baseline
     p2 = (both + only_conf) / n          # config
-    _, u1 = wilson(both + only_base, n, z)   # type: ignore[misc]
-    l2, _ = wilson(both + only_conf, n, z)   # type: ignore[misc]
+    _, u1 = wilson(both + only_base, n, z)   # type: ignore[misc]  # n > 0: wilson gives a pair
+    l2, _ = wilson(both + only_conf, n, z)   # type: ignore[misc]  # n > 0: wilson gives a pair
     denom = ((both + only_base) * (only_conf + neither) * (both + only_conf)
              * (only_base + neither))
     phi = (both * neither - only_base * only_conf) / math.sqrt(denom) if denom > 0 else 0.0

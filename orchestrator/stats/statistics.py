@@ -77,7 +77,8 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
     def col(name: str) -> np.ndarray | None:
         return tokens[name].to_numpy(dtype=float, na_value=np.nan) if name in tokens else None
 
-    w, hit = col("wall_ms"), col("cache_hit_pct")
+    w = tokens["wall_ms"].to_numpy(dtype=float, na_value=np.nan)   # the one column required
+    hit = col("cache_hit_pct")
     row_codes = codes                                   # codes in the frame's own row order
     if g and not (np.diff(codes) >= 0).all():
         # rows of runs interleaved: group them once (stable, so each run keeps its row order;
@@ -280,7 +281,8 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
     experts, useful = num("spec_experts"), num("spec_useful")
     recall = num("spec_recall_pct")
     recall[recall < 0] = np.nan                      # -1.0: no spec gate
-    auto_off = np.where(np.isnan(recall), None, np.nan_to_num(num("spec_auto_off")) > 0)
+    auto_off = np.where(np.isnan(recall), np.array(None),   # an object array: None or a bool
+                        np.nan_to_num(num("spec_auto_off")) > 0)
     spec_mib = num("spec_read_mib")
     with np.errstate(divide="ignore", invalid="ignore"):
         out = {
@@ -355,7 +357,7 @@ def table(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
     tok["_n_all"] = tok["_n_all"].fillna(0)
     runs = [inputs[rid] for rid in ids]
     measured = pressure_by_run(samples) if samples is not None else {}
-    pressures = [measured.get(rid) or (i.record.pressure.__dict__ if i.record.pressure else None)
+    pressures: list[Mapping[str, Any] | None] = [measured.get(rid) or (i.record.pressure.__dict__ if i.record.pressure else None)
                  for rid, i in zip(ids, runs)]
     scal = pd.DataFrame(_scalars(runs, pressures, tok), index=tok.index)
     out = pd.concat([tok.drop(columns=["_read_bytes", "_last_hit", "_majflt",

@@ -6,12 +6,15 @@ import math
 import sys
 from typing import Any
 
+from typing_extensions import TypeIs   # typing's from Python 3.13
+
 DAGGER = "†"   # a run that did not end ok: shown, and left out of every aggregate
 DASH = "—"     # not measured (never 0, never an empty cell)
 
 
-def is_missing(value: Any) -> bool:
-    """None, a float or numpy NaN, or pandas' NA/NaT."""
+def is_missing(value: Any) -> TypeIs[None]:
+    """None, a float or numpy NaN, or pandas' NA/NaT. (For the type checker a value that is
+    not missing is not None; that a missing one is None is loose: NaN is a float.)"""
     if value is None:
         return True
     try:

@@ -22,7 +22,7 @@ import socket
 import struct
 import time
 from pathlib import Path
-from typing import BinaryIO, Iterator, Literal
+from typing import BinaryIO, Generator, Iterator, Literal
 
 import adbutils
 from adbutils import AdbConnection, AdbError
@@ -108,6 +108,7 @@ class AdbTransport(PosixTransport):
 
     @classmethod
     def address(cls, entry: DeviceEntry) -> str:
+        assert isinstance(entry, AdbEntry)  # the inventory parsed it with entry_model
         return f"{entry.serial} via {entry.adb_host}:{entry.adb_port}"
 
     def state(self) -> str | None:
@@ -173,7 +174,9 @@ class AdbTransport(PosixTransport):
                     raise
                 except TransportError as exc:
                     raise LinkLost(str(exc)) from None
-        return self._dev  # type: ignore[return-value]
+        if self._dev is None:  # connect() sets it or raises
+            raise LinkLost(f"{self.name}: no device after connecting")
+        return self._dev
 
     def _error(self, what: str, exc: BaseException | None = None) -> TransportError:
         """LinkLost when the device is no longer `device`, else a plain TransportError."""
@@ -265,7 +268,7 @@ class AdbTransport(PosixTransport):
             conn.close()
         return CommandResult(rc, bytes(out[1]), bytes(out[2]))
 
-    def stream(self, argv: list[str]) -> Iterator[bytes]:
+    def stream(self, argv: list[str]) -> Generator[bytes, None, int | None]:
         """Yield stdout chunks as they arrive; the generator returns the exit status."""
         what, self.last_stderr = f"stream `{shlex.join(argv)[:80]}`", b""
         service = ("shell,v2:" if self._v2 else "shell:") + self.command_line(argv, self.workdir)
@@ -280,6 +283,7 @@ class AdbTransport(PosixTransport):
                     return data[0] if data else None
         finally:
             conn.close()  # the server closes the device stream: the follower there ends
+        return None   # no exit packet (_packets ends with one; for the type checker)
 
     def _path(self, remote: str) -> str:
         return remote if remote.startswith("/") else posixpath.join(self.workdir, remote)

@@ -94,9 +94,11 @@ class Outage:
     since: float | None = None
     first_attempt: int = 1
 
-    def begin(self, attempt: int) -> None:
+    def begin(self, attempt: int) -> float:
+        """The link failed at `attempt`: the outage is on (unless it already was); when it began."""
         if self.since is None:
             self.since, self.first_attempt = time.monotonic(), attempt
+        return self.since
 
     def end(self) -> None:
         self.since = None
@@ -129,8 +131,8 @@ class LinkPolicy:
         def clock(state: RetryCallState) -> tuple[float, int]:
             if outage is None:
                 return state.start_time, 1
-            outage.begin(state.attempt_number)  # an attempt failed: the outage is on
-            return outage.since, outage.first_attempt
+            since = outage.begin(state.attempt_number)  # an attempt failed: the outage is on
+            return since, outage.first_attempt
 
         def elapsed(state: RetryCallState) -> float:
             return time.monotonic() - clock(state)[0]

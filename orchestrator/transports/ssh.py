@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Callable, Generator, Literal
 
 import paramiko
 from fabric import Config, Connection
@@ -112,10 +112,12 @@ class SshTransport(SshFiles, PosixTransport):
 
     @classmethod
     def address(cls, entry: DeviceEntry) -> str:
+        assert isinstance(entry, SshEntry)  # the inventory parsed it with entry_model
         return f"{entry.user + '@' if entry.user else ''}{entry.host}:{entry.port}"
 
     @classmethod
     def host_key_address(cls, entry: DeviceEntry) -> tuple[str, int, str]:
+        assert isinstance(entry, SshEntry)  # the inventory parsed it with entry_model
         return entry.host, entry.port, entry.known_hosts or "~/.ssh/known_hosts"
 
     # -- connection --------------------------------------------------------------------------
@@ -172,8 +174,9 @@ class SshTransport(SshFiles, PosixTransport):
 
     def _connect_error(self, exc: Exception) -> TransportError:
         where = f"{self.host}:{self.port}"
-        if getattr(exc, "hostname", self.host).strip("[").split("]")[0] != self.host:
-            where = f"{exc.hostname} (jump host {self.jump})"
+        hostname = getattr(exc, "hostname", self.host)  # paramiko's host key errors have one
+        if hostname.strip("[").split("]")[0] != self.host:
+            where = f"{hostname} (jump host {self.jump})"
         hint = f"run `orch devices trust {self.name}`"
         if isinstance(exc, paramiko.BadHostKeyException):
             files = " or ".join(map(str, self._host_key_files()))
@@ -255,7 +258,7 @@ class SshTransport(SshFiles, PosixTransport):
         return done
 
     def _pump(self, chan: paramiko.Channel, marker: bytes, deadline: float | None, what: str,
-              on_stderr: Callable[[bytes], object]) -> Iterator[bytes]:
+              on_stderr: Callable[[bytes], object]) -> Generator[bytes, None, int]:
         """Yield stdout as it arrives, pass stderr on; return the exit status."""
         held, started = [bytearray(), bytearray()], [False, False]
 
@@ -298,6 +301,11 @@ class SshTransport(SshFiles, PosixTransport):
             yield bytes(held[0])
         if held[1] and not started[1]:
             on_stderr(bytes(held[1]))
+        return self._exit_status(chan, transport, what)
+
+    def _exit_status(self, chan: paramiko.Channel, transport: paramiko.Transport,
+                     what: str) -> int:
+        """The status of a command whose output ended (waiting up to 5 s for it to come)."""
         end = time.monotonic() + 5
         while not chan.status_event.wait(0.1) and transport.is_active() and time.monotonic() < end:
             pass
@@ -333,7 +341,7 @@ class SshTransport(SshFiles, PosixTransport):
     def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
         return self._run(argv, timeout)
 
-    def stream(self, argv: list[str]) -> Iterator[bytes]:
+    def stream(self, argv: list[str]) -> Generator[bytes, None, int | None]:
         """Yield stdout chunks as they arrive; the generator returns the exit status."""
         chan, marker = self._open(argv, None)
         self.last_stderr = b""

@@ -21,11 +21,21 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 import paramiko
 
-from orchestrator.transports.base import RemoteFileNotFound, TransportError, sha256_file
+from orchestrator.transports.base import (
+    CommandResult,
+    LinkLost,
+    RemoteFileNotFound,
+    TransportError,
+    sha256_file,
+)
+from orchestrator.transports.posix import PosixTransport
+
+if TYPE_CHECKING:
+    from fabric import Connection
 
 log = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]
@@ -66,8 +76,31 @@ def _size_or_zero(sftp: paramiko.SFTPClient, path: str) -> int:
         return 0
 
 
-class SshFiles:
+class SshFiles(PosixTransport):
     """Files on an SSH device; expects SshTransport's connection and command methods."""
+
+    # SshTransport's connection state and methods, declared for the type checker only: they
+    # are set and defined in ssh.py, where the connection is.
+    host: str
+    port: int
+    user: str | None
+    key: str | None
+    jump: str | None
+    connect_timeout: float
+    dead_after: float
+    home: str
+    _conn: Connection | None
+    _sftp: paramiko.SFTPClient | None
+    _sftp_ok: bool
+    _dirs: set[str]
+
+    if TYPE_CHECKING:
+        def _ensure(self) -> Connection: ...
+        def _lost(self, what: str, exc: BaseException | None = None) -> LinkLost: ...
+        def _host_key_files(self) -> list[Path]: ...
+        def _run(self, argv: list[str], timeout: float | None, conn: Connection | None = None,
+                 stdin: BinaryIO | None = None, progress: Progress | None = None,
+                 size: int = 0) -> CommandResult: ...
 
     def _path(self, remote: str) -> str:
         self._ensure()
@@ -80,7 +113,8 @@ class SshFiles:
         if self._sftp is None and self._sftp_ok:
             try:
                 self._sftp = conn.client.open_sftp()
-                self._sftp.get_channel().settimeout(max(60.0, 2 * self.dead_after))  # hung link
+                if (channel := self._sftp.get_channel()) is not None:
+                    channel.settimeout(max(60.0, 2 * self.dead_after))  # a hung link
             except _NET as exc:
                 if self._link_down(exc):
                     raise self._lost("sftp start", exc) from exc
@@ -282,7 +316,7 @@ class SshFiles:
                     pass
                 if progress is not None:
                     try:
-                        progress(min(sftp.stat(part).st_size, size), size)
+                        progress(min(sftp.stat(part).st_size or 0, size), size)
                     except (FileNotFoundError, *_NET):
                         pass
         finally:
