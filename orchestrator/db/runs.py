@@ -83,8 +83,8 @@ class RunRow:
     session_id: int
     device_id: int
     cell_key: str
-    model: str | None
-    config: str | None
+    model: str                          # always written (runner, import, lab), though
+    config: str                         # the baseline schema left the columns nullable
     flags: str | None
     argv: Any
     repeat_index: int | None
@@ -395,6 +395,13 @@ class Sessions:
     def get(self, session_id: int) -> SessionRow | None:
         rows = self._fetch(select(schema.session).where(schema.session.c.id == session_id))
         return rows[0] if rows else None
+
+    def one(self, session_id: int) -> SessionRow:
+        """The session `session_id`, which the caller got from the store: NotFound if not."""
+        row = self.get(session_id)
+        if row is None:
+            raise NotFound(f"no session {session_id} in {self.store.url}")
+        return row
 
     def by_ids(self, ids: Iterable[int]) -> list[SessionRow]:
         return self._fetch(select(schema.session).where(schema.session.c.id.in_(list(ids)))

@@ -32,7 +32,7 @@ from typing import Any
 
 from orchestrator.config.design import Design, session_design
 from orchestrator.config.matrix import Matrix
-from orchestrator.db.runs import RunRow
+from orchestrator.db.runs import RunRow, Sessions
 from orchestrator.errors import ConfigError
 from orchestrator.results.query import by_model_and_device
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
@@ -372,7 +372,7 @@ def session_groups(store: Any, session_id: int, runs: Sequence[RunRow],
                    baseline: Baselines | None = None) -> list[ABGroup]:
     """The A/B groups of one stored session (`orch table`); `figures`: Runs.figures of its
     runs, `baseline` the `-b` choices (`parse_baselines`)."""
-    session = store.session_row(session_id)
+    session = Sessions(store).one(session_id)
     matrix = session.matrix if session is not None else None
     return ab_groups(runs, figures, {session_id: matrix}, baseline,
                      designs={session_id: session_design(session)},

@@ -225,7 +225,7 @@ def build_side(store: Store, build: str, device: str | None = None,
         # a `builds:` session's cells are `t1@0.3.30`: compared as `t1` with the other build's
         rows = [r if base_config(r) == r.config else
                 r.replace(config=base_config(r)) for r in rows]
-        return Side(f"build {build}", devices[0], store.session_row(sid), rows)
+        return Side(f"build {build}", devices[0], Sessions(store).one(sid), rows)
     where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
                                 device and f" on {device}") if x)
     raise NotFound(f"no runs of build {build}{where} in {store.url}")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
-from orchestrator.db.runs import RunRow, Runs
+from orchestrator.db.runs import RunRow, Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.record import KIB_PER_GIB, load_record
 from orchestrator.run.validity import RunValidity, ghz
@@ -262,5 +262,5 @@ def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()
     if not rows:
         return []
     figures = Runs(store).figures(rows)
-    session = store.session_row(session_id)
+    session = Sessions(store).one(session_id)
     return caveats(rows, {rid: f.mean for rid, f in figures.items()}, {session_id: session.matrix_data}, t)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.db.runs import RunRow, Runs, SessionRow
+from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions
 from orchestrator.db.store import Store
 from orchestrator.stats.figures import frame
 
@@ -25,6 +25,6 @@ def session_export(store: Store, session_id: int) -> SessionExport:
     rows = store.runs(session_id, include_superseded=True)
     current = [r for r in rows if not r.superseded]
     ids = [r.id for r in rows]
-    return SessionExport(store.session_row(session_id), rows,
+    return SessionExport(Sessions(store).one(session_id), rows,
                          frame(Runs(store).figures(current)),
                          store.frame("token", ids), store.frame("sample", ids))

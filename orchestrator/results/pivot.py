@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.db.runs import RunRow, Runs, parse_settings
+from orchestrator.db.runs import RunRow, Runs, parse_settings, Sessions
 from orchestrator.stats.config_figures import RunResult, combine
 from orchestrator.stats.config_key import without_model_keys
 from orchestrator.stats.figures import RunFigures
@@ -103,4 +103,4 @@ def session_pivots(store: Any, session_id: int, quantile: str = "linear") -> lis
     if not rows:
         return None
     figures = Runs(store).figures(rows, quantile_method=quantile)
-    return pivots(rows, figures, session_design(store.session_row(session_id)))
+    return pivots(rows, figures, session_design(Sessions(store).one(session_id)))

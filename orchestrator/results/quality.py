@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.db.runs import Sessions
 from orchestrator.db.quality import probe_rows
 from orchestrator.db.store import Store
 from orchestrator.stats.proportions import DropBound, paired_drop_bound, wilson
@@ -48,7 +49,7 @@ class ModelQuality:
 def _baseline(store: Store, session_id: int, model: str, configs: Sequence[str]) -> str:
     """The matrix's baseline for the model when it is among the probed configs, else the
     first probed config (the same choice the A/B table makes)."""
-    session = store.session_row(session_id)
+    session = Sessions(store).one(session_id)
     matrix = session.matrix if session is not None else None
     if matrix is not None:
         try:

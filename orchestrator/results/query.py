@@ -70,7 +70,7 @@ def session_side(store: Store, session: str) -> Side:
     if len(devices) > 1:
         raise ConfigError(f"session {sid} ran on {', '.join(devices)}: compare them with "
                           f"--device instead")
-    session = store.session_row(sid)
+    session = Sessions(store).one(sid)
     return Side(session_label(session), devices[0], session, list(rows))
 
 
@@ -90,4 +90,4 @@ def device_side(store: Store, device: str, matrix: str | None) -> Side:
         raise ConfigError(f"device {device} never ran a matrix named {matrix!r}")
     sid = sids[0]
     rows = [r for r in store.runs(sid) if r.device == device]
-    return Side(device, device, store.session_row(sid), rows)
+    return Side(device, device, Sessions(store).one(sid), rows)

@@ -156,7 +156,7 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     session. `--device` alone means the matrix of the newest session on those devices."""
     if session is not None or (matrix is None and not devices):
         sid = Sessions(store).resolve(session, matrix)
-        rows = store.runs(sid)
+        rows: list[RunRow] = store.runs(sid)
         if devices:
             missing = [d for d in devices if d not in {r.device for r in rows}]
             if missing:
@@ -172,9 +172,9 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     missing = [d for d in devices if d not in latest]
     if missing or not latest:
         raise NotFound(f"no session of matrix {matrix!r} on "
-                          f"{', '.join(missing) or 'any device'} in {store.url}")
+                       f"{', '.join(missing) or 'any device'} in {store.url}")
     order = list(devices) or sorted(latest)
-    rows: list[RunRow] = []
+    rows = []
     by_session: dict[int, list[Any]] = {}
     for name in order:
         sid = latest[name]

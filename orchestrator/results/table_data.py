@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.db.runs import RunRow, Runs, SessionRow
+from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions
 from orchestrator.db.store import Store
 from orchestrator.results import ab
 from orchestrator.results.drift import Caveat, session_warnings
@@ -44,7 +44,7 @@ def table_data(store: Store, session_id: int, quantile: str = "linear",
     rows = store.runs(session_id)
     if not rows:
         return None
-    session = store.session_row(session_id)
+    session = Sessions(store).one(session_id)
     trim = resolve_trim(trim, [session])
     # each run's figures (stored, or computed for another trim or quantile method)
     figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)

@@ -19,7 +19,7 @@ from orchestrator import __version__
 from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.session_lock import session_lock
 from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError, OrchError
@@ -88,7 +88,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
                               f"device {device!r} in {store.url}")
     seed = matrix.seed
     if session_id is not None:
-        seed = store.session_row(session_id).seed
+        seed = Sessions(store).one(session_id).seed
     elif matrix.order == "shuffled" and seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
 
