@@ -93,7 +93,7 @@ def test_table_output_names_the_step_and_filters(tmp_path):
     assert f"change point at session {sids[STEP_AT]}" in out
     assert "builds 0.3.30 -> 0.3.36" in out
     code, out = orch("history", "--db", db, "--matrix", "hist", "--config", "nope")
-    assert code == 2 and "no runs" in out
+    assert code == 3 and "no runs" in out
 
 
 @pytest.mark.extra("plots")

@@ -14,8 +14,8 @@ from sqlalchemy import select
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
+from orchestrator.stats.status import Status
 
-OK = "ok"    # the status of a probe whose engine ended well (run/runner.py STATUS_OK)
 
 
 def answered_ok(store: Store, session_id: int) -> set[tuple[str, str, str]]:
@@ -23,7 +23,7 @@ def answered_ok(store: Store, session_id: int) -> set[tuple[str, str, str]]:
     them)."""
     table = schema.quality
     rows = store.fetch(select(table.c.model, table.c.config, table.c.probe_id)
-                       .where(table.c.session_id == session_id, table.c.status == OK))
+                       .where(table.c.session_id == session_id, table.c.status == Status.OK))
     return {(r.model, r.config, r.probe_id) for r in rows}
 
 

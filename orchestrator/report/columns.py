@@ -289,6 +289,8 @@ SHOW = TableSpec(stats(
     "mean", "steady_mean", "steady_from_token", "median", "p5", "p95", "min", "max",
     "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "prefill_tps", "ttft_s",
     "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
-    "io_s_per_token", "majflt_per_token", "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c",
+    "io_s_per_token", "majflt_per_token", "cache_budget_mib", "cache_resizes",
+    "cache_resident_mib", "spec_recall_pct", "spec_useful_pct", "spec_read_mib_per_token",
+    "spec_auto_off", "peak_rss_gib", "mem_floor_gib", "cpu_temp_start_c",
     "cpu_temp_max_c", "batt_temp_max_c", "energy_j", "power_w", "j_per_token",
     "tokens_per_j", "net_j_per_token"))

@@ -44,7 +44,9 @@ def export_session(data: SessionExport, out_dir: Path, fmt: str,
         if fmt == "csv":
             frame.to_csv(path, index=False)
         elif fmt == "json":
-            frame.to_json(path, orient="records", date_format="iso", indent=1)
+            # pandas rounds to 10 decimals by default: an export keeps what the store holds
+            frame.to_json(path, orient="records", date_format="iso", indent=1,
+                          double_precision=15)
         else:
             frame.to_parquet(path, index=False)
         written.append(path)

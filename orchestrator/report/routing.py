@@ -15,7 +15,6 @@ decode curves.
 """
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
@@ -34,6 +33,7 @@ from orchestrator.results.routes import (
     layer_figures,
     replay_trace,
 )
+from orchestrator.stats.config_figures import combine
 from orchestrator.stats.values import DASH, is_missing
 
 POLICIES = ("belady", "lru", "lfu", "layer", "layerlfu")
@@ -141,9 +141,9 @@ def measured_points(data: ReportData, traced: RunView) -> list[MeasuredPoint]:
     for run in data.runs:
         if not run.ok or not (model_names(run) & names):
             continue
-        record = load_record(run.row.summary)
-        budget, hit = record.cache_budget_mib, record.cache_hit_pct
-        if is_missing(budget) or is_missing(hit) or budget <= 0 or hit < 0:
+        # the run's figures (RunFigures): the summary's cumulative hit, "not measured" < 0
+        budget, hit = run.figures.cache_budget_mib, run.figures.cache_hit_pct
+        if is_missing(budget) or is_missing(hit) or budget <= 0:
             continue
         label = label_of.get(run.id, run.row.config)
         if run.row.device != traced.row.device:
@@ -155,7 +155,9 @@ def measured_points(data: ReportData, traced: RunView) -> list[MeasuredPoint]:
     out = []
     for number, ((_, label, budget), members) in enumerate(ordered, 1):
         hits = [h for _, h in members]
-        out.append(MeasuredPoint(number, label, budget, statistics.fmean(hits), len(hits),
+        # the config's hit is its ConfigFigures' (the one combination of runs), not a mean here
+        config_hit = combine([r.result for r, _ in members]).get("cache_hit_pct")
+        out.append(MeasuredPoint(number, label, budget, config_hit, len(hits),
                                  min(hits), max(hits), [r.id for r, _ in members],
                                  traced=any(r.id == traced.id for r, _ in members)))
     return out

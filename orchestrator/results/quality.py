@@ -11,8 +11,8 @@ from orchestrator.db.runs import Sessions
 from orchestrator.db.quality import probe_rows
 from orchestrator.db.store import Store
 from orchestrator.stats.proportions import DropBound, paired_drop_bound, wilson
+from orchestrator.stats.status import Status
 
-OK = "ok"
 
 
 @dataclass
@@ -75,11 +75,11 @@ def _model(store: Store, session_id: int, model: str, members: list[Any]) -> Mod
     cell = {(r.config, r.probe_id): r for r in members}
     out = ModelQuality(model, _baseline(store, session_id, model, configs))
     outcome = {c: {p: bool(r.correct) for (c2, p), r in cell.items()
-                   if c2 == c and r.status == OK} for c in configs}
+                   if c2 == c and r.status == Status.OK} for c in configs}
     for config in configs:
         answered = outcome[config]
         correct = sum(answered.values())
-        failed = sum(1 for (c, _), r in cell.items() if c == config and r.status != OK)
+        failed = sum(1 for (c, _), r in cell.items() if c == config and r.status != Status.OK)
         quality = ConfigQuality(model, config, correct, len(answered), failed,
                                 wilson(correct, len(answered)))
         if config != out.baseline:
@@ -88,7 +88,7 @@ def _model(store: Store, session_id: int, model: str, members: list[Any]) -> Mod
                                              [answered[p] for p in common])
         out.configs.append(quality)
     for probe in probes:
-        answers = {c: (cell[(c, probe)].answer if cell[(c, probe)].status == OK else None)
+        answers = {c: (cell[(c, probe)].answer if cell[(c, probe)].status == Status.OK else None)
                    for c in configs if (c, probe) in cell}
         if len(set(answers.values())) > 1:
             first = next(r for (c, p), r in cell.items() if p == probe)

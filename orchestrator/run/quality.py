@@ -24,8 +24,9 @@ from orchestrator.engines import CellSpec
 from orchestrator.run.agent_client import Job
 from orchestrator.run.deadline import DeadlineWatch
 from orchestrator.run.progress import Progress
-from orchestrator.run.runner import STATUS_OK, DeviceRunner, classify
+from orchestrator.run.runner import DeviceRunner, classify
 from orchestrator.run.stream import Exit, ProtocolError, parse_line
+from orchestrator.stats.status import Status
 from orchestrator.transports.base import Outage, TransportError
 
 MAX_ATTACHES = 20     # re-attaches of one probe whose follower ended before the X line
@@ -70,7 +71,7 @@ def run_quality(runner: DeviceRunner, loaded: LoadedMatrix, progress: Progress) 
             for probe in todo:
                 status, right = _run_probe(runner, cell, probe, spec.grader, spec.tokens)
                 summary.ran += 1
-                summary.failed += status != STATUS_OK
+                summary.failed += status != Status.OK
                 correct += right
             progress.note(f"quality {model} {config}: {correct}/{len(todo)} correct"
                           + (f" ({len(probes) - len(todo)} answered earlier)"
@@ -93,7 +94,7 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
         "session_id": runner.session_id, "device_id": runner.device_id, "model": cell.model,
         "config": cell.config, "flags": cell.flags, "probe_id": probe.id,
         "prompt": probe.prompt, "expected": probe.expected, "grader": grader,
-        "status": "running", "argv": argv, "uid": uid, "remote_dir": jobdir,
+        "status": Status.RUNNING, "argv": argv, "uid": uid, "remote_dir": jobdir,
         "started_at": now()})
     job = Job(run_uid=uid, argv=argv, env=dict(matrix.env),
               interval_ms=max(50, int(matrix.sample_interval * 1000)), timeout_s=matrix.timeout,
@@ -109,21 +110,21 @@ def _run_probe(runner: DeviceRunner, cell: Cell, probe: Probe, grader: str,
             runner.client.kill(jobdir)
         except TransportError:
             pass
-        update_probe(runner.store, row_id, status="interrupted", cause="stopped by the user",
+        update_probe(runner.store, row_id, status=Status.INTERRUPTED, cause="stopped by the user",
                      ended_at=now())
         raise
     except TransportError as exc:
-        update_probe(runner.store, row_id, status="failed", cause=f"device: {exc}",
+        update_probe(runner.store, row_id, status=Status.FAILED, cause=f"device: {exc}",
                      ended_at=now())
-        return "failed", False
+        return Status.FAILED, False
     status, cause = classify(seen, runner.mem_total_kb)   # type: ignore[arg-type]  # _Collected has what classify reads of a recorder
     if verdict is not None:   # orch's own deadline: the supervisor stopped (runner.py)
         status, cause = verdict
     reply = parser.record().text
     graded = grade(grader, reply, probe.expected)
-    correct = graded.correct and status == STATUS_OK
+    correct = graded.correct and status == Status.OK
     update_probe(runner.store, row_id, status=status, cause=cause, reply=reply,
-                 answer=graded.answer, correct=correct if status == STATUS_OK else None,
+                 answer=graded.answer, correct=correct if status == Status.OK else None,
                  rc=seen.exit.rc if seen.exit is not None else None, ended_at=now())
     return status, correct
 

@@ -37,7 +37,6 @@ from orchestrator.transports.base import (
 )
 from orchestrator.stats.status import Status
 
-STATUS_OK = Status.OK     # what the quality probes call an ok end (run/quality.py)
 
 
 # Re-attaches in a row while the follower keeps ending without the X line but the agent
@@ -94,7 +93,7 @@ def classify(recorder: RunRecorder, mem_total_kb: int | None = None) -> tuple[st
         return Status.KILLED, f"signal {exit_.signal}"
     if exit_.rc != 0:
         return Status.FAILED, f"exit code {exit_.rc}"
-    return STATUS_OK, None
+    return Status.OK, None
 
 
 @dataclass
@@ -284,7 +283,7 @@ class DeviceRunner:
         except SQLAlchemyError as exc:
             raise self._store_failed(run_id, jobdir, exc) from exc
         status, cause = classify(recorder, self.mem_total_kb)
-        if status != STATUS_OK and recorder.exit is None and recorder.protocol_errors:
+        if status != Status.OK and recorder.exit is None and recorder.protocol_errors:
             cause = f"{cause}; {recorder.protocol_errors[0]}"
         if watch.verdict is not None:   # orch gave up on the job (its X line, if any, is our kill's)
             status, cause = watch.verdict
@@ -404,7 +403,7 @@ class DeviceRunner:
         trace_warning = None
         if trace is not None and recorder.exit is not None:  # the engine has ended: its file too
             trace_warning = collect_route_trace(self.transport, self.store, run_id, trace, record,
-                                                required=status == STATUS_OK)
+                                                required=status == Status.OK)
         # load and frequency while the engine ran: from every stored sample (a resumed run
         # replays its early lines without keeping them in the recorder)
         samples = sample_dicts(self.store.frame("sample", [run_id]))
