@@ -92,7 +92,7 @@ def test_a_failed_only_write_leaves_no_session(tmp_path, monkeypatch):
     assert _state(db) == (0, [], 0)
 
 
-def test_ctrl_c_while_writing_deletes_the_run_being_written(folder, tmp_path, monkeypatch):
+def test_ctrl_c_while_writing_rolls_the_run_being_written_back(folder, tmp_path, monkeypatch):
     db = str(tmp_path / "orch.db")
     _failing_recorder(monkeypatch, KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):
@@ -189,7 +189,7 @@ main()
 """
 
 
-def test_sigterm_while_writing_deletes_the_run_being_written(folder, tmp_path):
+def test_sigterm_while_writing_keeps_nothing_of_the_run_being_written(folder, tmp_path):
     db = str(tmp_path / "orch.db")
     marker = tmp_path / "writing"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_IMPORT, str(marker), str(folder), db],
@@ -199,7 +199,8 @@ def test_sigterm_while_writing_deletes_the_run_being_written(folder, tmp_path):
         wait_for(lambda: marker.exists() or proc.poll() is not None, 60,
                  what="the import writing its first run")
         assert proc.poll() is None, proc.communicate()
-        assert _state(db)[2] == 1                      # the run being written is `running`
+        # the run being written is one open transaction: no other reader sees it
+        assert _state(db)[2] == 0
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:

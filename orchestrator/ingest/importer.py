@@ -11,8 +11,8 @@ The steps: which file is what (ingest/scan.py) and whether it is what it claims
 them by content (ingest/planning.py, ingest/sections.py); then, over all runs at once, each
 run's model (`model_of`), start (ingest/when.py), config and repeat (ingest/grouping.py) and
 place in the order (`_order`); a design file (config/design.py) says what files cannot. Then
-one run at a time into the store (ingest/write.py), each all or nothing: a run whose write
-fails is deleted and its file reported as skipped. One import of a folder at a time
+one run at a time into the store (ingest/write.py), each in one transaction: a run whose write
+fails is rolled back and its file reported as skipped. One import of a folder at a time
 (db/session_lock.py `import_lock`, taken before the session is looked up). Every file not
 imported is reported with its reason. docs/import.md says how each fact is found and how to
 override it.
@@ -234,7 +234,7 @@ class RunWriter:
 
     def write(self, planned: Planned) -> None:
         """One planned run: renamed when its files are unchanged, else written (a write that
-        fails is reported as skipped; write_run deleted the half-written run)."""
+        fails is reported as skipped; write_run rolled the half-written run back)."""
         digest = _digest(planned)
         before = self.existing.get(planned.key)
         if self.known.get(planned.key) == digest and before is not None:
@@ -246,7 +246,7 @@ class RunWriter:
                                  start_state, self.written)
         except Refused:
             raise
-        except Exception as exc:   # noqa: BLE001 (write_run deleted the half-written run)
+        except Exception as exc:   # noqa: BLE001 (write_run rolled the half-written run back)
             why = f"not written: {type(exc).__name__}: {str(exc).strip()[:200]}"
             self.report.skipped.append((planned.shown, why))
             return

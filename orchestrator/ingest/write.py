@@ -10,7 +10,6 @@ be 0 (RSS, free RAM) that is 0 on every row is not stored: it was not measured.
 """
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import re
 import uuid
@@ -131,22 +130,20 @@ def write_run(store: Store, adapter: Any, session_id: int, device_id: int, plan:
     """Store the run as the importer named and placed it (plan.model, config, repeat, order,
     started, flags); return its parse problems (a missing trailer is its status instead).
     `start`: ingest/state.start_state, called with (sidecar, entry, state).
-    All or nothing: when anything fails while the run is written (a file that vanished, the
-    store, Ctrl-C or SIGTERM), the run is deleted before the exception goes on, so a failed
-    import never leaves a `running` run behind; a file found impossible raises
-    ingest/checks.py Refused so. `written`: the run's id is appended to it once it is stored."""
+    All or nothing: the run is written in one store transaction (Store.transaction), so when
+    anything fails while it is written (a file that vanished, the store, Ctrl-C or SIGTERM)
+    nothing of it is kept and a failed import never leaves a `running` run behind; a file
+    found impossible raises ingest/checks.py Refused so. `written`: the run's id is appended
+    to it once it is stored. One transaction per run, not per import: SQLite's write lock is
+    held for the transaction, and a concurrent `orch run` waits at most its busy timeout."""
     sidecar, out_lines = _sidecar_values(plan.sidecars)
     out_lines += plan.stdout
-    run_id = _create(store, adapter, session_id, device_id, plan)
-    try:
+    with store.transaction():
+        run_id = _create(store, adapter, session_id, device_id, plan)
         problems = _fill(store, adapter, run_id, plan, start, sidecar, out_lines)
-        if written is not None:
-            written.append(run_id)
-        return problems
-    except BaseException:
-        with contextlib.suppress(Exception):   # the store itself failed: the first error counts
-            store.delete_run(run_id)
-        raise
+    if written is not None:
+        written.append(run_id)
+    return problems
 
 
 def _create(store: Store, adapter: Any, session_id: int, device_id: int, plan: Planned) -> int:
