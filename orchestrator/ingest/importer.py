@@ -34,7 +34,6 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from orchestrator import __version__
 from orchestrator.config.design import Design, design_from_stored, parse_measured
 from orchestrator.config.plan import Cell
 from orchestrator.db.runs import RunRow, SessionRow, Sessions
@@ -54,7 +53,7 @@ from orchestrator.ingest.scan import ROUTE_SUFFIX, scan
 from orchestrator.ingest.state import driver_entries, start_state
 from orchestrator.ingest.when import folder_date, recorded_start
 from orchestrator.ingest.write import Planned, write_run
-from orchestrator.run import controller
+from orchestrator.run.controller import SessionProvenance
 
 __all__ = ["ROUTE_SUFFIX", "ImportOptions", "ImportReport", "driver_entries", "import_dir",
            "model_rules"]
@@ -182,9 +181,7 @@ def _new_session(store: Store, opts: ImportOptions, folder: Path) -> int:
     """The session row of a folder imported for the first time."""
     return store.create_session(
         kind="import", name=opts.name or folder.name, matrix_name=opts.name or folder.name,
-        source_dir=str(folder), orch_version=__version__, git_rev=controller.git_revision(),
-        python_version=controller.python_version(), controller_host=controller.host(),
-        started_at=now())
+        source_dir=str(folder), **SessionProvenance.collect().columns(), started_at=now())
 
 
 @dataclass

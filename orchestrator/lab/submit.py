@@ -5,18 +5,16 @@ one Celery task per (device, cell), sent to the device's queue in the device's r
 from __future__ import annotations
 
 import random
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator import __version__
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import plan_cells
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store, now
 from orchestrator.lab.app import TASK, LabError, check_broker, queue_name
-from orchestrator.run import controller
+from orchestrator.run.controller import SessionProvenance
 
 
 @dataclass
@@ -67,18 +65,18 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
     if matrix.order == "shuffled" and seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
     cells = plan_cells(matrix, seed)
-    command = command or " ".join(sys.argv)
+    provenance = SessionProvenance.collect(command)
     batch_id = lab_db.create_batch(store, matrix_name=matrix.name, matrix_path=loaded.path,
                                    matrix_text=loaded.text, prompt_text=loaded.prompt_text,
-                                   command=command, submitted_from=controller.host())
+                                   command=provenance.command,
+                                   submitted_from=provenance.controller_host)
     result = Submission(batch_id)
     rows: list[dict[str, Any]] = []
     for device in devices:
         session_id = store.create_session(
             kind="run", name=matrix.name, matrix_name=matrix.name, matrix_path=loaded.path,
-            matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
-            git_rev=controller.git_revision(), python_version=controller.python_version(),
-            controller_host=controller.host(), command=command, seed=seed)
+            matrix_text=loaded.text, matrix_sha256=loaded.sha256, **provenance.columns(),
+            seed=seed)
         result.sessions[device] = session_id
         store.upsert_device(device, served[device].kind)
         rows += [{"batch_id": batch_id, "session_id": session_id, "device": device,

@@ -7,7 +7,6 @@ cell loop here and the lab's tasks (lab/cell_task.py, through `run_or_collect`) 
 from __future__ import annotations
 
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,7 +14,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from orchestrator import __version__
 from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
@@ -24,7 +22,7 @@ from orchestrator.db.session_lock import session_lock
 from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.plugins import PluginError, get_adapter
-from orchestrator.run import controller
+from orchestrator.run.controller import SessionProvenance
 from orchestrator.run.cooldown import Reading, wait_for_condition
 from orchestrator.run.device_jobs import check_device_free, settle_orphaned_runs
 from orchestrator.run.device_session import DevicePolicy, DeviceSession, begin_session
@@ -168,10 +166,9 @@ def _create_session(prepared: PreparedDevice, seed: int | None, command: str | N
     name = loaded.matrix.name
     return prepared.store.create_session(
         kind="run", name=name, matrix_name=name, matrix_path=loaded.path,
-        matrix_text=loaded.text, matrix_sha256=loaded.sha256, orch_version=__version__,
-        git_rev=controller.git_revision(), python_version=controller.python_version(),
-        controller_host=controller.host(), command=command or " ".join(sys.argv),
-        seed=seed, device_facts=dict(prepared.facts))
+        matrix_text=loaded.text, matrix_sha256=loaded.sha256,
+        **SessionProvenance.collect(command).columns(), seed=seed,
+        device_facts=dict(prepared.facts))
 
 
 def _run_session(device: DeviceSession, seed: int | None, previous: dict[str, Any],
