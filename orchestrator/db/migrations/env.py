@@ -7,7 +7,10 @@ connection = context.config.attributes.get("connection")
 if connection is None:  # `alembic` command line: use the URL from the config
     from sqlalchemy import create_engine
 
-    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    url = context.config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise SystemExit("alembic: set sqlalchemy.url in the config (orch migrates in-process)")
+    engine = create_engine(url)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata,
                           render_as_batch=connection.dialect.name == "sqlite")
