@@ -5,11 +5,13 @@ from orchestrator.db.schema import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # `alembic` command line: use the URL from the config
+    from alembic.util import CommandError
     from sqlalchemy import create_engine
 
     url = context.config.get_main_option("sqlalchemy.url")
     if url is None:
-        raise SystemExit("alembic: set sqlalchemy.url in the config (orch migrates in-process)")
+        raise CommandError("set sqlalchemy.url in the alembic config (orch itself migrates "
+                           "in-process, on the connection it opened)")
     engine = create_engine(url)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata,
