@@ -5,7 +5,8 @@ in the thin layer that owns the store a command opened.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import Any, TypedDict
 
 from orchestrator.db.runs import RunRow
 from orchestrator.db.store import Store
@@ -16,6 +17,20 @@ from orchestrator.results.ab import Baselines, parse_baselines, runs_where
 from orchestrator.results.comparison import SideComparison, build, build_side
 from orchestrator.results.query import select_sides
 from orchestrator.results.report_data import build as report_data
+
+
+class ReportOptions(TypedDict):
+    """`orch report`'s options as its command passes them on: report_text's `quantile` and
+    `trim`, the rest ReportRequest's fields."""
+
+    out: Path | None
+    fmt: str
+    template: str | None
+    plots: bool
+    quantile: str
+    columns: list[str] | None
+    provenance_full: bool
+    trim: int | None
 
 
 def report_text(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,

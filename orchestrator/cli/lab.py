@@ -6,6 +6,9 @@ import os
 import shlex
 import socket
 import sys
+from collections import Counter
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -13,14 +16,19 @@ from orchestrator.cli.handler import friendly
 from orchestrator.cli.options import console, db_option, errors, inventory_option
 from orchestrator.errors import Failed
 
+if TYPE_CHECKING:
+    from orchestrator.db.store import Store
 
-def broker_option(func):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def broker_option(func: F) -> F:
     return click.option("--broker", envvar="ORCH_BROKER", metavar="URL",
                         help="The Celery broker (env ORCH_BROKER), e.g. "
                              "redis://lab:6379/0 or amqp://user:pass@lab//.")(func)
 
 
-def _store(db: str | None, create: bool = True):  # type: ignore[no-untyped-def]
+def _store(db: str | None, create: bool = True) -> Store:
     from orchestrator.db.store import Store
 
     return Store.open(db, create=create)
@@ -203,21 +211,21 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
 
     import time
 
-    last = {"at": 0.0, "line": ""}
+    last_at, last_line = 0.0, ""
 
-    def shown(states, total) -> None:  # type: ignore[no-untyped-def]
+    def shown(states: Counter[str], total: int) -> None:
         # one line per change on a terminal; at most one per 30 s in a log, and the last
+        nonlocal last_at, last_line
         done = total - states["queued"] - states["delivered"]
         parts = ", ".join(f"{k} {v}" for k, v in sorted(states.items()))
-        line = f"sessions {', '.join(map(str, sessions))}: {done}/{total} ended ({parts})"
-        last["line"] = line
-        if errors.is_terminal or done == total or time.monotonic() - last["at"] >= 30:
-            errors.print(line)
-            last["at"] = time.monotonic()
+        last_line = f"sessions {', '.join(map(str, sessions))}: {done}/{total} ended ({parts})"
+        if errors.is_terminal or done == total or time.monotonic() - last_at >= 30:
+            errors.print(last_line)
+            last_at = time.monotonic()
 
     result = wait_for(store, sessions, shown, timeout_s=timeout)
     if not result.ok and timeout is not None and any(result.states[s] for s in ("queued", "delivered")):
-        errors.print(f"{last['line']}; gave up after --timeout {timeout:g} s")
+        errors.print(f"{last_line}; gave up after --timeout {timeout:g} s")
     for sid in sessions:
         print_session_table(console, session_listing(store, sid))
     if not result.ok:   # the tables above say which cells did not end ok
@@ -243,17 +251,17 @@ def devices_add(name: str, worker: str | None, broker: str | None, db: str | Non
 
     store = _store(db)
     row = lab_db.lab_device(store, name)
-    if row is None and worker is None:
-        raise LabError(f"device {name!r} is not in the lab yet: give --worker W (a worker "
-                       f"whose inventory lists it)")
     if row is None:
+        if worker is None:
+            raise LabError(f"device {name!r} is not in the lab yet: give --worker W (a worker "
+                           f"whose inventory lists it)")
         lab_db.register_device(store, name, "unknown", worker, "")
     values = {"state": lab_db.ACTIVE if row is None or row.state != lab_db.QUARANTINED
               else lab_db.QUARANTINED}
     if worker:
         values["worker"] = worker
     lab_db.update_device(store, name, **values)
-    click.echo(f"{name}: served by worker {worker or row.worker}")
+    click.echo(f"{name}: served by worker {worker if worker or row is None else row.worker}")
 
 
 @devices.command("remove")

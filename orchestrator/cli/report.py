@@ -57,7 +57,7 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     provenance of every number. With --compare, of two or more sides and their comparison."""
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
-    from orchestrator.cli.documents import compared_report, report_text
+    from orchestrator.cli.documents import ReportOptions, compared_report, report_text
     from orchestrator.results.report_data import select_runs
     from orchestrator.report.outputs import check_out_file
     from orchestrator.results.ab import parse_baselines, runs_where
@@ -67,10 +67,10 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     if fmt is None:    # `-o report.html` means an HTML page, not markdown in an .html file
         fmt = "html" if out and Path(out).suffix.lower() in (".html", ".htm") else "md"
     store = Store.open(db, create=False)
-    options = {"out": Path(out) if out else None, "fmt": fmt, "template": template,
-               "plots": not no_plots, "quantile": quantile,
-               "columns": column_keys(columns, "report"),
-               "provenance_full": provenance == "full", "trim": trim}
+    options: ReportOptions = {"out": Path(out) if out else None, "fmt": fmt,
+                              "template": template, "plots": not no_plots, "quantile": quantile,
+                              "columns": column_keys(columns, "report"),
+                              "provenance_full": provenance == "full", "trim": trim}
     if with_comparison:
         text = compared_report(store, ([session] if session else []) + list(sessions), devices,
                         matrix, baselines=baselines, **options)

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from orchestrator.db import schema
-from orchestrator.db.store import Store
+from orchestrator.db.store import Store, inserted_id
 
 
 def replace_day(store: Store, row: dict[str, Any]) -> int:
@@ -21,7 +21,7 @@ def replace_day(store: Store, row: dict[str, Any]) -> int:
     with store.writing() as conn:
         conn.execute(delete(table).where(table.c.device_id == row["device_id"],
                                          table.c.day == row["day"]))
-        return int(conn.execute(table.insert().values(**row)).inserted_primary_key[0])
+        return inserted_id(conn.execute(table.insert().values(**row)))
 
 
 def ceiling_rows(store: Store, device_names: Iterable[str] | None = None) -> list[Any]:

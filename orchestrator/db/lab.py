@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 
 from orchestrator.db import schema
-from orchestrator.db.store import Store, now
+from orchestrator.db.store import Store, inserted_id, now
 from orchestrator.stats.status import RESUMABLE
 
 PENDING = ("queued", "delivered")          # a cell that has not ended
@@ -76,7 +76,7 @@ def update_device(store: Store, name: str, **values: Any) -> None:
 def create_batch(store: Store, **values: Any) -> int:
     values.setdefault("created_at", now())
     with store.lock, store.engine.begin() as conn:
-        return conn.execute(schema.lab_batch.insert().values(**values)).inserted_primary_key[0]
+        return inserted_id(conn.execute(schema.lab_batch.insert().values(**values)))
 
 
 def batch_row(store: Store, batch_id: int) -> Any | None:

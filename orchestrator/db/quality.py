@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import select
 
 from orchestrator.db import schema
-from orchestrator.db.store import Store
+from orchestrator.db.store import Store, inserted_id
 from orchestrator.stats.status import Status
 
 
@@ -36,7 +36,7 @@ def start_probe(store: Store, values: dict[str, Any]) -> int:
                                           table.c.model == values["model"],
                                           table.c.config == values["config"],
                                           table.c.probe_id == values["probe_id"]))
-        return conn.execute(table.insert().values(**values)).inserted_primary_key[0]
+        return inserted_id(conn.execute(table.insert().values(**values)))
 
 
 def update_probe(store: Store, row_id: int, **values: Any) -> None:

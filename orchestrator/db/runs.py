@@ -87,7 +87,7 @@ class RunRow:
     config: str                         # the baseline schema left the columns nullable
     flags: str | None
     argv: Any
-    repeat_index: int | None
+    repeat_index: int                   # always written (0-based; the schema's default 0)
     order_index: int | None
     status: str
     cause: str | None

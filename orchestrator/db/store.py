@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 from sqlalchemy import (
     JSON,
     Connection,
+    CursorResult,
     Engine,
     Table,
     create_engine,
@@ -58,6 +59,14 @@ def pandas() -> Any:
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
+
+
+def inserted_id(result: CursorResult[Any]) -> int:
+    """The primary key of the row a single-row INSERT created."""
+    key = result.inserted_primary_key
+    if key is None:  # SQLAlchemy types it Optional for non-INSERT results; ours are INSERTs
+        raise StoreError("the insert returned no primary key")
+    return int(key[0])
 
 
 def resolve_url(db: str | None) -> str:
@@ -171,7 +180,8 @@ def bulk_insert(conn: Connection, table: Table, rows: Sequence[Any],
     cache_key = (conn.dialect.name, table.name, keys)
     if cache_key not in _COMPILED:
         compiled = table.insert().compile(dialect=conn.dialect, column_keys=list(keys))
-        order = tuple(compiled.positiontup) if compiled.positional else None
+        positions = compiled.positiontup if compiled.positional else None
+        order = tuple(positions) if positions is not None else None
         _COMPILED[cache_key] = (str(compiled), order)
     sql, order = _COMPILED[cache_key]
     json_at = [i for i, k in enumerate(keys) if isinstance(table.c[k].type, JSON)]
@@ -297,7 +307,7 @@ class Store:
     # -- writes ------------------------------------------------------------------------------
     def _insert(self, table: Any, values: dict[str, Any]) -> int:
         with self.writing() as conn:
-            return conn.execute(table.insert().values(**values)).inserted_primary_key[0]
+            return inserted_id(conn.execute(table.insert().values(**values)))
 
     def _update(self, table: Any, row_id: int, values: dict[str, Any]) -> None:
         with self.writing() as conn:
@@ -311,7 +321,7 @@ class Store:
             if facts is not None:
                 values.update(facts=facts, facts_at=now())
             if found is None:
-                return conn.execute(schema.device.insert().values(name=name, **values)).inserted_primary_key[0]
+                return inserted_id(conn.execute(schema.device.insert().values(name=name, **values)))
             conn.execute(update(schema.device).where(schema.device.c.id == found.id).values(**values))
             return found.id
 

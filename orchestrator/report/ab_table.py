@@ -125,7 +125,8 @@ def row_cells(row: ABRow) -> list[str]:
 def notes(group: ABGroup) -> list[str]:
     """How to read a group's A/B table: the method, and what a single run cannot tell."""
     rows = [r for r in group.rows if r.comparison is not None]
-    tested = [r.comparison for r in rows if r.comparison.p_value is not None]  # type: ignore[union-attr]
+    compared = [r.comparison for r in group.rows if r.comparison is not None]
+    tested = [c for c in compared if c.p_value is not None]
     methods = sorted({c.method for c in tested if c.method})
     how = {"paired": "paired by round (both configs ran in every round)",
            "welch": "Welch's t-test (the rounds are not paired)"}
@@ -136,7 +137,7 @@ def notes(group: ABGroup) -> list[str]:
                    f"{' or '.join(how[m] for m in methods)}. p is Holm-corrected across the "
                    f"{group.family} comparison(s) of this document; *faster* / *slower* only "
                    f"when it is below {ALPHA:g}.")
-    if any(r.comparison.p_value is None for r in rows):  # type: ignore[union-attr]
+    if any(c.p_value is None for c in compared):
         out.append("Configs measured once (or compared with a baseline measured once) have no "
                    "interval and no test: their Δ is one measurement against another.")
         if any(r.noise_floor_pct is not None for r in rows):

@@ -16,14 +16,13 @@ Headers, order and cells are those of the published tables (docs/report.md, docs
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from orchestrator.report.cells import ci_cell, spread_cell
 from orchestrator.report.formatting import (
     STATS,
-    Formatter,
     energy_cell,
     gib,
     ms_in_s,
@@ -40,14 +39,28 @@ from orchestrator.report.within_cells import (
 )
 from orchestrator.stats.values import DASH
 
-_JUSTIFY = {"---": "left", ":---": "left", "---:": "right", ":--:": "center"}
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+_JUSTIFY: dict[str, JustifyMethod] = {"---": "left", ":---": "left", "---:": "right",
+                                       ":--:": "center"}
+# a cell's formatter takes one value per key of its column (`Column.keys`): one for most, two
+# or three where a cell combines keys (the compute + I/O split)
+CellFormatter = Callable[..., str]
+
+
+class Record(Protocol):
+    """What a cell reads its keys from: a run's figures (stats/figures.py RunFigures) or a
+    report row (a dict); a key it lacks reads as None (not measured)."""
+
+    def get(self, key: str, /) -> Any: ...
 
 
 @dataclass(frozen=True)
 class Column:
     key: str                        # the statistic (also the csv/json column)
     header: str
-    fmt: Formatter                  # takes the values of `keys`, in order
+    fmt: CellFormatter              # takes the values of `keys`, in order
     align: str = "---:"             # markdown: "---" left, "---:" right, ":--:" centred
     headline: bool = False          # the row's headline figure: bold in markdown
     also: tuple[str, ...] = ()      # further keys one cell combines (compute + I/O)
@@ -71,15 +84,15 @@ class Column:
         return self.label or self.header
 
     @property
-    def justify(self) -> str:
+    def justify(self) -> JustifyMethod:
         """The alignment as rich's `justify`."""
         return _JUSTIFY[self.align]
 
-    def text(self, rec: Mapping[str, Any] | None) -> str:
+    def text(self, rec: Record | None) -> str:
         """The formatted cell, plain (the terminal)."""
         return self.fmt(*(None if rec is None else rec.get(k) for k in self.keys))
 
-    def cell(self, rec: Mapping[str, Any] | None, headline: bool = True) -> str:
+    def cell(self, rec: Record | None, headline: bool = True) -> str:
         """The markdown cell: a headline figure in bold, unless `headline` is False (a run
         left out of the aggregates shows its figures, but not as a headline). A dash stays
         plain."""

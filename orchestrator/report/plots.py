@@ -46,7 +46,7 @@ class Plot:
 
 @dataclass(frozen=True)
 class Style:
-    color: tuple[float, ...]
+    color: tuple[float, float, float, float]    # RGBA
     linestyle: str
 
 
@@ -64,12 +64,12 @@ def styles(n: int) -> list[Style]:
     the line style cycling so that neighbouring (similar) hues still look different."""
     from matplotlib import colormaps
 
-    if n <= 10:
-        colors = list(colormaps["tab10"].colors)[:n]
-    else:
-        colors = [tuple(c) for c in colormaps["turbo"](np.linspace(0.05, 0.95, n))]
-    return [Style(tuple(colors[i]), LINESTYLES[i % len(LINESTYLES)] if n > 10 else "-")
-            for i in range(n)]
+    # tab10 at 0..n-1 is its first n listed colours; turbo is sampled evenly
+    at = np.arange(n) if n <= 10 else np.linspace(0.05, 0.95, n)
+    rgba = np.asarray(colormaps["tab10" if n <= 10 else "turbo"](at))
+    return [Style((float(r), float(g), float(b), float(a)),
+                  LINESTYLES[i % len(LINESTYLES)] if n > 10 else "-")
+            for i, (r, g, b, a) in enumerate(rgba)]
 
 
 def wrap(text: str, width: int) -> str:

@@ -70,9 +70,9 @@ def pp(value: float | None) -> str:
 
 def accuracy_cell(q: ConfigQuality) -> str:
     """"80.0% [54.8–93.0] (12/15)"."""
-    if q.accuracy is None:
+    if q.accuracy is None or q.interval is None:    # both None exactly when nothing answered
         return f"{DASH} (0/0)"
-    low, high = q.interval  # type: ignore[misc]
+    low, high = q.interval
     return (f"{100 * q.accuracy:.1f}% [{100 * low:.1f}–{100 * high:.1f}] "
             f"({q.correct}/{q.total})")
 

@@ -139,7 +139,7 @@ def header(data: ReportData) -> dict[str, Any]:
     models = list(dict.fromkeys(r.model for r in rows if r.model and r.model != "-"))
     engines = list(dict.fromkeys(r.engine or "?" for r in rows))
     repeats = max(r.repeat_index for r in rows) + 1
-    tokens = sorted({m.get("tokens") for m in matrices if isinstance(m.get("tokens"), int)})
+    tokens = sorted({m["tokens"] for m in matrices if isinstance(m.get("tokens"), int)})
     what = (f"engine {', '.join(md.md_code(e) for e in engines)}: "
             + _configs_per_model(rows, models, len(configs))
             + (f", up to {repeats} repeats each" if repeats > 1 else "")
@@ -188,7 +188,8 @@ def group_facts_and_pivot(g: Group) -> dict[str, Any]:
     matrix = g.pivot_matrix
     pivot = tables.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
     return {"facts": md.md_escape(facts) if facts else None, "pivot": pivot,
-            "pivot_caption": tables.pivot_caption(matrix) if pivot is not None else None}
+            "pivot_caption": tables.pivot_caption(matrix)
+            if pivot is not None and matrix is not None else None}
 
 
 def document_context(data: ReportData, plots: dict[str, list[Any]] | None,

@@ -101,7 +101,7 @@ def throughput(group: Group, columns: list[str] | None = None) -> Table:
 
 
 # what `--columns` picks from: the throughput table and its detail table
-PICKABLE = (REPORT_THROUGHPUT, REPORT_DETAIL)
+PICKABLE: tuple[TableSpec, ...] = (REPORT_THROUGHPUT, REPORT_DETAIL)
 
 
 def detail(group: Group, columns: list[str] | None = None) -> Table:

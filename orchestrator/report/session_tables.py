@@ -75,7 +75,7 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
                                          run_ids=kind == "throughput"))
             means = {c: f.mean.mean for c, f in data.configs[model, device].items()}
             grid = tables.pivot(matrix, means) if kind == "throughput" else None
-            if grid is not None:
+            if grid is not None and matrix is not None:     # a grid implies its matrix
                 parts.append(tables.pivot_caption(matrix) + "\n")
                 parts.append(md_render(grid) + "\n")
         parts += [n + "\n" for n in _group_notes(designs, model, members)]

@@ -38,7 +38,7 @@ from orchestrator.stats.values import DASH, is_missing
 RUN_IDS = "run ids"       # the header of the column naming the runs a row comes from
 # what `orch table --columns` picks from: the throughput table, its detail table and the
 # per-token latency table, and the energy table
-PICKABLE = (THROUGHPUT, DETAIL, LATENCY, ENERGY)
+PICKABLE: tuple[TableSpec, ...] = (THROUGHPUT, DETAIL, LATENCY, ENERGY)
 
 
 def group_title(model: str, device: str, engine: str | None) -> str:

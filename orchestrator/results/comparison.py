@@ -267,7 +267,6 @@ def records(comp: SideComparison) -> list[dict[str, Any]]:
 def _record(kind: str, model: str | None, config: str | None, reference: str, other: str,
             a: Any, b: Any, c: Comparison | None, n_a: int | None,
             n_b: int | None) -> dict[str, Any]:
-    tested = c is not None and c.p_value is not None
     return {
         "kind": kind, "model": model, "config": config, "reference": reference, "other": other,
         "mean_reference": _mean(a, "mean"), "mean_reference_ci_low": _mean(a, "low"),
@@ -278,7 +277,7 @@ def _record(kind: str, model: str | None, config: str | None, reference: str, ot
         "ci_low": c.low if c is not None else None, "ci_high": c.high if c is not None else None,
         "p_value": c.p_value if c is not None else None,
         "p_adjusted": c.p_adjusted if c is not None else None,
-        "significant": c.significant if tested else None,
+        "significant": c.significant if c is not None and c.p_value is not None else None,
         "method": c.method if c is not None else None,
         "n_reference": n_a, "n_other": n_b, "configs": None,
     }

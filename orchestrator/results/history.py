@@ -182,8 +182,14 @@ def _order_key(p: Point, order: str, first_seen: dict[str | None, int]) -> tuple
 
 def change_points(points: Sequence[Point]) -> list[ChangePoint]:
     """The steps in the points that have a value (changepoints.detect)."""
-    known = [p for p in points if p.interval.mean is not None and p.interval.mean > 0]
-    steps = detect([p.interval.mean for p in known], [p.log_se for p in known])
+    known: list[Point] = []
+    means: list[float] = []
+    for p in points:
+        mean = p.interval.mean
+        if mean is not None and mean > 0:
+            known.append(p)
+            means.append(mean)
+    steps = detect(means, [p.log_se for p in known])
     return [ChangePoint(s, known[s.index].session, known[s.index - 1].build,
                         known[s.index].build) for s in steps]
 

@@ -59,8 +59,9 @@ class ModelFacts:
         if self.top_k:
             parts.append("top-" + "/".join(str(k) for k in self.top_k))
         text = ", ".join(parts)
-        if self.ram_ratio is not None:
-            text += "; %.2f× the device's %.1f GB RAM" % (self.ram_ratio, self.ram_kb * 1024 / 1e9)
+        ratio = self.ram_ratio
+        if ratio is not None and self.ram_kb:  # a ratio implies ram_kb; the test narrows it
+            text += "; %.2f× the device's %.1f GB RAM" % (ratio, self.ram_kb * 1024 / 1e9)
         return text
 
     def as_dict(self) -> dict[str, Any]:

@@ -49,13 +49,12 @@ class ModelQuality:
 def _baseline(store: Store, session_id: int, model: str, configs: Sequence[str]) -> str:
     """The matrix's baseline for the model when it is among the probed configs, else the
     first probed config (the same choice the A/B table makes)."""
-    session = Sessions(store).one(session_id)
-    matrix = session.matrix if session is not None else None
+    matrix = Sessions(store).one(session_id).matrix
     if matrix is not None:
         try:
             chosen = matrix.baseline_for(model)
         except (IndexError, KeyError):
-            chosen = None
+            return configs[0]
         if chosen in configs:
             return chosen
     return configs[0]

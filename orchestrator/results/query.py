@@ -70,8 +70,8 @@ def session_side(store: Store, session: str) -> Side:
     if len(devices) > 1:
         raise ConfigError(f"session {sid} ran on {', '.join(devices)}: compare them with "
                           f"--device instead")
-    session = Sessions(store).one(sid)
-    return Side(session_label(session), devices[0], session, list(rows))
+    row = Sessions(store).one(sid)
+    return Side(session_label(row), devices[0], row, list(rows))
 
 
 def session_label(session: SessionRow) -> str:

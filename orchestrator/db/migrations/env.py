@@ -5,9 +5,14 @@ from orchestrator.db.schema import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # `alembic` command line: use the URL from the config
+    from alembic.util import CommandError
     from sqlalchemy import create_engine
 
-    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
+    url = context.config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise CommandError("set sqlalchemy.url in the alembic config (orch itself migrates "
+                           "in-process, on the connection it opened)")
+    engine = create_engine(url)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=metadata,
                           render_as_batch=connection.dialect.name == "sqlite")
