@@ -340,7 +340,7 @@ def test_aa_control_is_not_significant_and_a_cache_is(workspace):
     assert cache["cache_hit_pct"] > 90 and cache["read_delta_pct"] < -90
     # the report says the same, with each config's interval in the throughput table
     store = Store.open("orch.db")
-    sid = max(r.session_id for r in store.runs())
+    sid = max(r.session_id for r in Runs(store).current())
     text = orch("report", str(sid), "--no-plots")
     tables = md_tables(text)
     rows = by_label(find(tables, "Δ mean [95% CI]")[0])
@@ -349,7 +349,7 @@ def test_aa_control_is_not_significant_and_a_cache_is(workspace):
     assert rows["none-again"]["verdict"] == "no significant difference (n=5 rounds)"
     assert "within the spread" not in text
     thr = by_label(find(tables, "95% CI")[0])
-    runs = [r for r in store.runs(sid) if r.config == "cache"]
+    runs = [r for r in Runs(store).current(sid) if r.config == "cache"]
     means = frame(Runs(store).figures(runs))["mean"]
     lo, hi = sps.t.interval(0.95, 4, loc=means.mean(), scale=means.std(ddof=1) / 5 ** 0.5)
     assert thr["cache"]["95% CI"] == "%.2f–%.2f" % (lo, hi)
@@ -382,7 +382,7 @@ def test_two_model_matrix_each_model_against_its_own_baseline(workspace):
     (workspace / "fast.count").write_text("0\n")
     run_matrix(workspace, TWO_MODEL_BMOE.format(dir=workspace))
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 8 and all(r.status == "ok" for r in runs)
     stats = frame(Runs(store).figures(runs))["mean"]
     data = json.loads(orch("table", "--format", "json", "-t", "ab"))

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from orchestrator.config.matrix import load_matrix
 from orchestrator.config.plan import plan_cells
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 
@@ -43,7 +44,7 @@ def test_loose_target_stops_at_min(workspace):
     code, out = orch("run", matrix(workspace / "m.yaml", "99%", 8, min_rounds=5))
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs(_session(store).id)
+    runs = Runs(store).current(_session(store).id)
     assert [(r.config, r.repeat_index) for r in runs] == [
         (c, k) for k in range(5) for c in "ab"]
     assert _session(store).repeat_stop.startswith("target met after 5 rounds")
@@ -57,7 +58,7 @@ def test_impossible_target_stops_at_max_and_resume_continues(workspace):
     code, out = orch("run", m)
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs(_session(store).id)
+    runs = Runs(store).current(_session(store).id)
     assert [(r.config, r.repeat_index) for r in runs] == [
         (c, k) for k in range(4) for c in "ab"]
     assert [r.order_index for r in runs] == list(range(8))   # the order continues
@@ -69,7 +70,7 @@ def test_impossible_target_stops_at_max_and_resume_continues(workspace):
     store.update_run(last.id, status="failed", cause="test")
     code, out = orch("run", m, "--resume")
     assert code == 0, out
-    again = store.runs(_session(store).id)
+    again = Runs(store).current(_session(store).id)
     assert len(again) == 8 and all(r.status == "ok" for r in again)
     assert {r.id for r in again} - {r.id for r in runs} != set()
     assert [(r.config, r.repeat_index, r.order_index) for r in again] == [

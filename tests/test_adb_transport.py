@@ -23,6 +23,7 @@ from sqlalchemy import select, text
 from waiting import gated_lines, release_gates
 
 from orchestrator.db import schema  # noqa: E402
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store  # noqa: E402
 from orchestrator.transports import adb as adbmod  # noqa: E402
 from orchestrator.transports.adb import AdbTransport  # noqa: E402
@@ -272,7 +273,7 @@ def test_orch_run_on_the_phone_end_to_end(ws, phone):
                      "--device", "oneplus")
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert [r.status for r in runs] == ["ok", "ok"]
     assert all(len(store.frame("token", [r.id])) == 6 and r.summary["complete"] for r in runs)
     assert all(not path_warnings(r) for r in runs)  # the model is on /data/local/tmp: no path warning
@@ -300,7 +301,7 @@ def test_unplug_within_the_bound_loses_and_repeats_nothing(ws, phone):
     assert code == 0, out
     assert "link to oneplus lost" in out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.status == "ok"
     assert len(store.frame("token", [run.id])) == len(engine_csv_rows(phone)) == 60
     assert no_duplicate_tokens(store)
@@ -316,7 +317,7 @@ def test_unplug_beyond_the_bound_then_resume_collects_from_the_spool(ws, phone):
     helper.join()
     assert code == 1, out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.status == "interrupted"
     assert 5 <= len(store.frame("token", [run.id])) < 40
     # the engine runs on while the phone is away; plug it back in once it has finished
@@ -325,7 +326,7 @@ def test_unplug_beyond_the_bound_then_resume_collects_from_the_spool(ws, phone):
     assert wait_for_state(phone.adb_port, phone.serial, "device", timeout=30, reconnect=True) == "device"
     code, out = orch("run", name, "--device", "oneplus", "--resume")
     assert code == 0, out
-    runs = store.runs(include_superseded=True)
+    runs = Runs(store).current(include_superseded=True)
     assert [(r.id, r.status) for r in runs] == [(run.id, "ok")]
     assert len(store.frame("token", [run.id])) == 40 == len(engine_csv_rows(phone))
     assert no_duplicate_tokens(store)
@@ -341,7 +342,7 @@ def test_model_on_the_sdcard_with_a_streaming_config(ws, phone):
     assert code == 0, out
     assert "qwen.gguf is on a" in out and "streaming configs (stream)" in out
     store = Store.open("orch.db")
-    runs = {r.config: r for r in store.runs()}
+    runs = {r.config: r for r in Runs(store).current()}
     assert runs["mmap"].status == runs["stream"].status == "ok"
     assert not path_warnings(runs["mmap"])  # buffered reads are what mmap measures anyway
     (warning,) = path_warnings(runs["stream"])
@@ -373,7 +374,7 @@ def test_missing_model_is_reported(ws, phone):
     code, out = orch("run", matrix(ws, "missing", {"mmap": "--chatml"},
                                    model=f"{phone.data_dir}/nope.gguf"), "--device", "oneplus")
     assert code == 0, out  # the fake engine does not open it; a real one would fail
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert path_warnings(run) == [f"model qwen: {phone.data_dir}/nope.gguf does not exist on oneplus"]
 
 

@@ -62,7 +62,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Store:
     for run, tokens in enumerate((1500, 9000, 40, 0, 2600)):
         run_id = _record(s, session, device, run, tokens, wide=run % 2 == 1)
         # ended as the runner ends a run: its figures computed once and stored
-        s.update_run(run_id, figures=figures_module.compute_run(s, s.run_row(run_id)))
+        s.update_run(run_id, figures=figures_module.compute_run(s, Runs(s).get(run_id)))
     return s
 
 
@@ -77,14 +77,14 @@ def _by_frame(store: Store, rows, **kw) -> dict:
 @pytest.mark.parametrize("kw", [{}, {"trim": 25}, {"quantile_method": "lower"},
                                 {"trim": 100}])
 def test_the_narrow_read_gives_every_figure_to_the_bit(store: Store, kw) -> None:
-    rows = store.runs()
+    rows = Runs(store).current()
     got = Runs(store).figures(rows, **kw)
     assert repr(got) == repr(_by_frame(store, rows, **kw))
 
 
 def test_stored_figures_are_the_computed_ones_and_read_without_token_rows(
         store: Store, monkeypatch) -> None:
-    rows = store.runs()
+    rows = Runs(store).current()
     computed = _by_frame(store, rows)
 
     def no_rows(*_a, **_k):
@@ -98,7 +98,7 @@ def test_stored_figures_are_the_computed_ones_and_read_without_token_rows(
 
 
 def test_one_run_alone_and_among_others_agrees(store: Store) -> None:
-    rows = store.runs()
+    rows = Runs(store).current()
     alone = Runs(store).figures([rows[1]], trim=10)
     assert alone[rows[1].id] == Runs(store).figures(rows, trim=10)[rows[1].id]
 
@@ -116,10 +116,10 @@ def test_the_figures_never_read_a_frame_of_every_token_column(store: Store,
     monkeypatch.setattr(Store, "frame", frame)
     monkeypatch.setattr(figures_module, "CHUNK_ROWS", 257)
     with store.engine.connect() as conn:
-        tokens = figures_module.read_tokens(conn, [r.id for r in store.runs()])
+        tokens = figures_module.read_tokens(conn, [r.id for r in Runs(store).current()])
     assert "extra" not in tokens and "io_ms" not in tokens
     assert len(tokens) == 1500 + 9000 + 40 + 2600
-    Runs(store).figures(store.runs(), trim=5)
+    Runs(store).figures(Runs(store).current(), trim=5)
 
 
 @pytest.fixture
@@ -136,20 +136,20 @@ def copy(store: Store, tmp_path: Path) -> Store:
 def test_a_run_without_stored_figures_is_computed_and_not_stored(copy: Store) -> None:
     """A run still recording (or stored by another FIGURES_VERSION) has its figures computed
     when read, by the same function; only ending or importing a run writes them."""
-    row = copy.runs()[0]
+    row = Runs(copy).current()[0]
     want = Runs(copy).figures([row])[row.id]
     copy.update_run(row.id, figures={**row.figures, "version": -1})
-    row = copy.run_row(row.id)
+    row = Runs(copy).get(row.id)
     assert row.stored_figures is None
     assert Runs(copy).figures([row])[row.id] == want
-    assert copy.run_row(row.id).figures["version"] == -1
+    assert Runs(copy).get(row.id).figures["version"] == -1
 
 
 def test_pressure_figures_from_samples(copy: Store) -> None:
     """Ties in time, times missing, readings missing, a run without HWM."""
     from sqlalchemy import text
 
-    ids = [r.id for r in copy.runs()]
+    ids = [r.id for r in Runs(copy).current()]
     samples = [  # run, seq, t_ms, rss, hwm, avail, cpu mC, batt dC
         (ids[0], 9001, 5, 7340033, None, 3000001, 51234, 333),
         (ids[0], 9002, 5, 7340035, None, 2999999, 49877, None),
@@ -167,7 +167,7 @@ def test_pressure_figures_from_samples(copy: Store) -> None:
                               "(:r, :s, :t, :rss, :hwm, :a, :c, :b)"),
                          dict(zip(("r", "s", "t", "rss", "hwm", "a", "c", "b"), values)))
     frame = statistics.pressure_by_run(copy.frame("sample", ids))
-    got = Runs(copy).figures(copy.runs(), trim=1)       # computed again from the rows
+    got = Runs(copy).figures(Runs(copy).current(), trim=1)       # computed again from the rows
     for rid in ids[:2]:
         assert {k: got[rid].get(k) for k in frame[rid]} == frame[rid]
     assert got[ids[2]].peak_rss_gib is None and ids[2] not in frame
@@ -257,7 +257,7 @@ def test_a_300k_token_run_imported_and_shown(tmp_path: Path) -> None:
     db = str(tmp_path / "orch.db")
     _orch("import", str(tmp_path / "study"), "--db", db, "-d", "dev")
     store = Store.open(db, create=False)
-    row = store.runs()[0]
+    row = Runs(store).current()[0]
     stats = Runs(store).figures([row])[row.id]
     tps = np.sort(1000.0 / walls)
     assert stats["n"] == rows

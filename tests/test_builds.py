@@ -15,6 +15,7 @@ from ci import unavailable
 from cli_helpers import orch, orch_ok
 
 from orchestrator.config.matrix import load_matrix
+from orchestrator.db.runs import Runs
 from orchestrator.errors import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
@@ -183,7 +184,7 @@ def test_one_matrix_on_two_builds(workspace, two_builds):
         code, out = orch("run", "m.yaml")
         assert code == 0, out
     store = Store.open(str(workspace / "orch.db"))
-    builds = {r.binary_path.split("/")[-3]: r.engine_build for r in store.runs()}
+    builds = {r.binary_path.split("/")[-3]: r.engine_build for r in Runs(store).current()}
     assert set(builds) == {old, new} and builds[old] != builds[new]   # told apart
     _compare_shows_ratios(old, new)
     hist = json.loads(orch_ok("history", "--matrix", "bench-builds", "--order", "build",
@@ -224,7 +225,7 @@ def test_one_session_sweeps_two_builds(workspace, two_builds):
     code, out = orch("run", "m.yaml")
     assert code == 0, out
     store = Store.open(str(workspace / "orch.db"))
-    runs = store.runs(1)
+    runs = Runs(store).current(1)
     assert [r.config for r in runs[:4]] == [f"t1@{old}", f"t1@{new}", f"t2@{old}", f"t2@{new}"]
     assert len(runs) == 8 and all(r.status == "ok" for r in runs)
     engine_builds: dict[str, set[str | None]] = {}
@@ -242,7 +243,7 @@ def test_one_session_sweeps_two_builds(workspace, two_builds):
     assert [(p["config"], p["build"]) for p in hist["points"]] == [("t1", old), ("t1", new)]
     code, out = orch("run", "m.yaml", "--resume")      # every cell is known by its build
     assert code == 0, out
-    assert len(Store.open(str(workspace / "orch.db")).runs(1)) == 8
+    assert len(Runs(Store.open(str(workspace / "orch.db"))).current(1)) == 8
 
 
 def _compare_shows_ratios(old: str, new: str) -> None:

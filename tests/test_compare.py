@@ -67,7 +67,7 @@ def by_config(records: list[dict]) -> dict[str, dict]:
 
 def run_means(store: Store, device: str | None = None, session: int | None = None
               ) -> dict[str, list[float]]:
-    runs = [r for r in store.runs(session) if r.status == "ok"
+    runs = [r for r in Runs(store).current(session) if r.status == "ok"
             and (device is None or r.device == device)]
     stats = frame(Runs(store).figures(runs))
     out: dict[str, list[float]] = {}

@@ -20,6 +20,7 @@ import pytest
 from agent_helpers import AGENT, Shell
 from cli_helpers import adb_device, orch
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.stats import energy
 
@@ -312,7 +313,7 @@ def test_phone_charging_run_is_not_measured(phone_ws, phone):
     assert row["energy_note"] == "not measured: charging"
     code, md = orch("table", "-t", "throughput,energy")
     assert code == 0 and md.count("not measured: charging") == 2, md
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert any("adb over Wi-Fi" in w for w in run.warnings)
 
 
@@ -337,7 +338,7 @@ def test_phone_gauge_every_5s_is_flagged(phone_ws, phone):
     window = spool_window(one_spool(Path(phone.data_dir) / "orch"))
     assert row["j_per_token"] == pytest.approx(own_battery_j(window, 1e-6, 1e-6) / TOKENS, rel=0.01)
     assert row["energy_note"].startswith("flagged: power source updates every"), row
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert any("slower than the sampling" in w for w in run.warnings)
 
 
@@ -399,7 +400,7 @@ def test_local_rapl_with_a_wrap_around_under_dash(tmp_path, monkeypatch):
     assert row["energy_j"] > 0
     facts = Store.open("orch.db").device_by_name("local").facts
     assert facts["power.source"] == "rapl: package-0"
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert wrapped == any("wrapped" in w for w in (run.warnings or []))
 
 
@@ -577,7 +578,7 @@ def test_the_report_draws_power_beside_temperature_and_ram(tmp_path, monkeypatch
     from orchestrator.report import plot_data
 
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     (series,) = plot_data.sample_series(store.frame("sample", [run.id]), {run.id})
     watts = series.values["power"]
     assert np.isfinite(watts).sum() >= 3 and np.nanmedian(watts) == pytest.approx(6.0, rel=0.5)

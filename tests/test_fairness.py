@@ -12,6 +12,7 @@ from cli_helpers import Heater, fake_thermal_zone, orch
 from sqlalchemy import text
 from waiting import wait_until
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.results.drift import session_warnings
 
@@ -72,7 +73,7 @@ def test_condition_cooldown_waits_until_the_tolerance_is_met(bench, monkeypatch)
     assert heater.stuck is None, heater.seen
     # the cooldown read every value as the zone cooled, and ended at the first within 40 °C
     assert heater.values_read() == heater.curve and heater.curve[-1] == 39000
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert run.cooldown_met is True and run.cooldown_s > 0
     assert run.temp_start["value_mC"] == 39000
     started = run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
@@ -91,7 +92,7 @@ def test_condition_never_met_hits_max_and_warns(bench):
     code, out = orch("run", m)
     assert code == 0, out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.cooldown_met is False and run.cooldown_s >= 0.5
     (caveat,) = [w for w in session_warnings(store, run.session_id) if w.kind == "cooldown_max"]
     assert "cooldown reached its max" in caveat.message and caveat.run_ids == (run.id,)
@@ -118,7 +119,7 @@ def test_interleaved_repeats_run_in_order(bench):
         """)
     code, out = orch("run", m)
     assert code == 0, out
-    runs = sorted(Store.open("orch.db").runs(), key=lambda r: r.started_at)
+    runs = sorted(Runs(Store.open("orch.db")).current(), key=lambda r: r.started_at)
     assert [r.config for r in runs] == ["A", "B", "A", "B", "A", "B"]
     assert [r.repeat_index for r in runs] == [0, 0, 1, 1, 2, 2]
 
@@ -134,7 +135,7 @@ def test_two_devices_run_concurrently(bench):
     code, out = orch("run", m, "--device", "local", "--device", "twin")
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 4 and all(r.status == "ok" for r in runs)
     spans: dict[str, list[tuple]] = {}
     for r in runs:
@@ -176,7 +177,7 @@ def test_engine_killed_for_memory_is_oom(bench):
             """)
         code, out = orch("run", m, "--device", "twin")
         assert code == 1
-        runs = {r.config: r for r in Store.open("orch.db").runs()}
+        runs = {r.config: r for r in Runs(Store.open("orch.db")).current()}
         assert runs["hog"].status == "oom", runs["hog"].cause
         assert runs["hog"].signal == 9 and "memory" in runs["hog"].cause
         assert runs["fine"].status == "ok"
@@ -205,7 +206,7 @@ def test_drift_warning_only_when_tok_s_tracks_order(bench, drifting):
     code, out = orch("run", m)
     assert code == 0, out
     store = Store.open("orch.db")
-    warnings = session_warnings(store, store.runs()[0].session_id)
+    warnings = session_warnings(store, Runs(store).current()[0].session_id)
     drift = [w for w in warnings if "falls with run order" in w.message]
     assert bool(drift) is drifting
     if drifting:   # the matrix interleaved already: advice is a cooldown or repeats

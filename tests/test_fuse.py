@@ -18,6 +18,7 @@ from fuse_mount import FuseMount, fuse_unavailable, mount_type
 from sqlalchemy import select
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.run.pathcheck import probe_paths
 from orchestrator.transports.local import LocalTransport
@@ -192,7 +193,7 @@ def check_warn_refuse_off(ws: Path, model: str, device: tuple[str, ...], mount: 
     code, out = run(write_matrix(ws, "fuse-warn", model), *device)
     assert code == 0, out
     assert "qwen.gguf is on a fuse file system" in out and NOT_HONOURED in out
-    runs = {r.config: r for r in Store.open("orch.db").runs()}
+    runs = {r.config: r for r in Runs(Store.open("orch.db")).current()}
     assert runs["mmap"].status == runs["stream"].status == "ok"
     assert not path_warnings(runs["mmap"])
     (warning,) = path_warnings(runs["stream"])

@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import orch, orch_ok
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.record import RunRecord
 from orchestrator.stats.changepoints import detect
@@ -131,7 +132,7 @@ def test_order_by_build_and_failed_runs(tmp_path):
 def test_repetitions_give_a_single_run_its_interval(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
     sid = add_session(store, 0, {"t1": [10.0]})
-    run = store.runs(sid)[0]
+    run = Runs(store).current(sid)[0]
     record = RunRecord(extra={"repetitions": [9.8, 10.0, 10.2]})
     store.update_run(run.id, summary=record.stored())
     [s] = history(store, "hist")

@@ -33,7 +33,7 @@ def db(tmp_path: Path) -> str:
 def imported(db: str, folder: Path, *options: str) -> list:
     code, out = orch("import", str(folder), "--db", db, *options)
     assert code == 0, out
-    return sorted(Store.open(db).runs(), key=lambda r: r.order_index)
+    return sorted(Runs(Store.open(db)).current(), key=lambda r: r.order_index)
 
 
 def by_file(runs: list) -> dict:
@@ -66,7 +66,7 @@ def test_files_without_times_take_the_folders_date_and_the_driver_logs_order(db)
     assert order == ["lanes8_k2.csv", "cliff_k4_c1500.csv", "qwen-lru_a.csv", "qwen-lfu_a.csv",
                      "qwen-lfu_b.csv", "qwen-lru_b.csv", "lanes4_k2.csv", "pf1_k2.csv"]
     store = Store.open(db)
-    text = render_report(store, store.runs(), plots=False)
+    text = render_report(store, Runs(store).current(), plots=False)
     assert "measured 2026-07-20 (the folder name's date; the files do not record the times " \
            "of day)" in text
     code, out = orch("runs", "--db", db)
@@ -79,7 +79,7 @@ def test_without_any_recorded_time_the_file_time_is_marked_a_guess(db, tmp_path)
     runs = imported(db, folder)
     assert {r.time_source for r in runs} == {"mtime"}
     store = Store.open(db)
-    text = render_report(store, store.runs(), plots=False)
+    text = render_report(store, Runs(store).current(), plots=False)
     assert "times unknown (file times)" in text and "measured 20" not in text
     code, out = orch("runs", "--db", db)
     assert code == 0 and "(file time)" in out
@@ -105,7 +105,7 @@ def test_models_come_from_the_files_never_from_a_role_word(db):
                        ("gptoss", "warmup_gptoss_k4"), ("qwen", "baseline_qwen_k8"),
                        ("qwen", "warmup_qwen_k8")}
     store = Store.open(db)
-    groups = ab_groups(store.runs(), Runs(store).figures(store.runs()), {1: None})
+    groups = ab_groups(Runs(store).current(), Runs(store).figures(Runs(store).current()), {1: None})
     assert {g.model: g.baseline for g in groups} == {
         "gemma": "baseline_gemma_k8", "gptoss": "baseline_gptoss_k4", "qwen": "baseline_qwen_k8"}
     preamble = {r.model for r in imported(db + "2", REPLAY)}
@@ -121,7 +121,7 @@ def test_model_glob_option_matches_the_path(db):
 def test_table_ab_never_compares_two_models(db):
     for folder in (PINNED, WARMUP, REPLAY):
         imported(db, folder)
-    ran = {(r.model, r.config) for r in Store.open(db).runs()}
+    ran = {(r.model, r.config) for r in Runs(Store.open(db)).current()}
     rows = []
     for session in ("1", "2", "3"):
         code, out = orch("table", session, "--db", db, "-t", "ab", "--format", "json")
@@ -209,7 +209,7 @@ def test_log_sections_join_their_csv_by_content(db):
     assert "driver entry (qwen-ab-run1.log): CPU 2265600 kHz, CPU 42 °C" in out
     assert "driver exit (qwen-ab-run1.log)" in out
     store = Store.open(db)
-    assert "departs" not in render_report(store, store.runs(), plots=False)
+    assert "departs" not in render_report(store, Runs(store).current(), plots=False)
 
 
 # ---- item 6: not measured is not zero ------------------------------------------------------
@@ -246,7 +246,7 @@ def test_design_file_gives_labels_facts_baselines_and_notes(db):
     assert runs["bmoe-20260721-103724.csv"].flags == "--dense-weights anon"
     assert {r.device for r in runs.values()} == {"OnePlus 15R"}
     store = Store.open(db)
-    text = render_report(store, store.runs(), plots=False)
+    text = render_report(store, Runs(store).current(), plots=False)
     assert "Snapdragon 8 Elite" in text and "UFS 4.0" in text
     assert "anon, long generation (10:37)" in text            # a config's label
     assert "run order" in text.lower()                         # the design's note
@@ -258,7 +258,7 @@ def test_bad_design_is_one_line_and_writes_nothing(db, tmp_path):
     bad.write_text("device:\n  name: phone\n  ram: 12\n")
     code, out = orch("import", str(PINNED), "--db", db, "--design", str(bad))
     assert code == 2 and out.strip().count("\n") == 0 and f"{bad}:3:" in out
-    assert not Store.open(db).runs()
+    assert not Runs(Store.open(db)).current()
 
 
 # ---- item 8: what reproduced before still does ----------------------------------------------

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from waiting import wait_for
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.session_lock import ImportBusy, import_lock
 from orchestrator.db.store import Store
 from orchestrator.ingest import write
@@ -37,7 +38,7 @@ def _state(db: str) -> tuple[int, list[str], int]:
     """(sessions, each run's import key sorted, runs left `running`)."""
     store = Store.open(db)
     sessions = store.fetch(select(func.count()).select_from(schema.session))[0][0]
-    keys = sorted(r.record.extra.get("import_key") for r in store.runs(include_superseded=True))
+    keys = sorted(r.record.extra.get("import_key") for r in Runs(store).current(include_superseded=True))
     running = store.fetch(select(func.count()).select_from(schema.run)
                           .where(schema.run.c.status == "running"))[0][0]
     return sessions, keys, running

@@ -38,7 +38,7 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
 def test_stored_figures_are_the_stored_rows_figures(tmp_path, reads, folder):
     store = Store.open(str(tmp_path / "orch.db"))
     import_dir(store, FIX / folder)
-    runs = store.runs()
+    runs = Runs(store).current()
     assert runs and all(r.stored_figures is not None for r in runs)
     during = [rid for ids in reads for rid in ids]
     for run in runs:

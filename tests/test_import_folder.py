@@ -19,7 +19,7 @@ from orchestrator.record import load_record
 from orchestrator.cli.documents import report_text as render_report
 from orchestrator.ingest.state import parse_state
 from orchestrator.ingest.importer import import_dir
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import Runs, Sessions
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "bigmoe"
 JUL13_CSV = FIX / "2026-07-13" / "qwen_base_ov.csv"
@@ -35,7 +35,7 @@ def _sessions(db: str) -> int:
 
 
 def _runs(db: str) -> dict[str, object]:
-    return {r.config: r for r in Store.open(db).runs()}
+    return {r.config: r for r in Runs(Store.open(db)).current()}
 
 
 def _with_row(src: Path, row_index: int, column: str, value: str) -> str:
@@ -220,11 +220,11 @@ def test_replace_applies_new_options_without_duplicates(db):
                      "--label", "fixed vs auto cache", "--replace")
     assert code == 0 and "8 run(s) imported, 0 unchanged" in out
     store = Store.open(db)
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 8 and {r.device for r in runs} == {"phone-b"}
     assert {r.session_name for r in runs} == {"second"} and _sessions(db) == 1
     assert store.fetch(select(func.count()).select_from(schema.token))[0][0] == 8 * 256
-    assert store.session_row(runs[0].session_id).label == "fixed vs auto cache"
+    assert Sessions(store).get(runs[0].session_id).label == "fixed vs auto cache"
     code, out = orch("import", folder, "--db", db)      # no options given: none ignored
     assert code == 0 and "options ignored" not in out and "8 unchanged" in out
 
@@ -232,7 +232,7 @@ def test_replace_applies_new_options_without_duplicates(db):
 def test_label_heads_the_report(db):
     orch("import", str(FIX / "2026-07-13"), "--db", db, "--label", "fixed vs auto cache")
     store = Store.open(db)
-    text = render_report(store, store.runs(), plots=False)
+    text = render_report(store, Runs(store).current(), plots=False)
     assert "fixed vs auto cache" in text.split("- **Measured:**")[0]
 
 
@@ -252,7 +252,7 @@ def test_model_option_lines_up_with_jul17(db):
                      "--model", "gptoss=gpt-oss-120b-Q4_K_M.gguf")
     assert code == 0, out
     orch("import", str(FIX / "2026-07-17"), "--db", db)
-    runs = Store.open(db).runs()
+    runs = Runs(Store.open(db)).current()
     warm = next(r for r in runs if r.config == "warmup/gptoss_k2")
     jul17 = next(r for r in runs if r.config == "gpt_k2")
     assert warm.model == jul17.model == "gpt-oss-120b-Q4_K_M"
@@ -323,7 +323,7 @@ def test_token_memory_columns_fill_the_pressure_table(db, tmp_path):
     shutil.copy(src, folder)
     orch("import", str(folder), "--db", db)
     store = Store.open(db)
-    run = store.runs()[0]
+    run = Runs(store).current()[0]
     rows = store.frame("token", [run.id])
     peak = max(e["rss_mib"] for e in rows.extra) / 1024
     floor = min(e["mem_available_mib"] for e in rows.extra) / 1024
@@ -335,7 +335,7 @@ def test_token_memory_columns_fill_the_pressure_table(db, tmp_path):
     # with the sidecar, its values stay (VmHWM catches peaks between the per-token reads)
     shutil.copy(src.with_suffix(".metrics"), folder)
     orch("import", str(folder), "--db", db)
-    run = Store.open(db).runs()[0]
+    run = Runs(Store.open(db)).current()[0]
     assert Runs(store).figures([run])[run.id].as_dict()["peak_rss_gib"] == pytest.approx(
         load_record(run.summary).extra["sidecar"]["peak_rss_kb"] / 1048576)
 

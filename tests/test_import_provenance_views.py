@@ -12,7 +12,8 @@ from cli_helpers import orch_ok as orch
 from sqlalchemy import create_engine, text
 
 from orchestrator.db import schema
-from orchestrator.db.runs import parse_settings
+from orchestrator.db.rows import parse_settings
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import MIGRATIONS, Store, current_revision, revisions
 from orchestrator.report import provenance, render
 from orchestrator.results import report_data as context
@@ -93,12 +94,12 @@ def test_an_0008_store_migrates_and_keeps_its_runs(tmp_path):
     engine.dispose()
     store = Store.open(str(path))
     assert current_revision(store.engine) == revisions()[-1]
-    row = store.run_row(1)
+    row = Runs(store).get(1)
     assert row.stored_figures is not None       # computed by the migration (db/figures.py)
     assert row.time_source is None and row.source_file is None
     assert row.clock == "file"      # an import stored before time_source took the mtime
     store.update_run(1, time_source="preamble", source_file="a.csv")
-    assert (store.run_row(1).time_source, store.run_row(1).source_file) == ("preamble", "a.csv")
+    assert (Runs(store).get(1).time_source, Runs(store).get(1).source_file) == ("preamble", "a.csv")
 
 
 def test_settings_parse_the_importers_key_value_flags():
@@ -154,7 +155,7 @@ def test_export_carries_time_source_source_file_and_settings(db, tmp_path, fmt):
 
 
 def period(store: Store, sid: int) -> str:
-    return render.header(context.build(store, store.runs(sid)))["period"]
+    return render.header(context.build(store, Runs(store).current(sid)))["period"]
 
 
 def test_report_header_local_times(tmp_path):
@@ -183,7 +184,7 @@ def test_report_header_mixed(tmp_path):
 def test_provenance_runs_table_marks_file_times(tmp_path):
     store = Store.open(str(tmp_path / "r.db"))
     sid = import_session(store, [("a", "log", LOCAL_START), ("b", "mtime", MTIME_START)])
-    table = provenance.runs_table(context.build(store, store.runs(sid)))
+    table = provenance.runs_table(context.build(store, Runs(store).current(sid)))
     started = {row[4]: row[8] for row in table.rows}
     assert started == {"a": "2026-07-21 09:04:06", "b": "2026-07-22 18:30:00 (file time)"}
     assert not any("UTC" in h for h in table.headers)

@@ -22,6 +22,7 @@ from test_analysis_oracle import (
 
 from orchestrator.cli import main
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 
@@ -102,7 +103,7 @@ def test_import_twice_changes_nothing(db):
 def test_jul17_keeps_22_columns_and_preamble(db):
     orch("import", str(FIX / "2026-07-17"), "--db", db, "--name", "topk")
     store = Store.open(db)
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 9 and all(r.status == "ok" for r in runs)
     run = next(r for r in runs if r.config == "qwen_k6")
     settings = run.summary["settings"]
@@ -124,7 +125,7 @@ def test_truncated_csv_is_interrupted_and_daggered(db, tmp_path):
     shutil.copy(FIX / "2026-07-13" / "gemma_base_ov.csv", folder)
     orch("import", str(folder), "--db", db)
     store = Store.open(db)
-    runs = {r.config: r for r in store.runs()}
+    runs = {r.config: r for r in Runs(store).current()}
     assert runs["qwen_base_ov"].status == "interrupted"
     assert len(store.frame("token", [runs["qwen_base_ov"].id])) == 256 - 40
     assert runs["gemma_base_ov"].status == "ok"
@@ -150,7 +151,7 @@ def test_malformed_files_get_a_message_and_the_rest_imports(db, tmp_path):
     assert "bad_row.csv" in err and "wrong column count" in err
     assert "huge.csv" in err and "too long" in err
     store = Store.open(db)
-    runs = {r.config: r for r in store.runs()}
+    runs = {r.config: r for r in Runs(store).current()}
     assert runs["qwen_base_ov"].status == "ok" and len(store.frame("token", [runs["qwen_base_ov"].id])) == 256
     assert len(store.frame("token", [runs["bad_row"].id])) == 255
 

@@ -16,6 +16,7 @@ from lab_helpers import Worker, consumer_pids, inventory, matrix, registered, wa
 from pg_fixture import fresh_pg_database
 from sqlalchemy import text
 
+from orchestrator.db.runs import Sessions
 from orchestrator.db.store import Store
 
 # One xdist worker runs this file's tests one after the other (scripts/test: --dist
@@ -94,7 +95,7 @@ def test_four_devices_on_two_workers_each_in_its_order_never_two_at_once(lab, ph
             assert before.ended_at <= after.started_at, (device, before.id, after.id)
         assert len({r.session_id for r in mine}) == 1
         # the session keeps the device's facts as they were when it ran (provenance)
-        facts = store.session_row(mine[0].session_id).device_facts
+        facts = Sessions(store).get(mine[0].session_id).device_facts
         assert (facts or {}).get("kernel"), (device, facts)
     # each device was served by the worker whose inventory has it
     served = {c.device: c.worker for c in cells}

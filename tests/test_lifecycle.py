@@ -25,6 +25,7 @@ from agent_helpers import (
 from sqlalchemy import select
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Sessions
 from orchestrator.db.session_lock import SessionBusy, session_lock
 from orchestrator.db.store import Store
 from orchestrator.run.recorder import RunRecorder
@@ -315,7 +316,7 @@ def test_signal_stops_cleanly_and_resume_reruns(workspace, slow_matrix, signum, 
     assert [(r.config, r.status) for r in runs] == [("first", "interrupted")]
     assert runs[0].cause.startswith("stopped by the user")
     store = Store.open(str(workspace / "orch.db"))
-    assert store.session_row(runs[0].session_id).ended_at is not None
+    assert Sessions(store).get(runs[0].session_id).ended_at is not None
     rc, out = _finish(_orch(workspace, "run", str(slow_matrix), "--resume"))
     assert rc == 0, out
     current = [r for r in _runs(workspace) if not r.superseded]

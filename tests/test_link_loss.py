@@ -20,6 +20,7 @@ from cli_helpers import fake_thermal_zone, orch, ssh_device
 from conftest_adb import wait_until
 from sqlalchemy import text
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.run.agent_client import AgentClient, Job
 from orchestrator.run.link_retry import retry_link
@@ -177,7 +178,7 @@ def test_ssh_cut_four_times_from_push_through_run(ssh_ws, sshd, monkeypatch, cap
     assert "lost during the push of model.gguf" in logged
     assert "Socket exception" not in out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.status == "ok" and run.cooldown_met is True
     assert len(store.frame("token", [run.id])) == 30 and engine_rows(ssh_ws / "remote") == [30]
     assert no_duplicate_tokens(store)
@@ -203,7 +204,7 @@ def test_ssh_cut_during_the_model_stat(ssh_ws, sshd, monkeypatch):
     monkeypatch.setattr(ssh_files.SshFiles, "remote_size", remote_size)
     code, out = orch("run", ssh_matrix(ssh_ws, tokens=3), "--device", "dev", "--link-grace", "60")
     assert code == 0, out
-    assert cut and Store.open("orch.db").runs()[0].status == "ok"
+    assert cut and Runs(Store.open("orch.db")).current()[0].status == "ok"
     assert sha(ssh_ws / "remote" / "models" / "model.gguf") == sha(ssh_ws / "model.gguf")
 
 
@@ -220,7 +221,7 @@ def test_ssh_cut_during_the_device_side_sha256_and_the_path_check(ssh_ws, sshd, 
                      "--device", "dev", "--link-grace", "60")
     assert code == 0, out
     assert cuts.events == ["sha256", "pathcheck"]
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert run.status == "ok" and run.model_sha256 == sha(device_model)
 
 
@@ -240,7 +241,7 @@ def test_ssh_cut_during_the_device_binary_sha256(ssh_ws, sshd, monkeypatch):
     code, out = orch("run", "m.yaml", "--device", "dev", "--link-grace", "60")
     assert code == 0, out
     assert cuts.events == ["sha256"]
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert run.status == "ok" and run.binary_sha256 == sha(binary)
 
 
@@ -416,7 +417,7 @@ def phone_run(ws: Path, phone) -> tuple[int, str]:
 def check_phone_run(ws: Path, phone, code: int, out: str) -> None:
     assert code == 0, out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.status == "ok"
     workdir = Path(phone.data_dir) / "orch"
     assert len(store.frame("token", [run.id])) == 20 and engine_rows(workdir) == [20]

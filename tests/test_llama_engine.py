@@ -22,6 +22,7 @@ from sqlalchemy import select
 from waiting import wait_until
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 from orchestrator.stats.divergence import divergence
@@ -74,7 +75,7 @@ def run_matrix(workspace: Path, body: str, name: str = "m.yaml") -> tuple[int, s
     code, out = orch("run", str(path))
     store = Store.open("orch.db")
     sessions = store.fetch(select(schema.session.c.id).order_by(schema.session.c.id.desc()))
-    runs = {r.config: r for r in store.runs(sessions[0].id)} if sessions else {}
+    runs = {r.config: r for r in Runs(store).current(sessions[0].id)} if sessions else {}
     return code, out, runs
 
 
@@ -276,7 +277,7 @@ def test_tok_s_falls_as_top_k_rises(workspace, build, bindings, medium):
     assert code == 0, out
     store = Store.open("orch.db")
     tps: dict[str, list[float]] = {"k1": [], "k8": []}
-    for run in store.runs():
+    for run in Runs(store).current():
         rows = store.fetch(select(schema.token.c.wall_ms).where(schema.token.c.run_id == run.id))
         tps[run.config] += [1000.0 / r.wall_ms for r in rows if r.wall_ms]
     k1, k8 = statistics.median(tps["k1"]), statistics.median(tps["k8"])
@@ -414,7 +415,7 @@ def test_llama_local_matrix_end_to_end(workspace):
     code, out = orch("run", str(REPO / "matrices" / "llama-local.yaml"))
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 16 and all(r.status == "ok" for r in runs)
     assert all(len(store.frame("token", [r.id])) == 128 for r in runs)
     texts = {r.config: r.text for r in runs}

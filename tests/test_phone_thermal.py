@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import Heater, adb_device, orch
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -66,7 +67,7 @@ def test_condition_cooldown_on_the_phone(phone_ws, phone, monkeypatch):
     assert heater.stuck is None, heater.seen
     # the cooldown read every value as the phone cooled, and ended at the first within 40 °C
     assert heater.values_read() == heater.curve and heater.curve[-1] == 39000
-    (run,) = Store.open("orch.db").runs()
+    (run,) = Runs(Store.open("orch.db")).current()
     assert run.cooldown_met is True
     assert run.temp_start["value_mC"] == 39000
     started = run.started_at.replace(tzinfo=dt.timezone.utc).timestamp()
@@ -88,7 +89,7 @@ def test_phone_matrix_end_to_end_on_the_emulated_phone(phone_ws, phone):
     code, out = orch("run", "phone.yaml", "--device", "emu")
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 16 and all(r.status == "ok" for r in runs)
     assert all(len(store.frame("token", [r.id])) == 3 for r in runs)
     code, out = orch("report", "-o", "phone.md", "--no-plots")

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from test_analysis_oracle import FIX
 
 from orchestrator.cli import main
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.report import plots
 from orchestrator.results import report_data as context
@@ -170,7 +171,7 @@ def test_imported_sessions_plot_memory_per_token_where_the_csv_has_it(db, tmp_pa
     orch("import", str(FIX / "2026-07-13"), "--db", db)      # 9 columns: no memory per token
     store = Store.open(db)
     for session, memory in ((1, True), (2, False)):
-        data = context.build(store, store.runs(session))
+        data = context.build(store, Runs(store).current(session))
         for group in data.groups:
             figs = by_kind(data, group)
             assert {"trajectory", "distribution"} <= set(figs)
@@ -220,7 +221,7 @@ def test_run_report_markdown_links_files_and_html_embeds_them(workspace):
         assert p.read_bytes().startswith(PNG) and f"](r_files/{p.name})" in text
     # captions say temperature only where a sensor was read
     store = Store.open("orch.db")
-    samples = store.frame("sample", [r.id for r in store.runs()])
+    samples = store.frame("sample", [r.id for r in Runs(store).current()])
     measured = samples[["cpu_temp_mC", "batt_temp_dC"]].notna().any().any()
     captions = re.findall(r"^\*(.+)\.\*$|^\*\*Device pressure\*\* (.+)$", text, re.MULTILINE)
     assert captions

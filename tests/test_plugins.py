@@ -15,6 +15,7 @@ import pytest
 from ci import unavailable
 
 from orchestrator import plugins
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 PLUGIN = Path(__file__).resolve().parent / "plugins" / "orch_testplugin"
@@ -86,7 +87,7 @@ def test_plugin_engine_and_device_kind_run_a_matrix(workspace, plugin_path):
     code, out = orch_cli(workspace, "run", "m.yaml", "--device", "box", plugin=plugin_path)
     assert code == 0, out
     store = Store.open(str(workspace / "orch.db"))
-    runs = store.runs()
+    runs = Runs(store).current()
     assert sorted(r.config for r in runs) == ["heavy", "light"]
     assert {(r.status, r.engine, r.device) for r in runs} == {("ok", "shbench", "box")}
     for run in runs:

@@ -8,6 +8,7 @@ from cli_helpers import orch
 from conftest import FIXTURES
 from pg_fixture import fresh_pg_database
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 
@@ -50,7 +51,7 @@ def test_run_and_report_on_postgres(pg_url, tmp_path, monkeypatch):
     code, out = orch("run", "m.yaml", "--db", pg_url)
     assert code == 0, out
     store = Store.open(pg_url)
-    runs = [r for r in store.runs() if r.matrix_name == "pg-probe"]
+    runs = [r for r in Runs(store).current() if r.matrix_name == "pg-probe"]
     assert len(runs) == 4 and all(len(store.frame("token", [r.id])) == 10 for r in runs)
     code, out = orch("report", "--matrix", "pg-probe", "--db", pg_url, "-o", "r.md", "--no-plots")
     assert code == 0, out
@@ -81,5 +82,5 @@ def test_non_utf8_prompt_runs_and_is_stored_on_postgres(pg_url, tmp_path, monkey
     code, output = orch("run", "m.yaml", "--db", pg_url)
     assert code == 0, output
     assert out.read_bytes() == prompt
-    code, output = orch("show", "--db", pg_url, str(Store.open(pg_url).runs()[-1].id))
+    code, output = orch("show", "--db", pg_url, str(Runs(Store.open(pg_url)).current()[-1].id))
     assert code == 0 and "Traceback" not in output, output

@@ -15,6 +15,7 @@ from cli_helpers import orch
 from sqlalchemy import select
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 from orchestrator.report.provenance import engines_table
@@ -46,7 +47,7 @@ def test_device_path_model_is_hashed_once_and_session_has_versions(workspace):
     code, out = orch("run", m)
     assert code == 0, out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.model_sha256 == digest and run.model_size == 300_000
     cache = Path(f"{model}.orch-sha256")
     assert cache.read_text().split()[-1] == digest      # kept next to the file on the device
@@ -61,13 +62,13 @@ def test_device_path_model_is_hashed_once_and_session_has_versions(workspace):
     code, out = orch("run", m)
     assert code == 0, out
     assert cache.stat().st_mtime_ns == before
-    assert {r.model_sha256 for r in Store.open("orch.db").runs()} == {digest}
+    assert {r.model_sha256 for r in Runs(Store.open("orch.db")).current()} == {digest}
 
 
 def test_unhashed_model_is_named_with_the_reason(workspace):
     code, out = orch("run", _bmoe_matrix(workspace / "m.yaml", "/nonexistent/model.gguf"))
     assert code == 0, out
-    assert Store.open("orch.db").runs()[0].model_sha256 is None
+    assert Runs(Store.open("orch.db")).current()[0].model_sha256 is None
     code, report = orch("report", "--no-plots")
     assert code == 0, report
     assert "no sha256 — the device could not hash it" in report
@@ -89,19 +90,19 @@ def test_imported_runs_keep_their_files_times(tmp_path):
     os.utime(folder / "gpt_k2.csv", (written.timestamp(), written.timestamp()))
     store = Store.open(str(tmp_path / "orch.db"))
     report = import_dir(store, folder)
-    runs = {r.config: r for r in store.runs(report.session_id)}
+    runs = {r.config: r for r in Runs(store).current(report.session_id)}
     run = runs["gpt_k2"]
     ended = run.ended_at.replace(tzinfo=dt.timezone.utc)
     assert ended == written
     record = load_record(run.summary)
     took = record.ttft_s + record.tokens / record.decode_tps
     assert abs((ended - run.started_at.replace(tzinfo=dt.timezone.utc)).total_seconds() - took) < 1e-3
-    session = store.session_row(report.session_id)
+    session = Sessions(store).get(report.session_id)
     assert session.ended_at.replace(tzinfo=dt.timezone.utc) > written   # the import itself
     assert session.python_version and session.orch_version
     from orchestrator.cli.documents import report_text as render_report
 
-    text = render_report(store, store.runs(report.session_id), plots=False)
+    text = render_report(store, Runs(store).current(report.session_id), plots=False)
     # the copied files take their folder's day; the one written that day keeps its file time
     assert "measured 2026-07-17 (the folder name's date" in text
     assert "1 run(s) with file times only" in text and " (file time)" in text

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from cli_helpers import orch, orch_ok
 
+from orchestrator.db.runs import Sessions
 from orchestrator.db.store import Store
 from orchestrator.report.paths import Paths, base_of
 
@@ -33,7 +34,7 @@ def study(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
 
 
 def _host(db: str) -> str:
-    session = Store.open(db).session_row(1)
+    session = Sessions(Store.open(db)).get(1)
     return session.values["controller_host"]
 
 

@@ -12,6 +12,7 @@ from cli_helpers import orch
 from conftest import FIXTURES
 from sqlalchemy import func, select
 
+from orchestrator.db.runs import Runs
 from orchestrator.errors import ConfigError
 from orchestrator.db import schema
 from orchestrator.db.store import Store
@@ -140,7 +141,7 @@ def test_table_engine_reproduces_hand_graded_scores(workspace):
     assert code == 0, out
     store = Store.open("orch.db")
     # probe invocations never become runs: the speed tables see the two speed cells only
-    runs = store.runs()
+    runs = Runs(store).current()
     assert sorted(r.config for r in runs) == ["bad", "good"]
     assert all(r.status == "ok" for r in runs)
     stored = store.fetch(select(schema.quality))

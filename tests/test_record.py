@@ -13,6 +13,7 @@ import pytest
 from test_adapters import CELERON_OPTIONS
 from test_analysis_oracle import run_stats
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.plugins import get_adapter
 from orchestrator.engines.bmoe_format import parse_metrics_sidecar
@@ -168,7 +169,7 @@ def test_runner_stores_record_and_engine_build(tmp_path):
         runner.store, runner.progress, runner.facts = store, Progress(), {}
         runner.loaded = SimpleNamespace(matrix=SimpleNamespace(sample_interval=1.0))
         runner._finish(run_id, recorder, "ok", None)
-        row = store.run_row(run_id)
+        row = Runs(store).get(run_id)
         assert row.engine_build == "3cb7ffb1a (10453)"
         assert row.summary["schema_version"] == SCHEMA_VERSION
         assert load_record(row.summary).engine_build == row.engine_build
@@ -182,7 +183,7 @@ def test_import_stores_records_with_pressure(tmp_path):
     for suffix in (".csv", ".metrics", ".out"):
         (folder / f"gpt_k2{suffix}").write_bytes((src / f"gpt_k2{suffix}").read_bytes())
     import_dir(store, folder)
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.summary["schema_version"] == SCHEMA_VERSION
     record = load_record(run.summary)
     sidecar = parse_metrics_sidecar((src / "gpt_k2.metrics").read_text())

@@ -19,6 +19,7 @@ from cli_helpers import orch
 from conftest_adb import adb, wait_for_state
 from waiting import wait_for
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 pytestmark = pytest.mark.timeout(240)
@@ -93,7 +94,7 @@ def test_a_known_phone_replugged_while_orch_starts_is_waited_for(ws, phone):
     assert len(waiting) == 1, output
     assert "waiting for oneplus (not connected; up to 90 s, --link-grace)" in waiting[0]
     store = Store.open(str(ws / "orch.db"))
-    assert [r.status for r in store.runs()] == ["ok"]
+    assert [r.status for r in Runs(store).current()] == ["ok"]
 
 
 def test_a_serial_never_seen_fails_at_once_in_one_line(ws, phone):

@@ -25,7 +25,7 @@ from test_analysis_oracle import (
 from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.report.ab_table import delta_cell
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.stats.figures import frame
 from orchestrator.stats.uncertainty import compare
 
@@ -146,7 +146,7 @@ def test_jul13_report_has_the_published_numbers_and_provenance(jul13):
     assert "spread of means" not in find(tables, "prefill tok/s")[0]["headers"]   # single runs
     # provenance the files allow: file names, their digest, the imported session
     store = Store.open(db)
-    runs = store.runs()
+    runs = Runs(store).current()
     files = by_label(find(tables, "per-token CSV")[0])
     for run in runs:
         row = files[str(run.id)]
@@ -173,7 +173,7 @@ def test_jul17_provenance_has_settings_flags_and_model_files(db):
     tables = md_tables(text)
     assert "Figures are written only with `-o FILE`" in text and ".png)" not in text
     store = Store.open(db)
-    runs = {r.id: r for r in store.runs()}
+    runs = {r.id: r for r in Runs(store).current()}
     prov = by_label(find(tables, "flags", "Provenance")[0])
     for rid, run in runs.items():
         assert prov[str(rid)]["flags"] == f"`{run.flags}`" and "cache_mb=" in run.flags
@@ -229,7 +229,7 @@ def test_report_of_a_real_run_has_every_section(workspace):
         assert heading in text, heading
     assert "two I/O paths of a tiny expert file" in text
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 4 and all(r.status == "ok" for r in runs)
     stats = frame(Runs(store).figures(runs))
     tables = md_tables(text)
@@ -252,7 +252,7 @@ def test_report_of_a_real_run_has_every_section(workspace):
     dev = by_label(find(tables, "cores", "Provenance")[0])["local"]
     assert dev["cores"] == facts["cores"] and dev["kernel"] == facts["kernel"]
     assert runs[0].binary_sha256 in text
-    session = store.session_row(runs[0].session_id)
+    session = Sessions(store).get(runs[0].session_id)
     assert session.matrix_sha256 in text and "`m.yaml`" in text
     # every run id of a figure is in provenance, with its exact flags
     prov = by_label(find(tables, "flags", "Provenance")[0])
@@ -295,7 +295,7 @@ def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
           stuck: --hang --delay 0.01
         """)
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     stuck = [r for r in runs if r.config == "stuck"]
     assert [r.status for r in stuck] == ["timeout", "timeout"]
     # one more left-out run: a repeat of `fast` marked interrupted (as a lost device would)
@@ -316,8 +316,8 @@ def test_timed_out_run_is_daggered_and_in_no_aggregate(workspace):
     ab = by_label(find(tables, "Δ mean [95% CI]")[0])
     assert ab["stuck"]["decode mean [95% CI]"] == "—"
     assert "no run ended ok" in ab["stuck"]["verdict"]
-    stats = frame(Runs(store).figures(store.runs()))
-    runs = store.runs()
+    stats = frame(Runs(store).figures(Runs(store).current()))
+    runs = Runs(store).current()
     base, _ = mean_of_means(stats, runs, "base")
     fast, xs = mean_of_means(stats, runs, "fast")
     assert len(xs) == 1 and ab["fast"]["decode mean [95% CI]"] == "**%.2f**" % fast
@@ -340,7 +340,7 @@ def test_compare_two_devices_prints_ratios_from_the_store(workspace):
                                        "probe-ab", "-o", "cmp.md"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert {r.device for r in runs} == {"local", "other"}
     stats = frame(Runs(store).figures(runs))
     table = by_label(md_tables(Path("cmp.md").read_text(encoding="utf-8"))[0])
@@ -372,7 +372,7 @@ def test_pipes_newlines_and_tags_cannot_break_tables(db, tmp_path):
     shutil.copy(FIX / "2026-07-13" / "gemma_base_ov.csv", folder)
     orch("import", str(folder), "--db", db)
     store = Store.open(db)
-    gemma = next(r for r in store.runs() if r.config == "gemma_base_ov")
+    gemma = next(r for r in Runs(store).current() if r.config == "gemma_base_ov")
     store.update_run(gemma.id, config=EVIL, flags="--x 'a|b'\n--y ``z``", status="failed",
                      cause="exit | code\n7")
     text = orch("report", "--db", db, "--no-plots", "--baseline", "a|b")

@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import orch_ok
 from test_analysis_oracle import FIX
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.report import routing
 from orchestrator.results import report_data as context
@@ -59,7 +60,7 @@ def _row(text: str, first_cell: str) -> list[str]:
 @pytest.mark.slow   # makes the `traced` document: 12 s
 def test_markdown_routing_section_has_the_published_figures(traced):
     part = _routing_part(traced["md"])
-    (run,) = Store.open(traced["db"]).runs()
+    (run,) = Runs(Store.open(traced["db"])).current()
     # the trace names the model file: the run's model is its name without `.gguf`
     assert f"### Run {run.id}: gemma — google_gemma-4-26B-A4B-it-Q4_K_M on imported" in part
     # headline (docs/routes.md §4 at its printed precision) under the §3 names
@@ -173,7 +174,7 @@ def mixed(tmp_path_factory) -> tuple[Store, context.ReportData]:
     orch_ok("import", str(folder), "--db", db, "--model",
             "gemma_*_ov.csv=google_gemma-4-26B-A4B-it-Q4_K_M.gguf")
     store = Store.open(db)
-    return store, context.build(store, store.runs(), keep_frames=False)
+    return store, context.build(store, Runs(store).current(), keep_frames=False)
 
 
 def test_measured_points_are_the_same_models_cache_runs(mixed):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import orch
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.engines.base import CellSpec
 from orchestrator.engines.bmoe import BmoeAdapter
@@ -148,7 +149,7 @@ def run_matrix(workspace: Path, body: str) -> tuple[int, str, Store, dict]:
     path.write_text(textwrap.dedent(body))
     code, out = orch("run", str(path))
     store = Store.open("orch.db")
-    return code, out, store, {r.config: r for r in store.runs()}
+    return code, out, store, {r.config: r for r in Runs(store).current()}
 
 
 @pytest.mark.slow
@@ -234,7 +235,7 @@ def test_example_matrix_traces_every_config(workspace):
     code, out = orch("run", str(matrix))
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = {r.config: r for r in store.runs()}
+    runs = {r.config: r for r in Runs(store).current()}
     assert set(runs) == {"uniform", "skewed"}
     figures = {c: routing_figures(RouteTrace.from_stored(
         load_record(r.summary).route_trace, store.route_frame(r.id)))

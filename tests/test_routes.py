@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 from test_analysis_oracle import FIX
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.engines.route_trace import (
     COLUMNS,
@@ -61,7 +62,7 @@ def imported(db):
 
 
 def _run_id(db: str) -> int:
-    (run,) = Store.open(db).runs()
+    (run,) = Runs(Store.open(db)).current()
     return run.id
 
 
@@ -100,7 +101,7 @@ def test_orch_routes_replay_reproduces_the_published_curve(imported):
 
 def test_a_run_without_a_trace_exits_2_with_one_line(db):
     orch_ok("import", str(FIX / "2026-07-13"), "--db", db)
-    run_id = Store.open(db).runs()[0].id
+    run_id = Runs(Store.open(db)).current()[0].id
     code, out = orch("routes", str(run_id), "--db", db)
     assert code == 2
     assert len(out.strip().splitlines()) == 1 and "no route trace" in out
@@ -173,7 +174,7 @@ def test_parser_rejects_malformed_files_with_a_line_number(text, message):
 
 def test_import_stores_the_trace_rows_and_its_preamble_with_the_run(imported):
     store = Store.open(imported)
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.config == "gemma" and run.status == "ok"
     assert run.record.route_trace["preamble"]["n_expert_used"] == 6
     assert len(run.record.route_trace["layer_bytes"]) == 30
@@ -204,7 +205,7 @@ def test_a_malformed_trace_is_not_imported_and_says_where(db, tmp_path):
 def test_other_fixture_folders_import_as_before(db, folder):
     orch_ok("import", str(FIX / folder), "--db", db)
     store = Store.open(db)
-    sources = {r.source_file for r in store.runs()}
+    sources = {r.source_file for r in Runs(store).current()}
     assert {p.name for p in (FIX / folder).glob("*.csv")} <= sources
-    assert not any("route_trace" in (r.summary or {}).get("extra", {}) for r in store.runs())
+    assert not any("route_trace" in (r.summary or {}).get("extra", {}) for r in Runs(store).current())
     assert store.fetch(select(func.count()).select_from(schema.route))[0][0] == 0

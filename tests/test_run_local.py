@@ -14,6 +14,7 @@ from waiting import wait_for
 
 from orchestrator.db import schema
 from orchestrator.db.figures import compute_rows
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 
@@ -37,7 +38,7 @@ def test_moe_probe_matrix_end_to_end(workspace):
     store = Store.open("orch.db")
     sessions = store.fetch(select(schema.session))
     assert len(sessions) == 1 and sessions[0].matrix_sha256
-    runs = store.runs(sessions[0].id)
+    runs = Runs(store).current(sessions[0].id)
     assert [r.status for r in runs] == ["ok", "ok"]
     for run in runs:
         assert len(store.frame("token", [run.id])) == 12
@@ -120,7 +121,7 @@ def test_sigkill_gives_killed_with_rows_kept_and_timeout_goes_on(workspace):
     killer.join()
     assert code == 1
     store = Store.open("orch.db")
-    runs = {r.config: r for r in store.runs(store.fetch(select(schema.session))[0].id)}
+    runs = {r.config: r for r in Runs(store).current(store.fetch(select(schema.session))[0].id)}
     assert runs["victim"].status == "killed" and runs["victim"].signal == 9
     assert 2 <= len(store.frame("token", [runs["victim"].id])) < 400
     assert runs["slow"].status == "timeout"
@@ -145,7 +146,7 @@ def test_resume_reruns_only_cells_not_ok(workspace):
     code, _ = orch("run", str(matrix))
     assert code == 1
     store = Store.open("orch.db")
-    first = {r.config: r for r in store.runs()}
+    first = {r.config: r for r in Runs(store).current()}
     assert first["flaky"].status == "failed" and first["flaky"].rc == 7
     flag.unlink()
     code, out = orch("run", str(matrix), "--resume")
@@ -153,7 +154,7 @@ def test_resume_reruns_only_cells_not_ok(workspace):
     assert "1 already ok" in out
     session_ids = {s.id for s in store.fetch(select(schema.session))}
     assert len(session_ids) == 1
-    current = {r.config: r for r in store.runs()}
+    current = {r.config: r for r in Runs(store).current()}
     assert current["good"].id == first["good"].id
     assert current["flaky"].status == "ok" and current["flaky"].id != first["flaky"].id
     assert len(store.frame("token", [current["flaky"].id])) == 5

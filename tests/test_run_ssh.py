@@ -13,6 +13,7 @@ from sqlalchemy import select, text
 from waiting import wait_for, wait_until
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -65,7 +66,7 @@ def test_local_matrix_on_ssh_device(ssh_workspace):
     code, out = orch("run", str(REPO / "matrices" / "local.yaml"), "--device", "ssh-test")
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs()
+    runs = Runs(store).current()
     assert len(runs) == 7 and all(r.status == "ok" for r in runs)
     assert all(len(store.frame("token", [r.id])) == 64 for r in runs)
     device = store.device_by_name("ssh-test")
@@ -84,7 +85,7 @@ def test_link_loss_mid_run_reconnects_without_loss(ssh_workspace, sshd):
     assert code == 0, out
     assert "link to ssh-test lost" in out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     assert run.status == "ok"
     assert len(store.frame("token", [run.id])) == _engine_csv_rows(ssh_workspace) == 60
     dupes = store.fetch(text("SELECT step FROM token GROUP BY run_id, step HAVING count(*) > 1"))
@@ -102,7 +103,7 @@ def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd
         stopper.join()
         assert code == 1, out
         store = Store.open("orch.db")
-        (run,) = store.runs()
+        (run,) = Runs(store).current()
         assert run.status == "interrupted"
         partial = len(store.frame("token", [run.id]))
         assert 5 <= partial < 60
@@ -114,7 +115,7 @@ def test_unreachable_beyond_bound_then_resume_collects_spool(ssh_workspace, sshd
     code, out = orch("run", "m.yaml", "--device", "ssh-test", "--resume")
     assert code == 0, out
     store = Store.open("orch.db")
-    runs = store.runs(include_superseded=True)
+    runs = Runs(store).current(include_superseded=True)
     assert len(runs) == 1 and runs[0].id == run.id and runs[0].status == "ok"
     assert len(store.frame("token", [run.id])) == 60 == _engine_csv_rows(ssh_workspace)
     assert len(list((ssh_workspace / "remote").glob("runs/*"))) == 1   # not re-run
@@ -190,7 +191,7 @@ def test_local_model_is_pushed_once_with_provenance(ssh_workspace):
     assert remote.read_bytes() == model.read_bytes()
     code, out = orch("run", "p.yaml", "--device", "ssh-test")
     assert code == 0 and "unchanged on the device, not pushed" in out
-    run = Store.open("orch.db").runs()[0]
+    run = Runs(Store.open("orch.db")).current()[0]
     assert run.model_sha256 == hashlib.sha256(model.read_bytes()).hexdigest()
     assert run.model_size == 3 << 20
     assert run.argv[run.argv.index("-m") + 1] == str(remote)

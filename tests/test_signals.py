@@ -21,6 +21,7 @@ from sqlalchemy import select
 from waiting import wait_for, wait_until
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Sessions
 from orchestrator.db.store import Store
 
 pytestmark = pytest.mark.timeout(180)
@@ -173,7 +174,7 @@ def test_sighup_stops_a_run_like_sigterm(workspace: Path, slow_matrix: Path) -> 
     runs = store.fetch(select(schema.run).order_by(schema.run.c.id))
     assert [(r.config, r.status) for r in runs] == [("first", "interrupted")]
     assert runs[0].cause.startswith("stopped by the user")
-    assert store.session_row(runs[0].session_id).ended_at is not None
+    assert Sessions(store).get(runs[0].session_id).ended_at is not None
 
 
 def test_an_ignored_sighup_stays_ignored(workspace: Path, slow_matrix: Path) -> None:

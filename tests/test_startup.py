@@ -39,6 +39,7 @@ import atexit, json, sys
 out = sys.argv[1]
 atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
 sys.argv = ["orch", *sys.argv[2:]]
+from orchestrator.db.runs import Runs
 from orchestrator.entry import main
 main()
 """
@@ -93,9 +94,10 @@ SHOW_LIGHT = ("pandas", "numpy", "scipy", "pydantic", "pydantic_core", "orchestr
 @pytest.mark.parametrize("run", ["1", "8"])
 def test_show_of_stored_figures_imports_no_numpy_nor_pydantic(run, db, tmp_path) -> None:
     """Run 1 is the study's longest, 8 another config; both have stored figures."""
+    from orchestrator.db.runs import Runs
     from orchestrator.db.store import Store
 
-    row = Store.open(db, create=False).run_row(int(run))
+    row = Runs(Store.open(db, create=False)).get(int(run))
     assert row.stored_figures is not None and row.stored_figures.n > 1000
     assert offending(imported(db, tmp_path, "show", run), SHOW_LIGHT) == []
 

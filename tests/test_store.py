@@ -7,6 +7,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import text
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import MIGRATIONS, Store, bulk_insert, resolve_url, revisions
 from orchestrator.errors import StoreError
 from orchestrator.engines.base import TOKEN_COLUMNS
@@ -75,8 +76,8 @@ def test_session_run_rows_roundtrip(store):
                                           "wall_ms": 10.0} for i in range(100)])
     assert len(store.frame("token", [run_id])) == 100
     store.update_run(run_id, status="ok")
-    assert store.run_row(run_id).status == "ok"
-    assert store.runs(session_id)[0].device == "local"
+    assert Runs(store).get(run_id).status == "ok"
+    assert Runs(store).current(session_id)[0].device == "local"
     assert store.device_by_name("local").facts == {"cores": "2"}
     store.update_device(device_id, idle_baseline={"cpu_temp_mC": 41000})
     assert store.device_by_name("local").idle_baseline == {"cpu_temp_mC": 41000}
@@ -88,10 +89,10 @@ def test_session_run_rows_roundtrip(store):
     with store.engine.begin() as conn:
         bulk_insert(conn, schema.token, [{"run_id": other, "seq": 0, "wall_ms": 1.0}])
     store.delete_run(other)
-    assert store.run_row(other) is None and len(store.frame("token", [other])) == 0
+    assert Runs(store).get(other) is None and len(store.frame("token", [other])) == 0
     assert len(store.frame("token", [run_id])) == 100
     store.delete_session(session_id)
-    assert store.session_row(session_id) is None and len(store.frame("token", [run_id])) == 0
+    assert Sessions(store).get(session_id) is None and len(store.frame("token", [run_id])) == 0
 
 
 @pytest.mark.slow

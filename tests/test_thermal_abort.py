@@ -15,6 +15,7 @@ from agent_helpers import _pgrp_members, cleanup_job, run_job, tagged_pids
 from cli_helpers import fake_thermal_zone, orch
 from waiting import wait_until
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -113,7 +114,7 @@ def test_an_engine_that_heats_past_the_ceiling_is_stopped(hot_ws):
     code, out = orch("run", str(matrix(ws, zone)))
     cooler.join(60)
     assert code == 1, out            # a run that did not end ok: orch run exits 1
-    hot, nxt = sorted(Store.open("orch.db").runs(), key=lambda r: r.id)
+    hot, nxt = sorted(Runs(Store.open("orch.db")).current(), key=lambda r: r.id)
     assert (hot.config, hot.status) == ("hot", "aborted")
     assert hot.cause == "thermal ceiling: cpu read 90.0 °C >= 85.0 °C"
     # the matrix went on: the next cell waited for the cooldown (met), then ran

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import orch
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.results.tokens import chosen_positions, parse_steps
 
@@ -21,7 +22,7 @@ def run(tmp_path_factory) -> tuple[str, int, list[dict]]:
     db = str(tmp_path_factory.mktemp("tokens") / "orch.db")
     code, out = orch("import", str(FOLDER), "--db", db)
     assert code == 0, out
-    rid = next(r.id for r in Store.open(db).runs() if r.source_file.endswith(ANON))
+    rid = next(r.id for r in Runs(Store.open(db)).current() if r.source_file.endswith(ANON))
     with open(FOLDER / ANON, newline="") as f:
         rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
     return db, rid, rows

@@ -11,6 +11,7 @@ from cli_helpers import orch
 from sqlalchemy import func, select
 
 from orchestrator.db import schema
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.engines.bmoe import BmoeRunParser
 from orchestrator.engines.bmoe_format import BmoeCsvParser
@@ -68,7 +69,7 @@ def test_the_other_files_still_import(tmp_path):
     assert code == 0, out
     assert "gemma_k6.csv: not imported: impossible value" in out
     assert _counts(db) == (1, 1, 0)
-    (run,) = Store.open(db).runs()
+    (run,) = Runs(Store.open(db)).current()
     assert run.status == "ok" and run.source_file == "gemma_kdef.csv"
 
 

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from cli_helpers import orch
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 from orchestrator.cli.documents import report_text as render_report
@@ -29,7 +30,7 @@ def _section(text: str, heading_part: str) -> str:
 def test_imported_session_flags_start_temperature(tmp_path):
     store = Store.open(str(tmp_path / "orch.db"))
     report = import_dir(store, FIXTURES / "2026-07-17")
-    runs = {r.config: r for r in store.runs(report.session_id)}
+    runs = {r.config: r for r in Runs(store).current(report.session_id)}
     assert runs["gpt_c2000_l4"].temp_start == {"cpu_temp_mC": 52900, "batt_temp_dC": 380}
     assert runs["gpt_c2000_l4"].mem_avail_start_kb == 7117300
     assert runs["gpt_c2000_l8"].cooldown_s == 180          # driver log: waited=180s
@@ -40,7 +41,7 @@ def test_imported_session_flags_start_temperature(tmp_path):
     assert "differ by 8.5 °C" in gpt[0].message
     assert "gpt_c2000_l4 52.9 °C vs gpt_c2000_l8 44.4 °C; threshold 5 °C" in gpt[0].message
     assert "thermal cooldown" in gpt[0].advice           # no matrix: no condition to tune
-    text = render_report(store, store.runs(report.session_id), plots=False)
+    text = render_report(store, Runs(store).current(report.session_id), plots=False)
     section = _section(text, "gpt-oss")
     assert "**Warnings** for this group" in section
     assert "start temperatures differ by 8.5 °C" in section
@@ -157,12 +158,12 @@ def test_run_on_a_busy_device_is_flagged(busy_device):
     code, out = orch("run", "m.yaml")
     assert code == 0, out
     store = Store.open("orch.db")
-    (run,) = store.runs()
+    (run,) = Runs(store).current()
     device = store.device_by_name("local")
     assert device.facts["cpu.max_khz"] == "3187200" and device.facts["cpu.governor"] == "schedutil"
     validity = load_record(run.summary).validity
     assert validity["load1_median"] == 4.07 and validity["cpu_khz_median"] == 1000000
     assert any("load average 4.07" in w for w in run.warnings)
     assert any("throttled" in w for w in run.warnings)
-    text = render_report(store, store.runs(), plots=False)
+    text = render_report(store, Runs(store).current(), plots=False)
     assert "load average beyond the engine's own threads" in text and "the CPU was throttled" in text

@@ -63,7 +63,7 @@ def session(request: pytest.FixtureRequest, workspace: Path) -> int:
     else:
         shutil.copytree(FIX / request.param, workspace / "study")
         orch_ok("import", "study")
-    (only,) = {r.session_id for r in Store.open("orch.db").runs()}
+    (only,) = {r.session_id for r in Runs(Store.open("orch.db")).current()}
     return only
 
 
@@ -129,7 +129,7 @@ def table_kind(rows: list[dict[str, str]]) -> str | None:
 
 def run_figures(session: int) -> dict[int, RunFigures]:
     store = Store.open("orch.db")
-    runs = store.runs(session)
+    runs = Runs(store).current(session)
     return Runs(store).figures(runs)
 
 
@@ -137,7 +137,7 @@ def test_table_json_md_runs_export_and_show_print_the_runs_figures(session, tmp_
     figures = run_figures(session)
     assert figures
     store = Store.open("orch.db")
-    configs = {r.id: r.config for r in store.runs(session)}
+    configs = {r.id: r.config for r in Runs(store).current(session)}
     if "serial" in configs.values():
         # the live session, the case of the bug: a serial run's stall is not measured
         assert all(f.stall_ms_per_token is None
@@ -227,7 +227,7 @@ def test_the_reports_config_rows_print_the_configs_figures(session, tmp_path):
     store = Store.open("orch.db")
     figures = run_figures(session)
     by_config: dict[str, list[Any]] = {}
-    for run in store.runs(session):
+    for run in Runs(store).current(session):
         by_config.setdefault(run.config, []).append(run)
     combined = {config: combine([RunResult(r.id, r.status, figures[r.id]) for r in runs])
                 for config, runs in by_config.items()}

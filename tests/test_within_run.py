@@ -38,7 +38,7 @@ def stats(tmp_path_factory):
     code, out = orch("import", str(FOLDER), "--db", db)
     assert code == 0, out
     store = Store.open(db)
-    rows = store.runs()
+    rows = Runs(store).current()
     table = frame(Runs(store).figures(rows))
     table["file"] = [Path(r.source_file).name for r in rows]
     return table.set_index("file")

@@ -11,6 +11,7 @@ import click
 
 from orchestrator.cli.handler import friendly
 from orchestrator.cli.options import console, db_option, trim_option
+from orchestrator.db.runs import Runs
 from orchestrator.errors import Failed, Interrupted
 
 # "model" (facts), report/tables.py TABLES, "ab" (results/ab.py); a literal here, since
@@ -218,7 +219,7 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
     picked = column_keys(columns, "table")
     store = Store.open(db, create=False)
     sid = Sessions(store).resolve(session, matrix)
-    chosen = parse_baselines(baselines, store.runs(sid), f"session {sid}")
+    chosen = parse_baselines(baselines, Runs(store).current(sid), f"session {sid}")
     if pivot is not None:
         from orchestrator.report.pivot import pivot_text
         from orchestrator.results.pivot import session_pivots
@@ -226,7 +227,7 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
         sys.stdout.write(pivot_text(session_pivots(store, sid, quantile), sid, fmt))
         return
     if tables is None:
-        kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(store.runs(sid)) else [])
+        kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(Runs(store).current(sid)) else [])
         if picked is not None:      # the picked columns may come from the detail table
             kinds.remove("detail")
     data = table_data(store, sid, quantile, chosen or None, trim=trim, with_ab="ab" in kinds)

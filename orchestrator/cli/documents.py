@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from orchestrator.db.runs import RunRow
+from orchestrator.db.rows import RunRow
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 from orchestrator.report.compare import no_common_text, section

@@ -6,6 +6,8 @@ one concern; value types live in matrix_values.py, the configs' expansion in con
 checks of local files in local_files.py and the notes' model in notes.py."""
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import re
 import shlex
@@ -478,9 +480,12 @@ def read_prompt_file(path: Path, node: Any, name: str) -> str:
     return raw.decode("utf-8", errors="surrogateescape")
 
 
+@functools.lru_cache(maxsize=32)
 def stored_matrix(text: str | None) -> Matrix | None:
-    """The Matrix of a session's stored YAML; None for imports and for text that no longer
-    validates (a matrix stored by an older orch): its rows are then compared as an import's."""
+    """The Matrix of a session's stored YAML (db/ stores the text, the reader parses it: db/
+    knows no matrix); None for imports and for text that no longer validates (a matrix stored
+    by an older orch): its rows are then compared as an import's. Parsed once per text (a
+    report reads each session's many times); the Matrix returned is shared: read it only."""
     if not text:
         return None
     try:
@@ -489,3 +494,18 @@ def stored_matrix(text: str | None) -> Matrix | None:
             if isinstance(data, dict) else None
     except (yaml.YAMLError, ValidationError):
         return None
+
+
+@functools.lru_cache(maxsize=32)
+def _stored_yaml(text: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def stored_matrix_data(text: str | None) -> dict[str, Any]:
+    """A session's stored matrix as plain YAML data ({} for imports or bad text): for readers
+    that need keys the Matrix model normalises away. A copy, the caller's to change."""
+    return copy.deepcopy(_stored_yaml(text)) if text else {}

@@ -1,22 +1,20 @@
 """The stored runs' figures, computed once for a store written before this orch's
-FIGURES_VERSION (db/figures.py): called by Store.open when a migration brought the schema to
+FIGURES_VERSION (db/figures.py): called by StoreAccess.open when a migration brought the schema to
 its head (a new FIGURES_VERSION comes with a migration)."""
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Connection, select
 
 from orchestrator.db import schema
+from orchestrator.db.access import StoreAccess
 from orchestrator.db.figures import compute_rows, write
 from orchestrator.db.runs import Runs
 from orchestrator.stats.figures import FIGURES_VERSION
 from orchestrator.stats.status import Status
-
-if TYPE_CHECKING:
-    from orchestrator.db.store import Store
 
 BACKFILL_RUNS = 200         # runs computed and written per step of a backfill
 BACKFILL_SAY = 100          # a backfill of more runs than this says so on stderr
@@ -31,7 +29,7 @@ def stale_runs(conn: Connection) -> list[int]:
             if not isinstance(r.figures, dict) or r.figures.get("version") != FIGURES_VERSION]
 
 
-def backfill(store: Store, say: Callable[[str], Any] | None = None) -> int:
+def backfill(store: StoreAccess, say: Callable[[str], Any] | None = None) -> int:
     """Compute and store the figures of every ended run that has none of this version, in
     steps of BACKFILL_RUNS runs (each its own transaction, so a stopped backfill keeps what it
     did). Returns how many runs it computed."""

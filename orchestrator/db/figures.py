@@ -6,7 +6,7 @@ stored in `run.figures` with their version:
 
 - when a run ends (run/runner.py) and when it is imported (ingest/write.py): `compute_run`;
 - for every stored run without current figures when the store is migrated (db/backfill.py,
-  called by Store.open after the schema reaches its head: a new FIGURES_VERSION comes with
+  called by StoreAccess.open after the schema reaches its head: a new FIGURES_VERSION comes with
   a migration, so stores written before it get the new figures once);
 - for a view that asks for other figures (`--trim N`, the `lower` quantile method) or a run
   still recording: `compute_rows`, not stored.
@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from orchestrator.db import schema
+from orchestrator.db.access import StoreAccess
 from orchestrator.stats.figures import RunFigures
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.db.runs import RunRow
-    from orchestrator.db.store import Store
+    from orchestrator.db.rows import RunRow
     from orchestrator.record import RunRecord
     from orchestrator.stats.statistics import RunInput
 
@@ -101,7 +101,7 @@ def compute_rows(conn: Connection, rows: Sequence[RunRow], trim: int = 0,
     return compute(tokens, inputs, samples, quantile_method=quantile_method, trim=trim)
 
 
-def compute_run(store: Store, row: RunRow, record: RunRecord | None = None,
+def compute_run(store: StoreAccess, row: RunRow, record: RunRecord | None = None,
                 tokens: pd.DataFrame | None = None) -> dict[str, Any]:
     """One run's figures as `run.figures` stores them, when it ends or is imported: `record`
     is its record when not yet stored, `tokens` its rows when the caller has them."""
@@ -112,7 +112,7 @@ def compute_run(store: Store, row: RunRow, record: RunRecord | None = None,
 
 
 def write(conn: Connection, figures: dict[int, RunFigures]) -> None:
-    """Store figures computed elsewhere (one UPDATE per run, executemany)."""
+    """StoreAccess figures computed elsewhere (one UPDATE per run, executemany)."""
     if not figures:
         return
     stmt = (update(schema.run).where(schema.run.c.id == bindparam("rid"))

@@ -13,8 +13,8 @@ Every layer above db/ reads runs through here, never through db/schema.py:
   `.record`, the engine's `RunRecord` parsed once from `run.summary` (any schema version);
   `.clock` says what timed `started_at` (orch's clock in UTC, the study's local wall-clock
   record, or a file's mtime) so no view labels a study's local time UTC.
-- **`SessionRow`** carries the session's columns and `.matrix`, the stored matrix text parsed
-  once (None for imports and for a matrix this orch can no longer read).
+- **`SessionRow`** carries the session's columns; its `matrix_text` is the matrix as it was
+  stored, text: the reader parses it (config/matrix.py `stored_matrix`), db/ knows no matrix.
 - **Per-run figures** (`Runs.figures`, stats/figures.py RunFigures) belong to the read model as
   pyperf's result model owns its statistics: every view and the adaptive-repeat judgement in
   run/ read the same figures. pandas and the statistics are imported only when figures must be
@@ -22,224 +22,20 @@ Every layer above db/ reads runs through here, never through db/schema.py:
 """
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, func, select
 
 from orchestrator.db import schema
+from orchestrator.db.access import StoreAccess
+from orchestrator.db.rows import RunRow, SessionRow
 from orchestrator.errors import NotFound
-from orchestrator.stats.config_key import ConfigKey, build_label
 from orchestrator.stats.figures import RunFigures
-from orchestrator.stats.overlap import overlapped
 from orchestrator.stats.status import Status
 
 if TYPE_CHECKING:
-    from orchestrator.config.matrix import Matrix
-    from orchestrator.db.store import Store
-    from orchestrator.record import RunRecord
-
-_RUN_COLUMNS = tuple(c.name for c in schema.run.columns)
-_SESSION_COLUMNS = tuple(c.name for c in schema.session.columns)
-
-# `run.time_source`: where an imported run's started_at came from. These are the study's own
-# records of when it ran, local wall-clock times kept as written (naive: no zone is invented);
-# FILE_TIME is the file's modification time in UTC, a guess when the files said nothing. A live
-# run has none: orch's clock timed it, in UTC.
-LOCAL_TIME_SOURCES = ("file name", "preamble", "trailer", "metrics", "log", "state", "design",
-                      "option", "folder name")
-DATE_ONLY = "folder name"   # only the day is known: shown as a date, never as midnight
-NO_TIME = "unknown"       # an imported summary-only run whose log records no time
-FILE_TIME = "mtime"
-
-
-def parse_settings(flags: str | None) -> dict[str, str]:
-    """An imported run's `flags` (the importer writes the engine's settings as space-separated
-    `key=value` pairs) as a dict, values as written. A word without `=` continues the value
-    before it, so a value holding a space survives; words before the first pair are dropped
-    (the raw `flags` stay beside this in every view)."""
-    settings: dict[str, str] = {}
-    key = None
-    for word in (flags or "").split():
-        name, eq, value = word.partition("=")
-        if eq and name:
-            key = name
-            settings[key] = value
-        elif key is not None:
-            settings[key] += " " + word
-    return settings
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """One stored run (a cell execution) with its device's and session's names."""
-
-    id: int
-    uid: str
-    session_id: int
-    device_id: int
-    cell_key: str
-    model: str                          # always written (runner, import, lab), though
-    config: str                         # the baseline schema left the columns nullable
-    flags: str | None
-    argv: Any
-    repeat_index: int                   # always written (0-based; the schema's default 0)
-    order_index: int | None
-    status: str
-    cause: str | None
-    rc: int | None
-    signal: int | None
-    started_at: dt.datetime | None
-    ended_at: dt.datetime | None
-    cooldown_s: float | None
-    cooldown_met: bool | None
-    temp_start: Any
-    mem_avail_start_kb: int | None
-    engine: str | None
-    engine_build: str | None
-    binary_path: str | None
-    binary_sha256: str | None
-    model_size: int | None
-    model_sha256: str | None
-    remote_dir: str | None
-    spool_lines: int | None
-    summary: Any
-    text: str | None
-    warnings: Any
-    superseded: bool
-    time_source: str | None = None
-    source_file: str | None = None
-    figures: Any = None                 # RunFigures.stored(): read through `stored_figures`
-    device: str = ""
-    matrix_name: str | None = None
-    session_name: str | None = None
-    session_started: dt.datetime | None = None
-    session_kind: str | None = None     # "run", "import", ... (session.kind)
-
-    @cached_property
-    def record(self) -> RunRecord:
-        """What the engine reported about the run as a whole, typed (record.py)."""
-        from orchestrator.record import load_record
-
-        return load_record(self.summary)
-
-    @cached_property
-    def stored_figures(self) -> RunFigures | None:
-        """The figures stored when the run ended or was imported (stats/figures.py), None
-        while it runs or when they are of another FIGURES_VERSION (Runs.figures computes
-        them then)."""
-        return RunFigures.from_stored(self.figures)
-
-    @property
-    def overlapped(self) -> bool | None:
-        """Whether its flash I/O ran beside compute (stats/overlap.py): an import's settings,
-        else its argv and flags."""
-        return overlapped(self.settings, self.argv, self.flags, self.engine)
-
-    def overlapped_with(self, record: RunRecord) -> bool | None:
-        """`overlapped` with `record` as its record (a run being ended or imported, whose
-        record is not stored yet)."""
-        settings = (dict(record.settings) or parse_settings(self.flags)) if self.imported \
-            else None
-        return overlapped(settings, self.argv, self.flags, self.engine)
-
-    @property
-    def build(self) -> str | None:
-        """The engine build it measured (stats/config_key.py build_label)."""
-        return build_label(self.binary_path, self.engine_build)
-
-    @property
-    def config_key(self) -> ConfigKey:
-        """What config it measured (stats/config_key.py: model, name, settings, build)."""
-        return ConfigKey.of(self.model, self.config, self.flags, self.model_sha256, self.build)
-
-    @property
-    def imported(self) -> bool:
-        """Read from a study's files by `orch import`, not run by orch."""
-        return self.session_kind == "import" or self.source_file is not None \
-            or self.time_source is not None
-
-    @property
-    def clock(self) -> str:
-        """What timed started_at: "orch" (a live run, UTC), "local" (the study's own record,
-        local wall-clock time) or "file" (the file's mtime, UTC: the files did not record when
-        it ran; also every import stored before time_source existed, which took the mtime).
-        A source this orch does not know is still the study's record: local."""
-        if self.time_source in (FILE_TIME, NO_TIME):
-            return "file"
-        if self.time_source is not None:
-            return "local"
-        return "file" if self.imported else "orch"
-
-    @property
-    def settings(self) -> dict[str, Any] | None:
-        """An imported run's settings: the engine's resolved settings its files gave (the CSV
-        preamble's key=values, kept in the record), else those parsed from `flags`; None for a
-        live run, whose flags are the engine's command-line flags."""
-        if not self.imported:
-            return None
-        return dict(self.record.settings) or parse_settings(self.flags)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The stored columns and names, without the parsed record and the stored figures
-        (export: its `stat_` columns are the figures, Runs.figures)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "figures"}
-
-    def replace(self, **values: Any) -> RunRow:
-        """A copy with some fields changed (a view's relabelled config, say)."""
-        return dataclasses.replace(self, **values)
-
-    @classmethod
-    def of(cls, row: Any) -> RunRow:
-        m = row._mapping
-        return cls(**{k: m[k] for k in _RUN_COLUMNS},
-                   device=m.get("device", ""), matrix_name=m.get("matrix_name"),
-                   session_name=m.get("session_name"),
-                   session_started=m.get("session_started"),
-                   session_kind=m.get("session_kind"))
-
-
-@dataclass(frozen=True)
-class SessionRow:
-    """One stored session (an `orch run` on one device, an import, a lab submission's
-    device part)."""
-
-    values: dict[str, Any]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    @cached_property
-    def matrix(self) -> Matrix | None:
-        """The stored matrix, parsed once; None for imports or text this orch cannot read."""
-        from orchestrator.config.matrix import stored_matrix
-
-        return stored_matrix(self.values.get("matrix_text"))
-
-    @cached_property
-    def matrix_data(self) -> dict[str, Any]:
-        """The stored matrix as plain YAML data, parsed once ({} for imports or bad text):
-        for readers that need keys the Matrix model normalises away."""
-        import yaml
-
-        try:
-            data = yaml.safe_load(self.values.get("matrix_text") or "")
-        except yaml.YAMLError:
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    @classmethod
-    def of(cls, row: Any) -> SessionRow:
-        return cls(dict(row._mapping))
-
+    pass
 
 def _run_select() -> Select:
     return (select(schema.run, schema.device.c.name.label("device"),
@@ -258,7 +54,7 @@ def current_only(stmt: Select) -> Select:
 class Runs:
     """Reads of stored runs; `Runs(store)` is cheap (no query until asked)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self.store = store
 
     def _fetch(self, stmt: Select) -> list[RunRow]:
@@ -386,7 +182,7 @@ class Runs:
 class Sessions:
     """Reads of stored sessions."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: StoreAccess) -> None:
         self.store = store
 
     def _fetch(self, stmt: Select) -> list[SessionRow]:
@@ -406,6 +202,14 @@ class Sessions:
     def by_ids(self, ids: Iterable[int]) -> list[SessionRow]:
         return self._fetch(select(schema.session).where(schema.session.c.id.in_(list(ids)))
                            .order_by(schema.session.c.id))
+
+    def latest_run_session(self, matrix_name: str, device_id: int) -> int | None:
+        """The newest `orch run` session of the matrix with a run on the device (--resume)."""
+        stmt = (select(func.max(schema.run.c.session_id))
+                .join(schema.session)
+                .where(schema.session.c.matrix_name == matrix_name,
+                       schema.session.c.kind == "run", schema.run.c.device_id == device_id))
+        return self.store.fetch(stmt)[0][0]
 
     def resolve(self, session: str | None, matrix: str | None) -> int:
         """A session id from `SESSION` (id or name) or `--matrix NAME` (its latest session),
@@ -464,7 +268,7 @@ class Sessions:
         return {r.name: r.sid for r in self.store.fetch(stmt)}
 
 
-def devices_by_name(store: Store, names: Iterable[str]) -> dict[str, Any]:
+def devices_by_name(store: StoreAccess, names: Iterable[str]) -> dict[str, Any]:
     """Device rows (name, kind, facts, ...) of these names."""
     rows = store.fetch(select(schema.device).where(schema.device.c.name.in_(list(names))))
     return {d.name: d for d in rows}

@@ -20,7 +20,6 @@ from sqlalchemy import (
     Table,
     create_engine,
     event,
-    func,
     select,
     update,
 )
@@ -41,7 +40,6 @@ from orchestrator.errors import StoreError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from orchestrator.db.runs import RunRow, SessionRow
 
 DEFAULT_DB = "orch.db"
 ROUTE_COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
@@ -392,32 +390,6 @@ class Store:
     def device_by_name(self, name: str) -> Any | None:
         rows = self.fetch(select(schema.device).where(schema.device.c.name == name))
         return rows[0] if rows else None
-
-    def session_row(self, session_id: int) -> "SessionRow | None":
-        from orchestrator.db.runs import Sessions
-
-        return Sessions(self).get(session_id)
-
-    def run_row(self, run_id: int) -> "RunRow | None":
-        from orchestrator.db.runs import Runs
-
-        return Runs(self).get(run_id)
-
-    def runs(self, session_id: int | None = None, limit: int | None = None,
-             include_superseded: bool = False) -> "list[RunRow]":
-        """Current runs of a session in run order, or of every session newest first
-        (db/runs.py: Runs.current)."""
-        from orchestrator.db.runs import Runs
-
-        return Runs(self).current(session=session_id, limit=limit,
-                                  include_superseded=include_superseded)
-
-    def latest_session(self, matrix_name: str, device_id: int) -> int | None:
-        stmt = (select(func.max(schema.run.c.session_id))
-                .join(schema.session)
-                .where(schema.session.c.matrix_name == matrix_name, schema.session.c.kind == "run",
-                       schema.run.c.device_id == device_id))
-        return self.fetch(stmt)[0][0]
 
     def route_frame(self, run_id: int) -> pd.DataFrame:
         """A run's route rows in trace order (empty when it has none), integer columns as

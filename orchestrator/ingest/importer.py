@@ -36,7 +36,8 @@ from pydantic import BaseModel, Field
 
 from orchestrator.config.design import Design, design_from_stored, parse_measured
 from orchestrator.config.plan import Cell
-from orchestrator.db.runs import RunRow, SessionRow, Sessions
+from orchestrator.db.rows import RunRow, SessionRow
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.session_lock import import_lock
 from orchestrator.db.store import Store, now
 from orchestrator.ingest import planning
@@ -168,7 +169,7 @@ def _import_locked(store: Store, request: ImportRequest,
         opts.device = the_design.device.name      # the design names it; --device wins
     sid = row.id if row is not None else _new_session(store, opts, folder)
     report.session_id = sid
-    old = store.runs(sid, include_superseded=True)
+    old = Runs(store).current(sid, include_superseded=True)
     writer = RunWriter(store, request.adapter, sid, store.upsert_device(opts.device, "imported"),
                        report, old, replace=request.replace)
     writer.write_all(plans, drop_session=row is None)

@@ -19,7 +19,7 @@ from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix, Matrix
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db import lab as lab_db
-from orchestrator.db.runs import Runs
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError
 from orchestrator.lab.health import HealthGate, HealthLimits, Stopping, check_device
@@ -108,7 +108,7 @@ class DeviceConsumer:
         if row.session_id not in self.sessions:
             batch = lab_db.batch_row(self.store, row.batch_id)
             loaded = loaded_from_batch(batch)
-            session = self.store.session_row(row.session_id)
+            session = Sessions(self.store).get(row.session_id)
             assert session is not None, row.session_id  # a cell goes with its session (ON DELETE CASCADE)
             seed = session.seed
             adapter = get_adapter(loaded.matrix.engine, loaded.matrix.engine_options)

@@ -10,7 +10,7 @@ from orchestrator.stats.values import DAGGER
 
 if TYPE_CHECKING:
     from orchestrator.config.matrix import Matrix
-    from orchestrator.db.runs import RunRow
+    from orchestrator.results.listings import RunRow
     from orchestrator.results.report_data import Group, ReportData, RunView
 
 

@@ -42,7 +42,7 @@ def _without_name(facts: ModelFacts) -> dict[str, Any]:
 
 
 def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None = None) -> str:
-    matrix = data.session.matrix
+    matrix = data.matrix
     rows, groups = data.rows, data.groups
     labels = row_labels(rows, matrix)
     parts = []
@@ -105,7 +105,7 @@ def session_tables(data: TableData | None, session_id: int, kinds: list[str],
         return _markdown(data, kinds, columns)
     rows, trim = data.rows, data.trim
     stats = figures_frame(data.figures)
-    labels = row_labels(rows, data.session.matrix)
+    labels = row_labels(rows, data.matrix)
     by_id = {r.id: r for r in rows}
     ordered = [by_id[i] for i in stats.index]
     frames = []

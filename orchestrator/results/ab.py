@@ -31,8 +31,9 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.config.matrix import Matrix
-from orchestrator.db.runs import RunRow, Sessions
+from orchestrator.config.matrix import Matrix, stored_matrix
+from orchestrator.db.rows import RunRow
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.errors import ConfigError
 from orchestrator.results.query import by_model_and_device
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
@@ -210,12 +211,11 @@ EarlierRepeats = Callable[[str, str, int], Mapping[str, Sequence[float | None]]]
 def store_repeats(store: Any) -> EarlierRepeats:
     """Earlier repeats from the store: the newest session before this one, on the device,
     whose runs of the model repeat a config (the device's most recent measure of noise)."""
-    from orchestrator.db.runs import Runs
 
     def earlier(model: str, device: str, session_id: int) -> dict[str, list[float | None]]:
         runs = Runs(store)
         for sid in runs.session_ids(device=device, before=session_id):
-            ok = [r for r in store.runs(sid)
+            ok = [r for r in Runs(store).current(sid)
                   if r.model == model and r.device == device and r.status == Status.OK]
             counts: dict[str, int] = {}
             for r in ok:
@@ -373,7 +373,7 @@ def session_groups(store: Any, session_id: int, runs: Sequence[RunRow],
     """The A/B groups of one stored session (`orch table`); `figures`: Runs.figures of its
     runs, `baseline` the `-b` choices (`parse_baselines`)."""
     session = Sessions(store).one(session_id)
-    matrix = session.matrix if session is not None else None
+    matrix = stored_matrix(session.matrix_text)
     return ab_groups(runs, figures, {session_id: matrix}, baseline,
                      designs={session_id: session_design(session)},
                      earlier=store_repeats(store))

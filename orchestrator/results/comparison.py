@@ -214,7 +214,7 @@ def build_side(store: Store, build: str, device: str | None = None,
     from orchestrator.results.history import base_config, build_matches
 
     for sid in Runs(store).session_ids(matrix=matrix, device=device):
-        rows = [r for r in store.runs(sid) if build_matches(r, build)
+        rows = [r for r in Runs(store).current(sid) if build_matches(r, build)
                 and (device is None or r.device == device)]
         if not rows:
             continue

@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
-from orchestrator.db.runs import RunRow, Runs, Sessions
+from orchestrator.config.matrix import stored_matrix_data
+from orchestrator.db.rows import RunRow
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.record import KIB_PER_GIB, load_record
 from orchestrator.run.validity import RunValidity, ghz
@@ -258,9 +260,9 @@ def confounds(rows: Iterable[RunRow]) -> list[Caveat]:
 
 
 def session_warnings(store: Store, session_id: int, t: Thresholds = Thresholds()) -> list[Caveat]:
-    rows = [r for r in store.runs(session_id) if r.status == Status.OK]
+    rows = [r for r in Runs(store).current(session_id) if r.status == Status.OK]
     if not rows:
         return []
     figures = Runs(store).figures(rows)
     session = Sessions(store).one(session_id)
-    return caveats(rows, {rid: f.mean for rid, f in figures.items()}, {session_id: session.matrix_data}, t)
+    return caveats(rows, {rid: f.mean for rid, f in figures.items()}, {session_id: stored_matrix_data(session.matrix_text)}, t)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions
+from orchestrator.db.rows import RunRow, SessionRow
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.stats.figures import frame
 
@@ -22,7 +23,7 @@ class SessionExport:
 
 
 def session_export(store: Store, session_id: int) -> SessionExport:
-    rows = store.runs(session_id, include_superseded=True)
+    rows = Runs(store).current(session_id, include_superseded=True)
     current = [r for r in rows if not r.superseded]
     ids = [r.id for r in rows]
     return SessionExport(Sessions(store).one(session_id), rows,

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.db.runs import RunRow, Runs
+from orchestrator.db.rows import RunRow
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError, NotFound
 from orchestrator.results.measured import config_labels

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.db.runs import DATE_ONLY as DATE_ONLY  # re-exported for the views
-from orchestrator.db.runs import RunRow, Runs
+# re-exported: the rows and the date-only clock the views are given (report/ imports no db/)
+from orchestrator.db.rows import DATE_ONLY as DATE_ONLY
+from orchestrator.db.rows import RunRow as RunRow
+from orchestrator.db.rows import SessionRow as SessionRow
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import NotFound
 from orchestrator.stats.figures import RunFigures
@@ -40,21 +43,21 @@ def session_listing(store: Store, session_id: int) -> Listing:
     """A session's runs in run order, their figures and its comparability caveats."""
     from orchestrator.results.drift import session_warnings
 
-    rows = store.runs(session_id)
+    rows = Runs(store).current(session_id)
     return Listing(rows, Runs(store).figures(rows), str(store.url), session_id,
                    session_warnings(store, session_id))
 
 
 def runs_listing(store: Store, session_id: int | None, limit: int) -> Listing:
     """The newest runs (of a session), newest first, with their stored figures."""
-    rows = store.runs(session_id, limit=limit)
+    rows = Runs(store).current(session_id, limit=limit)
     return Listing(rows, Runs(store).figures(rows) if rows else {}, str(store.url), session_id)
 
 
 def run_detail(store: Store, run_id: int) -> RunDetail:
     """One run, its figures (those kept with it) and, when it did not end ok, the tail of its
     engine's stderr (the record's, else the stored output)."""
-    row = store.run_row(run_id)
+    row = Runs(store).get(run_id)
     if row is None:
         raise NotFound(f"no run {run_id} in {store.url}")
     tail: list[str] = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from orchestrator.db.runs import RunRow
+from orchestrator.db.rows import RunRow
 from orchestrator.stats.config_key import UNKNOWN, Settings
 
 

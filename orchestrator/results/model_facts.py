@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from orchestrator.db.runs import RunRow
+from orchestrator.config.matrix import stored_matrix_data
+from orchestrator.db.rows import RunRow
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
 from orchestrator.stats.values import is_missing
@@ -208,5 +209,5 @@ def facts_for_group(store: Store, session: Any, model: str, device: str,
     the runs belong to (its matrix names the model's file), `runs` the group's run rows."""
     dev = store.device_by_name(device)
     kind = dev.kind if dev is not None else None
-    path = model_file(model, session.matrix_data, session.matrix_path, kind)
+    path = model_file(model, stored_matrix_data(session.matrix_text), session.matrix_path, kind)
     return model_facts(model, runs, dev.facts if dev is not None else None, path)

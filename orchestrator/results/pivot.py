@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.db.runs import RunRow, Runs, parse_settings, Sessions
+from orchestrator.db.rows import RunRow, parse_settings
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.stats.config_figures import RunResult, combine
 from orchestrator.stats.config_key import without_model_keys
 from orchestrator.stats.figures import RunFigures
@@ -99,7 +100,7 @@ def _pivot(device: str, runs: Sequence[RunRow], figures: Mapping[int, RunFigures
 def session_pivots(store: Any, session_id: int, quantile: str = "linear") -> list[Pivot] | None:
     """The pivots of a stored session (None when it has no runs): its runs' figures and its
     design file's labels (`orch table --pivot model`)."""
-    rows = store.runs(session_id)
+    rows = Runs(store).current(session_id)
     if not rows:
         return None
     figures = Runs(store).figures(rows, quantile_method=quantile)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.config.matrix import stored_matrix
 from orchestrator.db.runs import Sessions
 from orchestrator.db.quality import probe_rows
 from orchestrator.db.store import Store
@@ -49,7 +50,7 @@ class ModelQuality:
 def _baseline(store: Store, session_id: int, model: str, configs: Sequence[str]) -> str:
     """The matrix's baseline for the model when it is among the probed configs, else the
     first probed config (the same choice the A/B table makes)."""
-    matrix = Sessions(store).one(session_id).matrix
+    matrix = stored_matrix(Sessions(store).one(session_id).matrix_text)
     if matrix is not None:
         try:
             chosen = matrix.baseline_for(model)

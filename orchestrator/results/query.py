@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions
+from orchestrator.db.rows import RunRow, SessionRow
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
 
@@ -63,7 +64,7 @@ def session_side(store: Store, session: str) -> Side:
     """`--session S`: its runs; a session that ran on several devices is refused, since its
     configs would mix devices."""
     sid = Sessions(store).resolve(session, None)
-    rows = store.runs(sid)
+    rows = Runs(store).current(sid)
     if not rows:
         raise ConfigError(f"session {sid} has no runs")
     devices = list(dict.fromkeys(r.device for r in rows))
@@ -89,5 +90,5 @@ def device_side(store: Store, device: str, matrix: str | None) -> Side:
             raise ConfigError(f"device {device} has no runs in {store.url}")
         raise ConfigError(f"device {device} never ran a matrix named {matrix!r}")
     sid = sids[0]
-    rows = [r for r in store.runs(sid) if r.device == device]
+    rows = [r for r in Runs(store).current(sid) if r.device == device]
     return Side(device, device, Sessions(store).one(sid), rows)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions
+from orchestrator.db.rows import RunRow, SessionRow
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.results.comparison import SideComparison, build
 from orchestrator.results.history import build_label
@@ -58,7 +59,7 @@ def regressions(store: Store, rows: Sequence[RunRow]) -> list[Regression]:
         now = Side(f"session {sid}", device, session, list(current))
         against = []
         for base in dict.fromkeys([earlier[-1], earlier[0]]):     # the last, then the first
-            side_rows = [r for r in store.runs(base) if r.device == device]
+            side_rows = [r for r in Runs(store).current(base) if r.device == device]
             side = Side(f"session {base}", device, Sessions(store).one(base), side_rows)
             against.append((side, builds_of(side_rows), build(store, [side, now])))
         out.append(Regression(session, sid, device, matrix, builds_of(current), now, against))

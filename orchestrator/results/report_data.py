@@ -19,15 +19,10 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.config.matrix import Matrix
+from orchestrator.config.matrix import Matrix, stored_matrix, stored_matrix_data
 from orchestrator.db.quality import newest_probed_session
-from orchestrator.db.runs import (
-    RunRow,
-    Runs,
-    SessionRow,
-    Sessions,
-    devices_by_name,
-)
+from orchestrator.db.rows import RunRow, SessionRow
+from orchestrator.db.runs import Runs, Sessions, devices_by_name
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError, NotFound
 from orchestrator.results import drift
@@ -156,7 +151,7 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     session. `--device` alone means the matrix of the newest session on those devices."""
     if session is not None or (matrix is None and not devices):
         sid = Sessions(store).resolve(session, matrix)
-        rows: list[RunRow] = store.runs(sid)
+        rows: list[RunRow] = Runs(store).current(sid)
         if devices:
             missing = [d for d in devices if d not in {r.device for r in rows}]
             if missing:
@@ -179,7 +174,7 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     for name in order:
         sid = latest[name]
         if sid not in by_session:
-            by_session[sid] = store.runs(sid)
+            by_session[sid] = Runs(store).current(sid)
         rows += [r for r in by_session[sid] if r.device == name]
     return rows
 
@@ -275,13 +270,13 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     samples = store.frame("sample", ids) if keep_frames else None
     sids = list(dict.fromkeys(r.session_id for r in rows))
     sessions = Sessions(store).by_ids(sids)
-    parsed = {s.id: s.matrix for s in sessions}
+    parsed = {s.id: stored_matrix(s.matrix_text) for s in sessions}
     runs = [RunView(r, _label(r, parsed), figures[r.id]) for r in rows]
     devices = device_views(store, rows, sessions)
     files: dict[int, Any] = {}
     for f in Sessions(store).imported_files(sids):
         files.setdefault(f.session_id, {})[f.path] = f
-    matrices = {s.id: s.matrix_data for s in sessions}
+    matrices = {s.id: stored_matrix_data(s.matrix_text) for s in sessions}
     designs = {s.id: session_design(s) for s in sessions}
     # each (model, device) group against its own model's baseline; Holm across all of them
     ab = ab_groups(rows, figures, parsed, baseline, designs=designs,
@@ -305,7 +300,7 @@ def _beside(store: Store, g: Group, sessions: Sequence[SessionRow]) -> None:
     session = next((s for s in sessions if s.id in session_ids), None)
     if session is not None:
         g.facts = facts_for_group(store, session, g.model, g.device, [r.row for r in g.runs])
-        g.pivot_matrix = session.matrix if len(session_ids) == 1 else None
+        g.pivot_matrix = stored_matrix(session.matrix_text) if len(session_ids) == 1 else None
     starts = [r.row.started_at for r in g.runs if r.row.started_at is not None]
     g.ceilings = nearest(store, g.device, min(starts) if starts else None)
     probed_in = newest_probed_session(store, sorted(session_ids, reverse=True), g.model) \

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from orchestrator.db.runs import Runs
 from orchestrator.engines.route_trace import RouteTrace
 from orchestrator.errors import ConfigError, NotFound
 from orchestrator.record import load_record
@@ -235,7 +236,7 @@ def route_figures(trace: RouteTrace, tokens: pd.DataFrame | None = None,
 def stored_trace(store: Any, run_id: int) -> tuple[RouteTrace, Any]:
     """(the run's trace, its RunRecord) from the store; NotFound when the run does not
     exist or carries no route trace."""
-    row = store.run_row(run_id)
+    row = Runs(store).get(run_id)
     if row is None:
         raise NotFound(f"run {run_id}: no such run")
     record = load_record(row.summary)

@@ -8,7 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.db.runs import RunRow, Runs, SessionRow, Sessions
+from orchestrator.config.matrix import Matrix, stored_matrix
+from orchestrator.db.rows import RunRow, SessionRow
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.results import ab
 from orchestrator.results.drift import Caveat, session_warnings
@@ -34,6 +36,7 @@ class TableData:
     ab_groups: list[ab.ABGroup] = field(default_factory=list)
     caveats: list[Caveat] = field(default_factory=list)
     design: Design | None = None             # an import's design file
+    matrix: Matrix | None = None             # the session's stored matrix, parsed
 
 
 def table_data(store: Store, session_id: int, quantile: str = "linear",
@@ -41,7 +44,7 @@ def table_data(store: Store, session_id: int, quantile: str = "linear",
                with_ab: bool = False) -> TableData | None:
     """The session's tables' data; None when it has no runs. `trim`: `--trim N` (None: the
     session's own `trim:`, results/trim.py); `with_ab`: its A/B groups too."""
-    rows = store.runs(session_id)
+    rows = Runs(store).current(session_id)
     if not rows:
         return None
     session = Sessions(store).one(session_id)
@@ -59,4 +62,5 @@ def table_data(store: Store, session_id: int, quantile: str = "linear",
         configs[key] = combine_all(by_config)
     ab_groups = ab.session_groups(store, session_id, rows, figures, baseline) if with_ab else []
     return TableData(session_id, session, rows, figures, trim, groups, facts, configs,
-                     ab_groups, session_warnings(store, session_id), session_design(session))
+                     ab_groups, session_warnings(store, session_id), session_design(session),
+                     stored_matrix(session.matrix_text))

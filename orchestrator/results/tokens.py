@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError, NotFound
 
@@ -50,7 +51,7 @@ def run_tokens(store: Store, run_id: int, steps: str = DEFAULT_STEPS) -> pd.Data
     """The chosen tokens of run `run_id` (COLUMNS plus `token`, the 1-based position), in
     token order. An unknown run raises NotFound, bad steps ConfigError."""
     ranges = parse_steps(steps)
-    if store.run_row(run_id) is None:
+    if Runs(store).get(run_id) is None:
         raise NotFound(f"no run {run_id} in {store.url}")
     rows = store.frame("token", [run_id])           # in token order (seq)
     positions = chosen_positions(ranges, len(rows))

@@ -6,12 +6,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator.config.design import session_design
+from orchestrator.config.matrix import stored_matrix
 from orchestrator.errors import ConfigError
 
 
 def configured_trim(session: Any) -> int:
     """A session's own trim: its matrix's `trim:`, else its design file's, else 0."""
-    matrix = session.matrix
+    matrix = stored_matrix(session.matrix_text)
     if matrix is not None and matrix.trim:
         return matrix.trim
     design = session_design(session)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from orchestrator.db.runs import RunRow, Runs
+from orchestrator.db.rows import RunRow
+from orchestrator.db.runs import Runs
 from orchestrator.db.session_lock import SessionBusy, session_lock
 from orchestrator.db.store import Store
 from orchestrator.run.agent_client import AgentClient

@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestrator.config.matrix import Cooldown, LoadedMatrix
 from orchestrator.config.plan import Cell
+from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.device_jobs import job_state
@@ -122,7 +123,7 @@ class DeviceSession:
         """Append the model path check's warnings that concern `cell` to its run's own."""
         extra = [str(w) for w in self.path_warnings if w.applies(cell.model, cell.matrix_config)]
         if extra:
-            row = self.store.run_row(run_id)
+            row = Runs(self.store).get(run_id)
             have = list(row.warnings or []) if row is not None else []
             self.store.update_run(run_id, warnings=have + [w for w in extra if w not in have])
 
@@ -132,7 +133,7 @@ def begin_session(prepared: PreparedDevice, session_id: int,
     """The prepared device's part of session `session_id`, which exists. A session without a
     device snapshot yet (a lab session, created before its device was seen) gets the
     prepared device's facts as its snapshot, as `orch run` stores them when it creates one."""
-    row = prepared.store.session_row(session_id)
+    row = Sessions(prepared.store).get(session_id)
     if row is not None and not getattr(row, "device_facts", None) and prepared.facts:
         prepared.store.update_session(session_id, device_facts=dict(prepared.facts))
     return DeviceSession(prepared, session_id, policy or DevicePolicy())

@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell
 from orchestrator.db.figures import compute_run
+from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store, now
 from orchestrator.engines import CellSpec, EngineAdapter
 from orchestrator.errors import StoreWriteError
@@ -298,7 +299,7 @@ class DeviceRunner:
     def _deadline_watch(self, run_id: int, jobdir: str) -> DeadlineWatch:
         """orch's own deadline for the job (DeadlineWatch), counted from the run's start."""
         matrix, elapsed = self.loaded.matrix, 0.0
-        row = self.store.run_row(run_id)
+        row = Runs(self.store).get(run_id)
         started = getattr(row, "started_at", None)
         if started is not None:
             try:
@@ -387,7 +388,7 @@ class DeviceRunner:
         power when `orch calibrate` measured one."""
         from orchestrator.stats import energy
 
-        row = self.store.run_row(run_id)
+        row = Runs(self.store).get(run_id)
         device = self.store.device_by_name(row.device) if row is not None else None
         idle = ((device.idle_baseline or {}) if device is not None else {}).get("power_w")
         return energy.summarise(samples, self.facts, tokens, from_ms,
@@ -425,7 +426,7 @@ class DeviceRunner:
             "status": status, "cause": cause, "ended_at": now(), "summary": record.stored(),
             "text": record.text, "engine_build": record.engine_build,
             "warnings": warnings or None, "mem_avail_start_kb": first.get("mem_avail_kb")}
-        row = self.store.run_row(run_id)
+        row = Runs(self.store).get(run_id)
         assert row is not None, run_id   # started by this runner
         if temps and not (row.temp_start or {}):
             values["temp_start"] = temps  # no cooldown reading: the first sample's

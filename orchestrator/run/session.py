@@ -80,7 +80,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
 
     session_id = None
     if resume:
-        session_id = store.latest_session(matrix.name, device_id)
+        session_id = Sessions(store).latest_run_session(matrix.name, device_id)
         if session_id is None:
             raise ConfigError(f"--resume: no earlier session of matrix {matrix.name!r} on "
                               f"device {device!r} in {store.url}")
