@@ -14,6 +14,9 @@ RSS; the broker's RSS idle and with 10,000 queued messages. Then, once per broke
 redelivery experiment: a worker A SIGKILLed mid-task, a standby worker B on the same queue,
 the seconds until B starts the task again (Redis: visibility_timeout; RabbitMQ: the connection's
 close), and RabbitMQ's consumer_timeout on a task that outlives it.
+
+Over 400 lines on purpose: one self-contained script run by hand (its own broker processes, app
+and rounds).
 """
 from __future__ import annotations
 

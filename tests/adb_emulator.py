@@ -30,6 +30,10 @@ Commands run as `.root/system/bin/sh -c CMD` (mksh) with a clean environment, cw
 their own session/process group. The group is SIGKILLed when the host closes the stream, the
 connection drops or the phone stops; a job left running by a shell that ended normally
 (`nohup x &`, `setsid x &`) lives on, as on a phone, until close().
+
+Over 400 lines on purpose: one emulated phone (the adb wire protocol, its services and the
+Android-like files) that the adb, phone and energy tests share; split, its pieces would only be
+used together.
 """
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """A/B rows (results/ab.py): each model against its own baseline, intervals, paired or Welch
 tests, Holm across a document; `orch table -t ab` and the report's A/B table; end to end on
-`local` with moe-probe (A/A control, a real cache effect) and a two-model bmoe matrix."""
+`local` with moe-probe (A/A control, a real cache effect) and a two-model bmoe matrix.
+
+Over 400 lines on purpose: the A/B rules, then their tables, then the end-to-end runs that feed
+them.
+"""
 from __future__ import annotations
 
 import json

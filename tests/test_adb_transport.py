@@ -1,6 +1,10 @@
 """AdbTransport against the REAL adb server and the emulated phone (tests/adb_emulator.py):
 commands, streams, files, the sha256 cache, resumable pushes, unplugging, and `orch run` end to
-end on a phone whose PATH is mksh + toybox only."""
+end on a phone whose PATH is mksh + toybox only.
+
+Over 400 lines on purpose: the transport's whole contract against one real adb server and
+phone.
+"""
 from __future__ import annotations
 
 import hashlib

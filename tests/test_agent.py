@@ -2,6 +2,9 @@
 
 Spec: docs/agent-protocol.md. Every test starts real detached supervisors and engines; the
 `jobs` fixture SIGKILLs whatever is left of them at teardown.
+
+Over 400 lines on purpose: one test per agent command and stream rule, sharing the job
+fixtures.
 """
 from __future__ import annotations
 

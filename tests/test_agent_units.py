@@ -4,6 +4,8 @@
 (docs/agent-protocol.md, "Source-only mode"); each test sources the agent that way in a fresh
 shell, calls a function and prints the variable it sets. Paths the agent reads come from fake
 /proc and /sys files in tmp_path through the ORCH_* overrides. The last test runs shellcheck.
+
+Over 400 lines on purpose: one test per agent function, sharing the source-only fixture.
 """
 from __future__ import annotations
 

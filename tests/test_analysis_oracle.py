@@ -3,6 +3,9 @@
 The run -> row mapping below is the fixtures' knowledge (found by matching numbers: e.g. the
 2026-07-13 "adaptive cache (--cache-mb auto) + overlap" Qwen row's 4.37 tok/s and 82% hit are
 qwen_auto_ov's 256 rows and trailer), so it lives here and not in the library.
+
+Over 400 lines on purpose: one fixture folder's oracle per block, with the run -> row mapping
+each needs.
 """
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """Design files (config/design.py): the worked example of 2026-07-21-pinned-dense-ab, errors as
 one `file:line:` line each, the pure matching rules, the A/B baseline per model they feed
-(results/ab.py), and the notes, labels and device facts a report and `orch table` show."""
+(results/ab.py), and the notes, labels and device facts a report and `orch table` show.
+
+Over 400 lines on purpose: the design file's every rule on its one worked example.
+"""
 from __future__ import annotations
 
 import datetime as dt

@@ -2,7 +2,11 @@
 bash; orch's joules against the test's own integral on the emulated phone (both sign
 conventions, µA and mA, a charging phase, a gauge that updates every 5 s) and on a fake RAPL
 tree with a wrap-around (local device, the agent under dash); and "no power source" / "—"
-where there is none, as on this machine."""
+where there is none, as on this machine.
+
+Over 400 lines on purpose: every power source on every shell and device kind, with the shared
+fake gauges and RAPL trees they need.
+"""
 from __future__ import annotations
 
 import itertools

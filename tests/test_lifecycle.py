@@ -3,6 +3,9 @@ runs one orch job at a time, signals end a run cleanly, and the agent notices an
 at once (not at its next sample). Every way a process could stray, the garbled X
 line, and the idle second have a test here. Agent-level tests run under mksh with a
 toybox-only PATH, dash and bash; the CLI-level ones run `orch` as a real process (signals).
+
+Over 400 lines on purpose: every way a process could outlive its run, sharing the
+process-watching helpers.
 """
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 cooldown, status and collection ride out a dropped link through run/link_retry.py, end to end
 with the real sshd and the emulated phone. Cuts are placed by events (a command started, a
 push passed half its bytes, a reading arrived), never by the clock; pushes are slowed by
-throttling in the test (a sleep per progress step, scp's -l), not by size."""
+throttling in the test (a sleep per progress step, scp's -l), not by size.
+
+Over 400 lines on purpose: one test per phase that can lose its link, sharing the cut-placing
+fixtures.
+"""
 from __future__ import annotations
 
 import hashlib

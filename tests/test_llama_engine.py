@@ -4,6 +4,9 @@ orch's per-token llama-token, run through `orch run` on a local device with a tm
 They need `scripts/build-llama` (llama.cpp built into the cache, the bindings in the venv, the
 `gguf` package). Without it they skip, except under CI=true, where a missing build FAILS: the
 CI script builds first, and a green CI must mean these ran.
+
+Over 400 lines on purpose: each llama.cpp engine end to end, sharing the built binaries and
+model fixtures.
 """
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Matrix files: validation messages with file, line and key path; cell planning and order."""
+"""Matrix files: validation messages with file, line and key path; cell planning and order.
+
+Over 400 lines on purpose: one test per matrix rule (validation, planning, order), sharing the
+matrix snippets.
+"""
 from __future__ import annotations
 
 import textwrap

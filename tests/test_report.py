@@ -1,4 +1,8 @@
-"""`orch report` and `orch compare`: published numbers, real runs, failures, escaping, bench."""
+"""`orch report` and `orch compare`: published numbers, real runs, failures, escaping, bench.
+
+Over 400 lines on purpose: the document's sections against published numbers, sharing the
+imported fixtures.
+"""
 from __future__ import annotations
 
 import math

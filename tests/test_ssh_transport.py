@@ -1,4 +1,7 @@
-"""SshTransport against a real OpenSSH server on 127.0.0.1 (see sshd_fixture.py)."""
+"""SshTransport against a real OpenSSH server on 127.0.0.1 (see sshd_fixture.py).
+
+Over 400 lines on purpose: the transport's whole contract against one real sshd.
+"""
 from __future__ import annotations
 
 import hashlib

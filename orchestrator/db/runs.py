@@ -1,7 +1,6 @@
 """The read model: stored runs and sessions as frozen rows, and the one rule for which runs
-count (docs/architecture.md, "The read model"). Over 400 lines on purpose: the rows, their
-queries and their per-run statistics are one reader of stored results (as asv has one),
-and splitting them would give two places that know the run table.
+count (docs/architecture.md, "The read model"): the one reader of stored results (as asv has
+one); the rows themselves are db/rows.py's.
 
 Every layer above db/ reads runs through here, never through db/schema.py:
 

@@ -1,5 +1,8 @@
 """The store: one SQLAlchemy engine, migrated to the newest schema on open, and the writes and
 reads the other layers need. Any SQLAlchemy URL works (SQLite by default, PostgreSQL for a lab).
+
+Over 400 lines on purpose: the store's opening, migration check, transactions and its few
+writes share the engine and the lock that serialises writers.
 """
 from __future__ import annotations
 

@@ -1,7 +1,12 @@
 """One cell on one device: its job directory, the engine's start through the agent, following
 the spool across link loss, and the run's final status (docs/architecture.md, "Layout").
 The session decides which cells run, in what order and after which cooldown; the runner is
-built by run/device_session.py once its session exists, so every run row it writes names it."""
+built by run/device_session.py once its session exists, so every run row it writes names it.
+
+Over 400 lines on purpose: a cell's start, following and final status share the job's state
+(its spool position, deadline and recorder); split, each part would take all of it as
+arguments.
+"""
 from __future__ import annotations
 
 import threading

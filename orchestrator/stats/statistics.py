@@ -14,6 +14,10 @@ fields and the within-run bootstrap (stats/within_run.py).
 Beyond the published tables: per-token latency percentiles (ms, as serving benchmarks report
 them), the warm-up truncation point with the steady-state mean (`_steady_state`, MSER-5), and
 the within-run figures (a block-bootstrap interval of the run's own rate, whether it settled).
+
+Over 400 lines on purpose: the token-level and the record-level figures are one computation
+over the same arrays (many runs at once), and `compute` must stay the one function that makes
+RunFigures.
 """
 from __future__ import annotations
 
