@@ -11,12 +11,12 @@ import json
 import math
 import re
 import shutil
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from cli_helpers import orch_ok
 from orchestrator.db.runs import Runs
@@ -33,19 +33,15 @@ FIX = Path(__file__).resolve().parent / "fixtures" / "bigmoe"
 # settle test's words) is not one figure's formatted text
 ONE_VALUE = [k for k in STATS if k in FIELDS and k not in ("energy_j", "steady_mean")]
 
-SERIAL_AND_OVERLAP = """\
-    name: views
-    engine: bmoe
-    binary: {{local: fake_bmoe.sh}}
-    models: {{m: /m.gguf}}
-    prompt: p
-    tokens: 8
-    repeat: 2
-    cooldown: 0
-    configs:
-      serial: --delay 0 --slowdown {ws}/serial
-      overlap: --delay 0 --overlap --slowdown {ws}/overlap
-    """
+
+
+def serial_and_overlap(ws: Path) -> dict[str, Any]:
+    """fake bmoe, a serial and an overlap config, two repeats each (each repeat slower)."""
+    return {"name": "views", "engine": "bmoe", "binary": {"local": "fake_bmoe.sh"},
+            "models": {"m": "/m.gguf"}, "prompt": "p", "tokens": 8, "repeat": 2,
+            "cooldown": 0, "configs": {
+                "serial": f"--delay 0 --slowdown {ws}/serial",
+                "overlap": f"--delay 0 --overlap --slowdown {ws}/overlap"}}
 
 
 FOLDERS = sorted(p.name for p in FIX.iterdir() if p.is_dir())
@@ -57,8 +53,7 @@ def session(request: pytest.FixtureRequest, workspace: Path) -> int:
     """A live session (fake bmoe, serial and overlap, two repeats each), or a fixture study
     folder imported, in ./orch.db."""
     if request.param == "live":
-        (workspace / "m.yaml").write_text(
-            textwrap.dedent(SERIAL_AND_OVERLAP.format(ws=workspace)))
+        (workspace / "m.yaml").write_text(yaml.safe_dump(serial_and_overlap(workspace)))
         orch_ok("run", "m.yaml")
     else:
         shutil.copytree(FIX / request.param, workspace / "study")
