@@ -14,7 +14,8 @@ from sqlalchemy import create_engine, text
 from orchestrator.db import schema
 from orchestrator.db.runs import parse_settings
 from orchestrator.db.store import MIGRATIONS, Store, current_revision, revisions
-from orchestrator.report import provenance, render
+from orchestrator.report.document import provenance
+from orchestrator.report.document import render
 from orchestrator.results import report_data as context
 
 LOCAL_START = dt.datetime(2026, 7, 21, 9, 4, 6)            # as the study wrote it, no zone

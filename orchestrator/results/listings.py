@@ -1,5 +1,5 @@
 """What the terminal views show (`orch run`'s session table, `orch runs`, `orch show`), read
-once for report/terminal.py to render: the runs, their stored figures (Runs.figures), and
+once for report/terminal/runs.py to render: the runs, their stored figures (Runs.figures), and
 what else each view prints (a session's comparability caveats, a failed run's stderr tail).
 """
 from __future__ import annotations
@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from orchestrator.db.runs import DATE_ONLY as DATE_ONLY  # re-exported for the views
+# RunRow and SessionRow are re-exported: the views name the rows they are given by results/'
+# names, never db/'s (report/ imports no db, tests/test_structure.py)
 from orchestrator.db.runs import RunRow, Runs
+from orchestrator.db.runs import SessionRow as SessionRow
 from orchestrator.db.store import Store
 from orchestrator.errors import NotFound
 from orchestrator.stats.figures import RunFigures

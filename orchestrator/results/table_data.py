@@ -1,4 +1,4 @@
-"""What `orch table` shows of a stored session, read and computed once (report/session_tables.py
+"""What `orch table` shows of a stored session, read and computed once (report/table/session.py
 lays it out): the session's runs and their figures (with `--trim`/the quantile method asked
 for), each (model, device) group's model facts and configs combined (ConfigFigures: the
 pivot's cells), its A/B groups, the comparability caveats and the design file.

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict_cell
-from orchestrator.report.formatting import ratio, when
-from orchestrator.report.markdown import Table, md_escape
+from orchestrator.report.format.cells import id_list, interval_cell, mean_cell, verdict_cell
+from orchestrator.report.format.formatters import ratio, when
+from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.comparison import Absence, ConfigRow, SideComparison
 from orchestrator.results.regressions import Regression
 from orchestrator.stats.values import DASH

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from orchestrator.config.design import Design
-from orchestrator.report.markdown import Table, md_code, md_escape, render
+from orchestrator.report.format.markdown import Table, md_code, md_escape, render
 from orchestrator.stats.values import DASH
 
 LEGEND_CAPTION = "**Configs** (as the design file of the import names them):"

@@ -26,8 +26,8 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from orchestrator.report import plot_data
-from orchestrator.report.labels import group_title
+from orchestrator.report.document import plot_data
+from orchestrator.report.format.labels import group_title
 from orchestrator.results.report_data import Group, ReportData
 
 WARM_TOKENS = 32        # tokens drawn one by one: warm-up lasts a few to a few dozen tokens

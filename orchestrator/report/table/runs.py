@@ -1,10 +1,10 @@
 """`orch table`'s tables from `statistics.runs_table` output, laid out like the BigMoeOnEdge
-summary.md: one table kind per spec of report/columns.py (TABLES: throughput, detail,
+summary.md: one table kind per spec of report/format/columns.py (TABLES: throughput, detail,
 latency, pressure, adaptive, variants), printed as markdown, csv or json from the same rows.
 `columns` (`orch table --columns`) lays the throughput table out from the named columns of
 the throughput and detail specs instead.
 
-Cells are formatted by the columns' formatters (orchestrator.report.formatting); a missing
+Cells are formatted by the columns' formatters (orchestrator.report.format.formatters); a missing
 value prints "—". Rows are addressed by display label: `labels` maps run_id -> label (the
 caller's knowledge, e.g. which file a config came from) and `order` lists the labels to show;
 a label without a run gets a row of "—" (the published tables list configs that were not
@@ -19,10 +19,8 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.config.configs import expand_configs
-from orchestrator.config.matrix import Matrix
-from orchestrator.report import markdown as md
-from orchestrator.report.columns import (
+from orchestrator.report.format import markdown as md
+from orchestrator.report.format.columns import (
     DETAIL,
     ENERGY,
     LATENCY,
@@ -31,11 +29,11 @@ from orchestrator.report.columns import (
     TableSpec,
     pick,
 )
-from orchestrator.report.formatting import STATS, records
-from orchestrator.report.labels import model_on_device
+from orchestrator.report.format.cells import RUN_IDS
+from orchestrator.report.format.formatters import records
+from orchestrator.report.format.labels import model_on_device
 from orchestrator.stats.values import DASH, is_missing
 
-RUN_IDS = "run ids"       # the header of the column naming the runs a row comes from
 # what `orch table --columns` picks from: the throughput table, its detail table and the
 # per-token latency table, and the energy table
 PICKABLE: tuple[TableSpec, ...] = (THROUGHPUT, DETAIL, LATENCY, ENERGY)
@@ -139,32 +137,3 @@ def to_json(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = N
             order: Sequence[str] | None = None) -> str:
     rows = records(values(stats, kind, labels, order).to_dict("records"))
     return json.dumps(rows, ensure_ascii=False, indent=1)
-
-
-def pivot(matrix: Matrix | None, means: Mapping[str, float | None]) -> md.Table | None:
-    """A grid over two flags as rows = the first flag's values, columns = the second's, cells
-    = mean tok/s (`means`: config name -> mean, e.g. of a config's ok runs); None when the
-    matrix has no such grid (or crosses it with several `configs`)."""
-    if matrix is None or len(matrix.grid) != 2 or len(matrix.configs) > 1:
-        return None
-    (rflag, rvalues), (cflag, cvalues) = matrix.grid.items()
-    names = [name for name, _ in expand_configs(matrix)]    # the grid's product order
-    if not any(not is_missing(means.get(n)) for n in names):
-        return None
-    mean = STATS["mean"].fmt
-    corner = f"{rflag.lstrip('-')} ↓ {cflag.lstrip('-')} →"
-    table = md.Table([md.md_escape(corner)] + [md.md_escape(_grid_value(v)) for v in cvalues],
-                     ["---"] + ["---:"] * len(cvalues))
-    for i, rv in enumerate(rvalues):
-        cells = [mean(means.get(names[i * len(cvalues) + j])) for j in range(len(cvalues))]
-        table.rows.append([md.md_escape(_grid_value(rv))] + cells)
-    return table
-
-
-def pivot_caption(matrix: Matrix) -> str:
-    rflag, cflag = (f.lstrip("-") for f in matrix.grid)
-    return f"**Mean tok/s by {md.md_escape(rflag)} × {md.md_escape(cflag)}**:"
-
-
-def _grid_value(value: Any) -> str:
-    return ("on" if value else "off") if isinstance(value, bool) else str(value)

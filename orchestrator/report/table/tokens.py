@@ -5,8 +5,8 @@ import json
 
 import pandas as pd
 
-from orchestrator.report import markdown as md
-from orchestrator.report.formatting import number, records
+from orchestrator.report.format import markdown as md
+from orchestrator.report.format.formatters import number, records
 
 HEADERS = {"token": "token", "step": "step", "wall_ms": "wall ms", "compute_ms": "compute ms",
            "io_ms": "I/O ms", "stall_ms": "stall ms", "cache_hit_pct": "cache hit",

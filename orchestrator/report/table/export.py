@@ -3,7 +3,7 @@ tokens.<ext> and samples.<ext>, in csv, json or parquet. Structured run columns 
 summary, warnings, temp_start, settings) are JSON text in every format, so each file holds
 one flat table.
 
-Paths follow report/paths.py's rule: by default relative to the study folder (an import's
+Paths follow report/format/paths.py's rule: by default relative to the study folder (an import's
 `source_file`, a live run's paths against its matrix's folder) or by file name; `full` keeps
 the absolute paths as stored."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from orchestrator.report.paths import Paths, base_of
+from orchestrator.report.format.paths import Paths, base_of
 from orchestrator.results.export import SessionExport
 
 

@@ -16,11 +16,12 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from orchestrator.report import ab_table, render
-from orchestrator.report.cells import id_list, interval_cell, mean_cell, verdict_cell
-from orchestrator.report.formatting import ratio, when
-from orchestrator.report.markdown import Table, md_escape
-from orchestrator.report.session_tables import failure_line
+from orchestrator.report.format import ab_rows as ab_table
+from orchestrator.report.document import render
+from orchestrator.report.format.cells import id_list, interval_cell, mean_cell, verdict_cell
+from orchestrator.report.format.formatters import ratio, when
+from orchestrator.report.format.markdown import Table, md_escape
+from orchestrator.report.format.labels import failure_line
 from orchestrator.results.comparison import (
     Absence,
     ConfigRow,

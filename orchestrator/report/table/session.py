@@ -5,7 +5,7 @@ tables asked for; rows carry the matrix's labels (`labels:`), imported runs thei
 or their design file's config name. An import's design file (config/design.py) adds, in
 markdown only, its session note and a Configs legend (label, flags, files) at the top and its
 model and config notes under each group's tables.
-Table kinds: "model" (the facts), the specs of report/columns.py (TABLES: their columns and
+Table kinds: "model" (the facts), the specs of report/format/columns.py (TABLES: their columns and
 captions), and "ab" (results/ab.py).
 """
 from __future__ import annotations
@@ -17,24 +17,19 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.design import Design
-from orchestrator.report import ab_table, design_notes, tables
-from orchestrator.report.formatting import records
-from orchestrator.report.labels import row_labels
-from orchestrator.report.markdown import md_escape, md_prose
-from orchestrator.report.markdown import render as md_render
-from orchestrator.report.within_cells import with_trim
+from orchestrator.report.format import ab_rows as ab_table
+from orchestrator.report.format import design_notes, grid
+from orchestrator.report.table import runs as tables
+from orchestrator.report.format.formatters import records
+from orchestrator.report.format.labels import failure_line, row_labels
+from orchestrator.report.format.markdown import md_escape, md_prose
+from orchestrator.report.format.markdown import render as md_render
+from orchestrator.report.format.within_cells import with_trim
 from orchestrator.results.drift import Caveat
 from orchestrator.results.model_facts import ModelFacts
 from orchestrator.results.table_data import RunRow, TableData
 from orchestrator.stats.figures import frame as figures_frame
 from orchestrator.stats.status import Status
-from orchestrator.stats.values import DAGGER
-
-
-def failure_line(row: RunRow) -> str:
-    """Why a run that did not end ok is in no aggregate (the terminal and `orch table`)."""
-    return (f"{DAGGER} {row.config}: {row.status}" + (f" ({row.cause})" if row.cause else "")
-            + f", run {row.id}; left out of every aggregate")
 
 
 def _without_name(facts: ModelFacts) -> dict[str, Any]:
@@ -74,10 +69,10 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
             parts.append(tables.markdown(stats.loc[ids], kind, labels, columns=columns,
                                          run_ids=kind == "throughput"))
             means = {c: f.mean.mean for c, f in data.configs[model, device].items()}
-            grid = tables.pivot(matrix, means) if kind == "throughput" else None
-            if grid is not None and matrix is not None:     # a grid implies its matrix
-                parts.append(tables.pivot_caption(matrix) + "\n")
-                parts.append(md_render(grid) + "\n")
+            pivot = grid.pivot(matrix, means) if kind == "throughput" else None
+            if pivot is not None and matrix is not None:     # a grid implies its matrix
+                parts.append(grid.pivot_caption(matrix) + "\n")
+                parts.append(md_render(pivot) + "\n")
         parts += [n + "\n" for n in _group_notes(designs, model, members)]
         # warnings next to the group's rows they concern (drift.py)
         warnings = markdown_block(c for c in data.caveats

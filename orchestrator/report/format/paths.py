@@ -16,7 +16,7 @@ from pathlib import PurePath, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.db.runs import RunRow, SessionRow
+    from orchestrator.results.listings import RunRow, SessionRow
 
 # an absolute path inside a command line or a key=value list: after a space, `=`, `:`, a
 # quote or a parenthesis, up to the next space, quote, comma or semicolon

@@ -1,10 +1,10 @@
-"""Cells of the within-run columns (report/columns.py LATENCY) and the trim's words in
+"""Cells of the within-run columns (report/format/columns.py LATENCY) and the trim's words in
 captions: formatting only, the figures are stats/within_run.py's and stats/settle.py's."""
 from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.report.formatting import MINUS, STATS
+from orchestrator.report.format.formatters import MINUS, STATS
 from orchestrator.stats.trim import trim_words
 from orchestrator.stats.values import DASH, is_missing
 

@@ -24,7 +24,7 @@ import pandas as pd
 
 from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
-from orchestrator.report.markdown import Table, md_escape
+from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.report_data import ReportData, RunView, traced_runs
 from orchestrator.results.routes import (
     LAGS,
@@ -39,7 +39,7 @@ from orchestrator.stats.values import DASH, is_missing
 POLICIES = ("belady", "lru", "lfu", "layer", "layerlfu")
 STUDY_BUDGETS = (250, 500, 750, 1000, 1500, 2000, 2500, 3000, 4000, 6000, 8000)
 LARGER_BUDGETS = (12000, 16000, 24000, 32000, 48000, 64000, 96000, 128000, 192000, 256000)
-FIGURE_KINDS = ("steps", "popularity", "lags", "replay")   # report/route_plots.py draws them
+FIGURE_KINDS = ("steps", "popularity", "lags", "replay")   # report/document/routing_plots.py draws them
 MIN_BUDGETS = 6       # fewer study budgets under the touched size: scale the list to the trace
 
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.report import markdown as md
-from orchestrator.report.cells import id_list
-from orchestrator.report.formatting import STATS, records
+from orchestrator.report.format import markdown as md
+from orchestrator.report.format.cells import id_list
+from orchestrator.report.format.formatters import STATS, records
 from orchestrator.results.pivot import Pivot, PivotRow
 from orchestrator.stats.values import DASH
 

@@ -1,26 +1,29 @@
-"""The report's combined cells: run-id lists, the spread of repeated runs and the interval of
+"""The combined cells of the report and `orch table`: run-id lists (under RUN_IDS), the spread of repeated runs and the interval of
 their mean, and the cells of a comparison (`orch compare`, the report's regressions).
 
-Single figures are formatted by the one formatter set (orchestrator.report.formatting) that
+Single figures are formatted by the one formatter set (orchestrator.report.format.formatters) that
 the terminal, `orch table` and `orch compare` use too, so a figure reads the same in every
 view and in the published summary.md; which table shows which figure is declared in
-orchestrator.report.columns; markdown escaping and table layout are in
-orchestrator.report.markdown.
+orchestrator.report.format.columns; markdown escaping and table layout are in
+orchestrator.report.format.markdown.
 """
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.report.formatting import ratio
+from orchestrator.report.format.formatters import ratio
 from orchestrator.stats.values import DASH
 
 if TYPE_CHECKING:
     from orchestrator.stats.uncertainty import Comparison, Interval
 
-# report/ab_table.py (pandas, and through results/ab.py scipy) is imported by the cells that
-# use it, when they are drawn: the terminal views import this module (report/columns.py), and
+# report/format/ab_rows.py (pandas, and through results/ab.py scipy) is imported by the cells that
+# use it, when they are drawn: the terminal views import this module (report/format/columns.py), and
 # `orch runs` / `orch show` draw none of these cells (tests/test_startup.py)
+
+
+RUN_IDS = "run ids"     # the header of the column of a row's run ids (id_list)
 
 
 def id_list(ids: Sequence[int]) -> str:
@@ -49,7 +52,7 @@ def spread_cell(spread: Mapping[str, Any] | None) -> str:
 
 def ci_cell(low: float | None, high: float | None) -> str:
     """The 95% interval of a config's mean over its runs' means: "12.10–12.52"."""
-    from orchestrator.report.ab_table import interval_text
+    from orchestrator.report.format.ab_rows import interval_text
 
     return interval_text(low, high)
 
@@ -60,13 +63,13 @@ def mean_cell(interval: Interval | None) -> str:
     one run."""
     if interval is None or interval.mean is None:
         return DASH
-    from orchestrator.report import ab_table
+    from orchestrator.report.format import ab_rows as ab_table
 
     return ab_table.mean_cell(interval, headline=False)
 
 
 def interval_cell(c: Comparison | None) -> str:
-    from orchestrator.report import ab_table
+    from orchestrator.report.format import ab_rows as ab_table
 
     return DASH if c is None else ab_table.interval_text(c.low, c.high, ratio)
 

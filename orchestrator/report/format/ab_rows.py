@@ -1,6 +1,6 @@
 """The A/B rows of results/ab.py as cells, a markdown table with its notes, and csv/json
 records: one set of rows, several printers (as llama-bench prints one record as md, csv or
-json). The cells are shared with `orch compare` and the report (report/cells.py)."""
+json). The cells are shared with `orch compare` and the report (report/format/cells.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.report import markdown as md
-from orchestrator.report.formatting import STATS, Formatter, bold, pct, signed
+from orchestrator.report.format import markdown as md
+from orchestrator.report.format.formatters import STATS, Formatter, bold, pct, signed
 from orchestrator.results.ab import ABGroup, ABRow, Verdict
 from orchestrator.stats.uncertainty import ALPHA, Comparison, Interval
 from orchestrator.stats.values import DAGGER, DASH, is_missing

@@ -10,7 +10,7 @@
 - replay: hit % against cache budget per policy (offline replay), decode-only and cumulative,
   the token cycle T marked, measured cache hits of real runs as numbered markers.
 
-Files and embedding go through report/plots.py (emit), so they behave like the group figures.
+Files and embedding go through report/document/plots.py (emit), so they behave like the group figures.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.report.labels import run_label
-from orchestrator.report.plots import (
+from orchestrator.report.format.labels import run_label
+from orchestrator.report.document.plots import (
     Plot,
     _legend_outside,
     _pyplot,
@@ -28,7 +28,7 @@ from orchestrator.report.plots import (
     figure_dir,
     wrap,
 )
-from orchestrator.report.routing import POLICIES, RoutingSection, budget_text
+from orchestrator.report.document.routing import POLICIES, RoutingSection, budget_text
 from orchestrator.results.routes import LAGS
 
 POLICY_STYLE = {"belady": ("k", "-", "o"), "lru": ("C0", "-", "s"), "lfu": ("C1", "--", "^"),

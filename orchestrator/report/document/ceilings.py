@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.report.cells import id_list
-from orchestrator.report.markdown import Table, md_escape
+from orchestrator.report.format.cells import id_list
+from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.ceilings import (
     COMPUTE_BOUND_SHARE,
     IO_BOUND_SHARE,

@@ -10,7 +10,7 @@ from orchestrator.stats.values import DAGGER
 
 if TYPE_CHECKING:
     from orchestrator.config.matrix import Matrix
-    from orchestrator.db.runs import RunRow
+    from orchestrator.results.listings import RunRow
     from orchestrator.results.report_data import Group, ReportData, RunView
 
 
@@ -62,3 +62,9 @@ def left_out_line(run: RunView) -> str:
     return (f"{run_label(run)} run {run.id} on {run.row.device}: {run.row.status}"
             + (f" — {run.row.cause}" if run.row.cause else "")
             + f"; {run.figures.n} token(s) recorded; left out of every aggregate")
+
+
+def failure_line(row: RunRow) -> str:
+    """Why a run that did not end ok is in no aggregate (the terminal and `orch table`)."""
+    return (f"{DAGGER} {row.config}: {row.status}" + (f" ({row.cause})" if row.cause else "")
+            + f", run {row.id}; left out of every aggregate")

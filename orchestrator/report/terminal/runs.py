@@ -1,7 +1,7 @@
 """Terminal views of the store (rich tables) for `orch run`, `orch runs`, `orch show`,
 `orch devices`. Numbers come from the analysis layer; which statistics each view shows, under
-which header, is report/columns.py (SESSION, LISTING, SHOW), written by the one formatter set
-(orchestrator.report.formatting), so a figure reads here as in `orch table` and the report."""
+which header, is report/format/columns.py (SESSION, LISTING, SHOW), written by the one formatter set
+(orchestrator.report.format.formatters), so a figure reads here as in `orch table` and the report."""
 from __future__ import annotations
 
 import datetime as dt
@@ -14,8 +14,8 @@ from rich.table import Table
 from orchestrator.results.listings import DATE_ONLY, Listing, RunDetail, RunRow
 from orchestrator.escape import visible
 from orchestrator.record_versions import entry_state
-from orchestrator.report.columns import LISTING, SESSION, SHOW
-from orchestrator.report.formatting import when
+from orchestrator.report.format.columns import LISTING, SESSION, SHOW
+from orchestrator.report.format.formatters import when
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
@@ -25,7 +25,7 @@ def _status(row: RunRow) -> str:
 
 
 def print_session_table(console: Console, listing: Listing) -> None:
-    from orchestrator.report.session_tables import failure_line
+    from orchestrator.report.format.labels import failure_line
 
     rows, stats, session_id = listing.rows, listing.figures, listing.session_id
     table = Table(title=f"session {session_id}: {rows[0].matrix_name if rows else ''}",

@@ -4,7 +4,7 @@ Per device its facts, per engine build its binary hash and version, model files,
 file and its hash, orch's version and git revision, and every run with its id, exact flags,
 timestamps and the cooldown it got.
 
-Paths and the controller's user@host are shown as report/paths.py's rule says: by default
+Paths and the controller's user@host are shown as report/format/paths.py's rule says: by default
 relative to the study (or by file name) and no user@host; `full` shows them as stored.
 """
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 
 from orchestrator.results.listings import DATE_ONLY, RunRow
 from orchestrator.record import load_record
-from orchestrator.report.cells import id_list
-from orchestrator.report.formatting import file_size, gib_from_kb, when
-from orchestrator.report.markdown import Table, md_code, md_escape
-from orchestrator.report.paths import SHARE, Paths, base_of
+from orchestrator.report.format.cells import id_list
+from orchestrator.report.format.formatters import file_size, gib_from_kb, when
+from orchestrator.report.format.markdown import Table, md_code, md_escape
+from orchestrator.report.format.paths import SHARE, Paths, base_of
 from orchestrator.results.report_data import ReportData, RunView
 from orchestrator.stats.values import DAGGER, DASH
 

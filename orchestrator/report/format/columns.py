@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from orchestrator.report.cells import ci_cell, spread_cell
-from orchestrator.report.formatting import (
+from orchestrator.report.format.cells import ci_cell, spread_cell
+from orchestrator.report.format.formatters import (
     STATS,
     energy_cell,
     gib,
@@ -31,7 +31,7 @@ from orchestrator.report.formatting import (
     temp_range,
     useful,
 )
-from orchestrator.report.within_cells import (
+from orchestrator.report.format.within_cells import (
     interval_cell,
     ms_interval_cell,
     pct_cell,
@@ -173,7 +173,7 @@ J_PER_TOKEN = Column("j_per_token", STATS["j_per_token"].header, energy_cell,
 _ENERGY_KEYS = ("energy_j", "power_w", "tokens_per_j", "net_j_per_token")
 
 
-# ---- `orch table` (report/tables.py): the published columns first, with their headers and
+# ---- `orch table` (report/table/runs.py): the published columns first, with their headers and
 # cells unchanged (the 2026-07-13 oracle), p5 where the phone study prints it ---------------
 
 THROUGHPUT = TableSpec(
@@ -241,7 +241,7 @@ TABLES: dict[str, TableSpec] = {
     "adaptive": ADAPTIVE, "variants": VARIANTS, "energy": ENERGY}
 
 
-# ---- the report (report/sections.py): one row per config, so the mean of repeated runs
+# ---- the report (report/document/group_tables.py): one row per config, so the mean of repeated runs
 # comes with its interval and spread; warm-up and latency next to the throughput -------------
 
 MEAN_CI = Column("mean_ci_low", "95% CI", ci_cell, also=("mean_ci_high",))
@@ -290,7 +290,7 @@ def column_keys(specs: Iterable[TableSpec]) -> list[str]:
     return list(dict.fromkeys(c.key for spec in specs for c in spec.columns))
 
 
-# ---- the terminal (report/terminal.py) -----------------------------------------------------
+# ---- the terminal (report/terminal/runs.py) -----------------------------------------------------
 
 # the per-run columns of `orch run`'s closing table
 SESSION = TableSpec(stats("n", "mean", "median", "p5", "p95", "min", "max",

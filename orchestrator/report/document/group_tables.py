@@ -1,6 +1,6 @@
 """The result tables of a report, per (model, device) group: throughput, device pressure, A/B.
 
-The throughput, detail and pressure columns are report/columns.py's REPORT_THROUGHPUT,
+The throughput, detail and pressure columns are report/format/columns.py's REPORT_THROUGHPUT,
 REPORT_DETAIL and REPORT_PRESSURE (`--columns` picks the throughput table's from the first
 two). Every row carries a `run ids` cell with the ids it was computed from (see Provenance),
 and runs that did not end ok get their own daggered row, never a share of an aggregate.
@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from orchestrator.report import ab_table as ab_rows
-from orchestrator.report import design_notes
-from orchestrator.report.cells import id_list
-from orchestrator.report.columns import (
+from orchestrator.report.format import ab_rows as ab_rows
+from orchestrator.report.format import design_notes
+from orchestrator.report.format.cells import RUN_IDS, id_list
+from orchestrator.report.format.columns import (
     DECODE_SPLIT,
     REPORT_DETAIL,
     REPORT_PRESSURE,
@@ -23,8 +23,8 @@ from orchestrator.report.columns import (
     TableSpec,
     pick,
 )
-from orchestrator.report.labels import left_out_line, run_label
-from orchestrator.report.markdown import Table, md_escape
+from orchestrator.report.format.labels import left_out_line, run_label
+from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.report_data import (
     ConfigAgg,
     Group,
@@ -35,7 +35,6 @@ from orchestrator.stats.config_figures import Spread
 from orchestrator.stats.divergence import divergence
 from orchestrator.stats.values import DASH
 
-RUN_IDS = "run ids"        # the header of the column naming the runs a row comes from
 OVERLAP_MARK = "‡"         # not †: that marks the runs left out
 OVERLAP_NOTE = (f"{OVERLAP_MARK} ran with `--overlap`: flash I/O runs beside compute, so "
                 "compute + I/O does not add up to the wall time (the I/O figure is the read "
@@ -167,7 +166,7 @@ def left_out(runs: list[RunView]) -> list[str]:
     return [md_escape(left_out_line(r)) for r in runs if not r.ok]
 
 
-# ---- what an import's design file adds (report/design_notes.py) --------------------------
+# ---- what an import's design file adds (report/format/design_notes.py) --------------------------
 
 def design_group(data: ReportData, group: Group) -> dict[str, Any]:
     """A group's model note (above its tables) and the notes on its configs (under them),

@@ -4,7 +4,7 @@ value that was not measured (never 0, never an empty cell).
 The terminal (`orch run`, `orch show`), `orch table`, `orch report` and `orch compare` all
 format through STATS, so a figure reads the same in each of them and in the published
 summary.md tables; which table shows which statistic, under which header, is declared in
-report/columns.py. CSV and JSON carry the same statistics unformatted, under keys that name
+report/format/columns.py. CSV and JSON carry the same statistics unformatted, under keys that name
 their unit (peak_rss_gib, read_mib_per_token, ...), with null for not measured (`records`).
 
 %-formatting rounds the binary value correctly and an exact half to even (76.5 -> "76%"), as
@@ -105,7 +105,7 @@ _S_PER_TOKEN = number("%.3f")
 _MS = number("%.1f")
 
 # Every statistic a view shows (keys of stats/statistics.py: STAT_COLUMNS), with its shared
-# header; which tables show it, in which order: report/columns.py.
+# header; which tables show it, in which order: report/format/columns.py.
 STATS: dict[str, Stat] = {
     "n": Stat("tokens", number("%d")),
     "mean": Stat("decode mean", _TPS, "mean tok/s (n / decode s)"),

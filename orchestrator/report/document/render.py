@@ -31,15 +31,19 @@ from markupsafe import Markup
 
 from orchestrator import __version__
 from orchestrator.errors import ConfigError
-from orchestrator.report import ceilings as against_ceilings
-from orchestrator.report import markdown as md
-from orchestrator.report import provenance, quality, routing, sections, tables
-from orchestrator.report.cells import id_list
-from orchestrator.report.columns import REPORT_PRESSURE
-from orchestrator.report.formatting import cell, gib_from_kb, pct, ratio, when
-from orchestrator.report.labels import baseline_line, group_title
-from orchestrator.report.regressions import sections as regression_sections
-from orchestrator.report.within_cells import with_trim
+from orchestrator.report.document import ceilings as against_ceilings
+from orchestrator.report.format import markdown as md
+from orchestrator.report.document import provenance
+from orchestrator.report.document import quality
+from orchestrator.report.document import routing
+from orchestrator.report.document import group_tables as sections
+from orchestrator.report.format import grid
+from orchestrator.report.format.cells import id_list
+from orchestrator.report.format.columns import REPORT_PRESSURE
+from orchestrator.report.format.formatters import cell, gib_from_kb, pct, ratio, when
+from orchestrator.report.format.labels import baseline_line, group_title
+from orchestrator.report.document.regressions import sections as regression_sections
+from orchestrator.report.format.within_cells import with_trim
 from orchestrator.results.listings import DATE_ONLY
 from orchestrator.results.report_data import Group, ReportData
 from orchestrator.stats.values import DAGGER, DASH
@@ -174,21 +178,21 @@ def header(data: ReportData) -> dict[str, Any]:
 
 def pressure_caption(table: md.Table) -> str:
     """The device-pressure caption naming only the columns the table has (the columns' notes,
-    report/columns.py: REPORT_PRESSURE)."""
+    report/format/columns.py: REPORT_PRESSURE)."""
     return REPORT_PRESSURE.caption_naming(table.headers)
 
 
 def group_facts_and_pivot(g: Group) -> dict[str, Any]:
     """What opens a (model, device) section: the model's facts (file size, arch, layers,
     experts, top-k, size against the device's RAM), and for a grid over two flags the pivot of
-    mean tok/s, the same as `orch table` shows (results/model_facts.py, report/tables.py)."""
+    mean tok/s, the same as `orch table` shows (results/model_facts.py, report/table/runs.py)."""
     if g.facts is None:
         return {"facts": None, "pivot": None, "pivot_caption": None}
     facts = g.facts.line()
     matrix = g.pivot_matrix
-    pivot = tables.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
+    pivot = grid.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
     return {"facts": md.md_escape(facts) if facts else None, "pivot": pivot,
-            "pivot_caption": tables.pivot_caption(matrix)
+            "pivot_caption": grid.pivot_caption(matrix)
             if pivot is not None and matrix is not None else None}
 
 
@@ -255,7 +259,7 @@ class ReportRequest:
     """How `orch report` renders a document (what it is about: results/report_data.py
     ReportData). `out`: written there, its figures in `<out stem>_files/`; `columns`: the
     throughput table's (`--columns`); `provenance_full`: user@host and absolute paths;
-    `comparison`: `--compare`'s section (report/compare.py section), or None."""
+    `comparison`: `--compare`'s section (report/document/compare.py section), or None."""
 
     out: Path | None = None
     fmt: str = "md"
@@ -282,8 +286,8 @@ def render_report(data: ReportData, request: ReportRequest = ReportRequest()) ->
         except ImportError:
             note = "No figures: matplotlib is not installed (`pip install 'orch[plots]'`)."
         else:
-            from orchestrator.report import plots as plotting
-            from orchestrator.report import route_plots
+            from orchestrator.report.document import plots as plotting
+            from orchestrator.report.document import routing_plots as route_plots
 
             # HTML is one self-contained file: its figures are embedded, none written beside it
             drawn = plotting.draw(data, None if fmt == "html" else out)
@@ -294,8 +298,8 @@ def render_report(data: ReportData, request: ReportRequest = ReportRequest()) ->
         group.update(against_ceilings.group_context(group["group"]))  # orch ceilings
         group.update(quality.group_context(group["group"]))  # quality probes
     ctx["quantile"] = data.quantile     # the Method paragraph names the p5/p95 method used
-    ctx["comparison"] = request.comparison  # `--compare`: report/compare.py's section()
-    ctx["routing"] = [routing.section_context(s) for s in traced]   # report/routing.py
+    ctx["comparison"] = request.comparison  # `--compare`: report/document/compare.py's section()
+    ctx["routing"] = [routing.section_context(s) for s in traced]   # report/document/routing.py
     ctx["routing_problems"] = untraceable
     ctx["regressions"] = regression_sections(data.regressions)  # earlier sessions of the matrix
     try:

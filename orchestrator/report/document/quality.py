@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.report.ab_table import mean_cell
-from orchestrator.report.formatting import STATS, pct
-from orchestrator.report.markdown import Table, md_escape
-from orchestrator.report.quality_tables import (
+from orchestrator.report.format.ab_rows import mean_cell
+from orchestrator.report.format.formatters import STATS, pct
+from orchestrator.report.format.markdown import Table, md_escape
+from orchestrator.report.format.quality_cells import (
     METHOD,
     accuracy_cell,
     differ_lines,

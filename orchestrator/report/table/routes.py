@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.report.markdown import Table, render
+from orchestrator.report.format.markdown import Table, render
 from orchestrator.results.routes import ROWS, display
 
 
