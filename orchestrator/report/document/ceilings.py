@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.cells import id_list
 from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.ceilings import (
@@ -17,7 +18,7 @@ from orchestrator.results.ceilings import (
     io_ceiling,
     judge,
 )
-from orchestrator.results.report_data import Group
+from orchestrator.results.report_data import Group, ReportData
 from orchestrator.stats.values import DASH, is_missing
 
 
@@ -63,7 +64,10 @@ def table(group: Group, row: Any) -> Table:
     return out
 
 
-def group_context(group: Group) -> dict[str, Any]:
+TEMPLATE = "ceilings.md.j2"
+
+
+def group_context(group: Group, data: ReportData, request: SectionRequest) -> dict[str, Any]:
     """`ceilings` (a Table or None) and `ceilings_caption` for group.md.j2: the device's
     ceilings measured nearest in time to the group's first run (results/report_data.py)."""
     row = group.ceilings

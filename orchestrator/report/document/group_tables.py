@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.report.format import ab_rows as ab_rows
-from orchestrator.report.format import design_notes
+from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.cells import RUN_IDS, id_list
 from orchestrator.report.format.columns import (
     DECODE_SPLIT,
@@ -23,16 +23,14 @@ from orchestrator.report.format.columns import (
     TableSpec,
     pick,
 )
-from orchestrator.report.format.labels import left_out_line, run_label
+from orchestrator.report.format.labels import run_label
 from orchestrator.report.format.markdown import Table, md_escape
+from orchestrator.report.format.within_cells import with_trim
 from orchestrator.results.report_data import (
-    ConfigAgg,
     Group,
     ReportData,
-    RunView,
 )
 from orchestrator.stats.config_figures import Spread
-from orchestrator.stats.divergence import divergence
 from orchestrator.stats.values import DASH
 
 OVERLAP_MARK = "‡"         # not †: that marks the runs left out
@@ -45,6 +43,21 @@ CAPTIONS = {
     "pressure": REPORT_PRESSURE.caption,
     "ab": ab_rows.CAPTION,
 }
+TEMPLATE = "group.md.j2"
+
+
+def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
+    """The tables' captions (the throughput and detail captions name the trim)."""
+    return {"captions": {k: with_trim(v, data.trim) if k in ("throughput", "detail") else v
+                         for k, v in CAPTIONS.items()}}
+
+
+def group_context(group: Group, data: ReportData, request: SectionRequest) -> dict[str, Any]:
+    """A group's throughput, detail and device-pressure tables."""
+    pressure_table = pressure(group)
+    return {"throughput": throughput(group, request.report.columns),
+            "detail": detail(group, request.report.columns),
+            "pressure": pressure_table, "pressure_caption": pressure_caption(pressure_table)}
 
 
 Row = tuple[str, Mapping[str, Any], Spread | None, list[int], bool | None]
@@ -119,67 +132,7 @@ def pressure(group: Group) -> Table:
     return table
 
 
-def ab(group: Group) -> tuple[Table | None, str | None]:
-    """(table, note): the group's A/B table against its model's baseline (results/ab.py), or
-    None and why there is none."""
-    rows = group.ab
-    if rows is None:
-        return None, None
-    if rows.note:
-        return None, md_escape(rows.note)
-    table = Table(ab_rows.HEADERS + [RUN_IDS, "text departs at"],
-                  ab_rows.ALIGNS + ["---", "---:"])
-    base = group.config(rows.baseline)
-    base_text = _text(base) if base is not None else None
-    for row in rows.rows:
-        agg = group.config(row.config)
-        text = _text(agg) if agg is not None else None
-        table.rows.append([md_escape(row.label)] + ab_rows.row_cells(row)
-                          + [id_list(row.ids), departs(base_text, text, row.is_baseline)])
-    if all(r[-1] in (DASH, "baseline") for r in table.rows):
-        for r in table.rows:   # no text to compare: the whole column goes
-            r[-1] = DASH
-    table = table.drop_empty(keep=(0, 1, 2, 4, len(ab_rows.HEADERS)))
-    table.notes += ab_rows.notes(rows)
-    if "text departs at" in table.headers:
-        table.notes.append("text departs at: with greedy decoding, the first character where "
-                           "a config's generated text differs from the baseline's (a change "
-                           "of routing changes the output from that token on).")
-    return table, None
-
-
-def _text(agg: ConfigAgg) -> str | None:
-    """The generated text of a config's first ok run (greedy decoding repeats it)."""
-    return next((r.row.text for r in agg.runs if r.row.text), None)
-
-
-def departs(base: str | None, text: str | None, is_base: bool) -> str:
-    if is_base:
-        return "baseline" if base else DASH
-    if base is None or text is None:
-        return DASH
-    index = divergence(base, text)
-    return "identical" if index is None else f"char {index}"
-
-
-def left_out(runs: list[RunView]) -> list[str]:
-    return [md_escape(left_out_line(r)) for r in runs if not r.ok]
-
-
-# ---- what an import's design file adds (report/format/design_notes.py) --------------------------
-
-def design_group(data: ReportData, group: Group) -> dict[str, Any]:
-    """A group's model note (above its tables) and the notes on its configs (under them),
-    from the design files of the group's sessions."""
-    designs = [data.designs.get(sid) for sid in dict.fromkeys(r.row.session_id for r in group.runs)]
-    return {"model_note": design_notes.model_note(designs, group.model),
-            "config_notes": design_notes.config_notes(designs, [a.config for a in group.configs])}
-
-
-def design_document(data: ReportData) -> dict[str, Any]:
-    """The session notes (under the description) and the Configs legend (before the first
-    group's tables)."""
-    designs = list(data.designs.values())
-    return {"session_notes": design_notes.session_notes(designs),
-            "legend": design_notes.legend(designs, [r.row.config for r in data.runs]),
-            "legend_caption": design_notes.LEGEND_CAPTION}
+def pressure_caption(table: Table) -> str:
+    """The device-pressure caption naming only the columns the table has (the columns' notes,
+    report/format/columns.py: REPORT_PRESSURE)."""
+    return REPORT_PRESSURE.caption_naming(table.headers)

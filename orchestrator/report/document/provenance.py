@@ -9,12 +9,15 @@ relative to the study (or by file name) and no user@host; `full` shows them as s
 """
 from __future__ import annotations
 
+import datetime as dt
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.results.listings import DATE_ONLY, RunRow
+from orchestrator import __version__
 from orchestrator.record import load_record
+from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.cells import id_list
 from orchestrator.report.format.formatters import file_size, gib_from_kb, when
 from orchestrator.report.format.markdown import Table, md_code, md_escape
@@ -235,3 +238,12 @@ def build(data: ReportData, full: bool = False) -> Provenance:
                       files=files_table(data, paths), runs=runs_table(data, paths),
                       prompts=prompts,
                       matrices=matrices)
+
+
+TEMPLATE = "provenance.md.j2"
+
+
+def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
+    """The provenance tables, and when and by which orch the document was made."""
+    return {"provenance": build(data, full=request.report.provenance_full),
+            "generated": when(dt.datetime.now(dt.UTC)), "orch_version": __version__}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.ab_rows import mean_cell
 from orchestrator.report.format.formatters import STATS, pct
 from orchestrator.report.format.markdown import Table, md_escape
@@ -20,7 +21,7 @@ from orchestrator.report.format.quality_cells import (
     rules_out_cell,
 )
 from orchestrator.results.quality import ModelQuality
-from orchestrator.results.report_data import Group
+from orchestrator.results.report_data import Group, ReportData
 from orchestrator.stats.values import DASH
 
 NONE: dict[str, Any] = {"quality": None, "quality_caption": None, "quality_differ": []}
@@ -53,7 +54,10 @@ def table(group: Group, probed: ModelQuality) -> Table:
     return out.drop_empty(keep=(0, 1, 3))
 
 
-def group_context(group: Group) -> dict[str, Any]:
+TEMPLATE = "quality.md.j2"
+
+
+def group_context(group: Group, data: ReportData, request: SectionRequest) -> dict[str, Any]:
     """`quality` (a Table or None), `quality_caption` and `quality_differ` (markdown bullet
     lines) for quality.md.j2: the group's model in the newest of its sessions that ran
     probes (results/report_data.py)."""

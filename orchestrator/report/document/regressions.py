@@ -9,11 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.cells import id_list, interval_cell, mean_cell, verdict_cell
 from orchestrator.report.format.formatters import ratio, when
 from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.comparison import Absence, ConfigRow, SideComparison
 from orchestrator.results.regressions import Regression
+from orchestrator.results.report_data import ReportData
 from orchestrator.stats.values import DASH
 
 Key = tuple[str, str]
@@ -68,3 +70,11 @@ def section(reg: Regression) -> dict[str, Any]:
 
 def sections(found: Sequence[Regression]) -> list[dict[str, Any]]:
     return [section(reg) for reg in found]
+
+
+TEMPLATE = "regressions.md.j2"
+
+
+def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
+    """Earlier sessions of the report's matrices on its devices (results/regressions.py)."""
+    return {"regressions": sections(data.regressions)}

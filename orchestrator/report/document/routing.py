@@ -24,6 +24,7 @@ import pandas as pd
 
 from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
+from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.report_data import ReportData, RunView, traced_runs
 from orchestrator.results.routes import (
@@ -349,3 +350,13 @@ def section_context(s: RoutingSection) -> dict[str, Any]:
             "token_cycle": _fmt(s.token_cycle_mib, 0), "top_k": s.top_k,
             "n_expert": s.figures["n_expert"],
             "plots": {**dict.fromkeys(FIGURE_KINDS), **{p.kind: p for p in s.plots}}}
+
+
+TEMPLATE = "routing.md.j2"     # one traced run's part; report.md.j2 holds the section around it
+
+
+def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
+    """`routing`: one routing.md.j2 context per traced run (its figures drawn already);
+    `routing_problems`: a line per traced run whose trace could not be analysed."""
+    return {"routing": [section_context(s) for s in request.traced],
+            "routing_problems": request.untraceable}
