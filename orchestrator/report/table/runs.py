@@ -32,7 +32,8 @@ from orchestrator.report.format.columns import (
 from orchestrator.report.format.cells import RUN_IDS
 from orchestrator.report.format.formatters import records
 from orchestrator.report.format.labels import model_on_device
-from orchestrator.stats.values import DASH, is_missing
+from orchestrator.results.table_data import deltas_to_first
+from orchestrator.stats.values import DASH
 
 # what `orch table --columns` picks from: the throughput table, its detail table and the
 # per-token latency table, and the energy table
@@ -55,22 +56,6 @@ def _rows(stats: pd.DataFrame, labels: Mapping[Any, str] | None,
     return [(label, *by_label.get(label, (None, None))) for label in order]
 
 
-def _variant_rows(rows: list[tuple[str, Mapping[str, Any] | None, Any]]
-                  ) -> list[tuple[str, Any, Any]]:
-    """The delta of columns.VARIANTS' mean against the first measured row."""
-    base = next((r["mean"] for _, r, _ in rows
-                 if r is not None and not is_missing(r.get("mean"))), None)
-    out = []
-    for i, (label, rec, rid) in enumerate(rows):
-        if rec is not None:
-            rec = dict(rec)
-            m = rec.get("mean")
-            if not is_missing(m) and base is not None and i > 0:
-                rec["_delta"] = m - base      # unrounded, as the published "(+0.05)" shows
-        out.append((label, rec, rid))
-    return out
-
-
 def spec_of(kind: str, columns: Sequence[str] | None = None) -> TableSpec:
     """The table's spec; with `columns` (`--columns`, throughput only), those columns of
     PICKABLE instead."""
@@ -86,13 +71,14 @@ def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = Non
     row's run id, with `run_ids`: `orch table` names the run each row is)."""
     spec = spec_of(kind, columns).columns
     rows = _rows(stats, labels, order)
-    if kind == "variants":
-        rows = _variant_rows(rows)
+    # the variants table: each mean's delta to the first measured row's (results/)
+    deltas = (deltas_to_first([(rec or {}).get("mean") for _, rec, _ in rows])
+              if kind == "variants" else [None] * len(rows))
     data = []
-    for label, rec, rid in rows:
+    for (label, rec, rid), delta in zip(rows, deltas):
         row = [label] + [c.cell(rec) for c in spec]
-        if kind == "variants" and rec is not None and "_delta" in rec:
-            row[1] += f" ({rec['_delta']:+.2f})"
+        if delta is not None:
+            row[1] += f" ({delta:+.2f})"
         if run_ids:
             row.append(DASH if rid is None else str(rid))
         data.append(row)
