@@ -1,4 +1,5 @@
-"""The result tables of a report, per (model, device) group: throughput, device pressure, A/B.
+"""The result tables of a report, per (model, device) group: throughput, its detail, and
+device pressure (the A/B table is document/ab.py).
 
 The throughput, detail and pressure columns are report/format/columns.py's REPORT_THROUGHPUT,
 REPORT_DETAIL and REPORT_PRESSURE (`--columns` picks the throughput table's from the first

@@ -7,6 +7,9 @@ Markdown templates are not autoescaped (markdown is not HTML): every value that 
 data goes through the `md` / `code` filters, and the built cells are escaped already. HTML
 templates (*.html, *.html.j2) are autoescaped; the markdown body is converted with HTML
 disabled, so a `<script>` in a config name arrives as text.
+
+The context the templates read is the sections' (sections_registry.py SECTIONS): render_report
+draws the figures first (_draw), then goes down the list.
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """The columns of every statistics table, declared once. `orch table` (markdown, csv, json),
 the terminal (`orch run`'s session table, `orch runs`, `orch show`) and the report's tables
 all lay their statistics out from the specs here, so a column reads the same everywhere and
-adding a statistic to the views is its formatter in formatting.STATS plus one `stat(...)` in
+adding a statistic to the views is its formatter in formatters.STATS plus one `stat(...)` in
 each table below that shows it.
 
 A column is a key of the per-run statistics frame (stats/statistics.py: STAT_COLUMNS, also
-the csv/json column) with its header and formatter (both from formatting.STATS unless a table
+the csv/json column) with its header and formatter (both from formatters.STATS unless a table
 renames or reformats it), its markdown alignment, whether it is the row's headline figure
 (bold in markdown), and a note saying what it holds where a caption names the columns shown.
 A few cells combine keys (the compute + I/O split, the CPU temperature range), and two are

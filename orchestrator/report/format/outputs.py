@@ -1,5 +1,6 @@
-"""Checks of an output path before anything is rendered or written: a refusal is one line and
-exit 2 (a ConfigError), and no figure folder or partial file is left behind."""
+"""Checks of an output path (`orch report -o`, `orch export`) before anything is rendered or
+written: a refusal is one line and exit 2 (a ConfigError), and no figure folder or partial
+file is left behind."""
 from __future__ import annotations
 
 import os

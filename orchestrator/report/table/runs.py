@@ -8,8 +8,9 @@ Cells are formatted by the columns' formatters (orchestrator.report.format.forma
 value prints "—". Rows are addressed by display label: `labels` maps run_id -> label (the
 caller's knowledge, e.g. which file a config came from) and `order` lists the labels to show;
 a label without a run gets a row of "—" (the published tables list configs that were not
-measured that day); without `order`, every run is a row. `pivot` lays a two-flag grid out as
-a table.
+measured that day); without `order`, every run is a row. The variants table prints each
+mean's delta to the first row's (results/table_data.py deltas_to_first); the two-flag pivot is
+format/grid.py's.
 """
 from __future__ import annotations
 
