@@ -21,7 +21,7 @@ from test_report import by_label, find, md_tables, run_matrix
 from orchestrator.config.matrix import stored_matrix
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.report import ab_table
+from orchestrator.report.format import ab_rows as ab_table
 from orchestrator.results import ab
 from orchestrator.db.runs import Runs
 from orchestrator.stats.figures import frame

@@ -27,7 +27,7 @@ from orchestrator.engines.bmoe_format import parse_metrics_sidecar
 from orchestrator.record import Pressure, RunRecord, load_record
 from orchestrator.stats import statistics as analysis
 from orchestrator.stats.statistics import RunInput
-from orchestrator.report import tables
+from orchestrator.report.table import runs as tables
 from orchestrator.stats.statistics import pressure_by_run
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"

@@ -14,8 +14,8 @@ from test_ab import TWO_MODELS, matrix, runs_of
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.report import ab_table
-from orchestrator.report.formatting import pct
+from orchestrator.report.format import ab_rows as ab_table
+from orchestrator.report.format.formatters import pct
 from orchestrator.results import ab
 from orchestrator.stats.figures import RunFigures
 

@@ -579,7 +579,7 @@ def test_the_report_draws_power_beside_temperature_and_ram(tmp_path, monkeypatch
         counter.stop_.set()
         counter.join(10)
     assert code == 0, out
-    from orchestrator.report import plot_data
+    from orchestrator.report.document import plot_data
 
     store = Store.open("orch.db")
     (run,) = Runs(store).current()

@@ -335,7 +335,7 @@ def test_resume_reruns_a_config_whose_flags_changed(tmp_path: Path, monkeypatch)
 
 
 def test_unexpected_error_is_one_line_and_debug_shows_it(tmp_path: Path, monkeypatch) -> None:
-    from orchestrator.report import terminal
+    from orchestrator.report.terminal import runs as terminal
 
     def boom(*_args: object) -> None:
         raise RuntimeError("something odd\nsecond line")
@@ -371,7 +371,7 @@ def test_a_device_thread_that_dies_reports_its_error(monkeypatch) -> None:
 
 
 def test_interrupt_is_one_line_and_130(tmp_path: Path, monkeypatch) -> None:
-    from orchestrator.report import terminal
+    from orchestrator.report.terminal import runs as terminal
 
     def interrupted(*_args: object) -> None:
         raise KeyboardInterrupt

@@ -15,7 +15,7 @@ from orchestrator.db import schema
 from orchestrator.db.rows import parse_settings
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import MIGRATIONS, Store, current_revision, revisions
-from orchestrator.report import provenance, render
+from orchestrator.report.document import header, provenance
 from orchestrator.results import report_data as context
 
 LOCAL_START = dt.datetime(2026, 7, 21, 9, 4, 6)            # as the study wrote it, no zone
@@ -155,7 +155,7 @@ def test_export_carries_time_source_source_file_and_settings(db, tmp_path, fmt):
 
 
 def period(store: Store, sid: int) -> str:
-    return render.header(context.build(store, Runs(store).current(sid)))["period"]
+    return header.header(context.build(store, Runs(store).current(sid)))["period"]
 
 
 def test_report_header_local_times(tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import orch, orch_ok
 
-from orchestrator.report.markdown import md_prose
+from orchestrator.report.format.markdown import md_prose
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
 DESIGN = Path(__file__).parent / "fixtures" / "designs" / "2026-07-21-pinned-dense-ab.yaml"

@@ -17,7 +17,7 @@ from test_analysis_oracle import FIX
 from orchestrator.cli import main
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.report import plots
+from orchestrator.report.document import plots
 from orchestrator.results import report_data as context
 
 pytestmark = pytest.mark.extra("plots")   # every test here draws with matplotlib

@@ -18,7 +18,7 @@ from orchestrator.db import schema
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.record import load_record
-from orchestrator.report.provenance import engines_table
+from orchestrator.report.document.provenance import engines_table
 from orchestrator.ingest.importer import import_dir
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "bigmoe"
@@ -114,7 +114,7 @@ def test_provenance_shows_the_facts_of_when_the_session_ran(tmp_path):
     the device row, not what an old session's report says about the device it ran on."""
     from orchestrator.db.runs import Runs, Sessions
     from orchestrator.results.report_data import device_views
-    from orchestrator.report.provenance import devices_table
+    from orchestrator.report.document.provenance import devices_table
 
     store = Store.open(str(tmp_path / "orch.db"))
     dev = store.upsert_device("phone", "adb", {"kernel": "5.4.0", "cores": "8"})

@@ -1,6 +1,6 @@
 """A shared document leaks no local layout: by default the report's provenance and
 `orch export` show paths relative to the study folder (or by file name) and no user@host;
-`--provenance full` shows them as stored (report/paths.py, docs/report.md "Provenance")."""
+`--provenance full` shows them as stored (report/format/paths.py, docs/report.md "Provenance")."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ from cli_helpers import orch, orch_ok
 
 from orchestrator.db.runs import Sessions
 from orchestrator.db.store import Store
-from orchestrator.report.paths import Paths, base_of
+from orchestrator.report.format.paths import Paths, base_of
 
 FIX = Path(__file__).parent / "fixtures" / "bigmoe"
 

@@ -28,7 +28,7 @@ from test_analysis_oracle import (
 
 from orchestrator.cli import main
 from orchestrator.db.store import Store
-from orchestrator.report.ab_table import delta_cell
+from orchestrator.report.format.ab_rows import delta_cell
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.stats.figures import frame
 from orchestrator.stats.uncertainty import compare

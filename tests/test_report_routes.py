@@ -14,7 +14,7 @@ from test_analysis_oracle import FIX
 
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.report import routing
+from orchestrator.report.document import routing
 from orchestrator.results import report_data as context
 
 TRACE_DIR = FIX / "2026-07-15-route-trace"
@@ -227,7 +227,7 @@ def test_default_budgets_scale_down_for_a_small_trace():
 
 
 def test_figure_dir_is_next_to_the_document(tmp_path: Path):
-    from orchestrator.report.plots import figure_dir
+    from orchestrator.report.document.plots import figure_dir
 
     assert figure_dir(None) is None
     assert figure_dir(tmp_path / "x.md") == tmp_path / "x_files"

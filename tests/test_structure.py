@@ -27,7 +27,7 @@ def test_layer_contract_and_no_cycles():
     done = subprocess.run([str(lint), "--no-cache"], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "4 kept, 0 broken" in done.stdout
+    assert "5 kept, 0 broken" in done.stdout
 
 
 def _run_time_imports(tree: ast.AST) -> list[str]:
@@ -53,12 +53,19 @@ def _run_time_imports(tree: ast.AST) -> list[str]:
 def test_views_read_no_store():
     """A view renders, it does not read the store: no module under report/ imports db/
     (also import-linter's "views read no store" contract); results/ reads and computes and
-    hands report/ its data objects."""
+    hands report/ its data objects. Type-only imports count here too: a view names the rows
+    results/ hands it by results/' names (results/listings.py re-exports RunRow, SessionRow)."""
     report = REPO / "orchestrator" / "report"
     offenders = [str(p.relative_to(REPO)) for p in report.rglob("*.py")
                  if any(m == "orchestrator.db" or m.startswith("orchestrator.db.")
-                        for m in _run_time_imports(ast.parse(p.read_text(encoding="utf-8"))))]
+                        for m in _all_imports(ast.parse(p.read_text(encoding="utf-8"))))]
     assert offenders == []
+
+
+def _all_imports(tree: ast.AST) -> list[str]:
+    """Every module a source imports, at run time or for type checking only."""
+    return [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names] + [
+        n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
 
 
 def _tool(name: str) -> Path:
@@ -152,7 +159,7 @@ NOT_RUN_FIGURES = {
     "orchestrator/run/probe_output.py": "the device's ceilings (the probe's passes)",
     "orchestrator/run/validity.py": "the machine's load and frequency while a run ran "
                                     "(a validity caveat, from the agent's samples)",
-    "orchestrator/report/plots.py": "axis limits and a caption's sampling interval: drawing",
+    "orchestrator/report/document/plots.py": "axis limits and a caption's sampling interval: drawing",
 }
 
 

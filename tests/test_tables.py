@@ -15,7 +15,7 @@ from cli_helpers import orch_ok
 from test_analysis_oracle import FIX, md_cells
 
 from orchestrator.config.matrix import Matrix
-from orchestrator.report import tables
+from orchestrator.report.format import grid
 from orchestrator.results.model_facts import ModelFacts, _read_kv, gguf_header
 
 
@@ -65,12 +65,12 @@ def test_pivot_of_a_two_flag_grid():
                                "grid": {"--top-k": [2, 4], "--threads": [1, 2, 4]}})
     names = m.config_names()
     means = dict(zip(names, [1.0, 2.0, 3.0, 4.0, None, 6.0]))
-    table = tables.pivot(m, means)
+    table = grid.pivot(m, means)
     assert table.headers == ["top-k ↓ threads →", "1", "2", "4"]
     assert table.rows == [["2", "1.00", "2.00", "3.00"], ["4", "4.00", "—", "6.00"]]
-    assert tables.pivot(m, {}) is None
+    assert grid.pivot(m, {}) is None
     one = Matrix.model_validate({"name": "g", "engine": "bmoe", "grid": {"--top-k": [2, 4]}})
-    assert tables.pivot(one, {"top-k=2": 1.0}) is None and tables.pivot(None, means) is None
+    assert grid.pivot(one, {"top-k=2": 1.0}) is None and grid.pivot(None, means) is None
 
 
 TWO_MODELS = """\

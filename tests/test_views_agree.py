@@ -21,8 +21,8 @@ import yaml
 from cli_helpers import orch_ok
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.report.columns import TABLES as COLUMNS
-from orchestrator.report.formatting import STATS
+from orchestrator.report.format.columns import TABLES as COLUMNS
+from orchestrator.report.format.formatters import STATS
 from orchestrator.results.table_data import table_data
 from orchestrator.stats.config_figures import RunResult, combine
 from orchestrator.stats.figures import FIELDS, RunFigures

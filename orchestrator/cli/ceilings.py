@@ -98,7 +98,7 @@ def ceilings(name: str | None, options: CeilingOptions, list_only: bool,
     from orchestrator.config.inventory import load_inventory, open_transport
     from orchestrator.db.store import Store
     from orchestrator.errors import ConfigError
-    from orchestrator.report.ceiling_tables import print_ceilings
+    from orchestrator.report.terminal.ceilings import print_ceilings
     from orchestrator.results.ceilings import latest
     from orchestrator.run.agent_client import AgentClient
     from orchestrator.run.ceilings import measure, save

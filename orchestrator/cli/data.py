@@ -14,7 +14,7 @@ from orchestrator.cli.options import console, db_option, trim_option
 from orchestrator.db.runs import Runs
 from orchestrator.errors import Failed, Interrupted
 
-# "model" (facts), report/tables.py TABLES, "ab" (results/ab.py); a literal here, since
+# "model" (facts), report/table/runs.py TABLES, "ab" (results/ab.py); a literal here, since
 # importing them would load pandas at every CLI start
 TABLE_KINDS = ("model", "throughput", "detail", "latency", "pressure", "adaptive", "variants",
                "energy", "ab")
@@ -26,12 +26,12 @@ def column_keys(columns: str | None, surface: str) -> list[str] | None:
     that lists the valid ones. `surface`: "table" or "report" (their throughput tables)."""
     if columns is None:
         return None
-    from orchestrator.report.columns import column_keys as valid_keys
+    from orchestrator.report.format.columns import column_keys as valid_keys
 
     if surface == "table":
-        from orchestrator.report.tables import PICKABLE
+        from orchestrator.report.table.runs import PICKABLE
     else:
-        from orchestrator.report.sections import PICKABLE
+        from orchestrator.report.document.group_tables import PICKABLE
     keys = [k.strip() for k in columns.split(",") if k.strip()]
     valid = valid_keys(PICKABLE)
     bad = [k for k in keys if k not in valid]
@@ -208,7 +208,7 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
     one model, exits 2 naming the choices."""
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
-    from orchestrator.report.session_tables import session_tables
+    from orchestrator.report.table.session import session_tables
     from orchestrator.results.table_data import table_data
     from orchestrator.results.ab import parse_baselines, shown_by_default
 
@@ -221,7 +221,7 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
     sid = Sessions(store).resolve(session, matrix)
     chosen = parse_baselines(baselines, Runs(store).current(sid), f"session {sid}")
     if pivot is not None:
-        from orchestrator.report.pivot import pivot_text
+        from orchestrator.report.table.pivot import pivot_text
         from orchestrator.results.pivot import session_pivots
 
         sys.stdout.write(pivot_text(session_pivots(store, sid, quantile), sid, fmt))
@@ -260,9 +260,9 @@ def export(session: str | None, matrix: str | None, fmt: str, out_dir: str, prov
     """Export a session's run, token and sample tables as csv, json or parquet files."""
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
-    from orchestrator.report.export import export_session
+    from orchestrator.report.table.export import export_session
     from orchestrator.results.export import session_export
-    from orchestrator.report.outputs import check_out_dir
+    from orchestrator.report.format.outputs import check_out_dir
 
     check_out_dir(Path(out_dir))
     store = Store.open(db, create=False)

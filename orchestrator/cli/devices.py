@@ -34,7 +34,7 @@ def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: 
     print_devices(console, inv, list(names) or inv.names(), probe, db)
     if probe:
         from orchestrator.db.store import Store
-        from orchestrator.report.ceiling_tables import print_ceilings
+        from orchestrator.report.terminal.ceilings import print_ceilings
 
         from orchestrator.results.ceilings import latest
 

@@ -11,8 +11,8 @@ from typing import Any, TypedDict
 from orchestrator.db.rows import RunRow
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.report.compare import no_common_text, section
-from orchestrator.report.render import ReportRequest, render_report
+from orchestrator.report.document.compare import no_common_text, section
+from orchestrator.report.document.render import ReportRequest, render_report
 from orchestrator.results.ab import Baselines, parse_baselines, runs_where
 from orchestrator.results.comparison import SideComparison, build, build_side
 from orchestrator.results.query import select_sides
@@ -37,7 +37,7 @@ def report_text(store: Store, rows: Sequence[RunRow], baseline: str | Baselines 
                 quantile: str = "linear", trim: int | None = None,
                 **request: Any) -> str:
     """`orch report` of these runs: its data (results/report_data.py) rendered
-    (report/render.py; `request`: ReportRequest's fields)."""
+    (report/document/render.py; `request`: ReportRequest's fields)."""
     plots = request.get("plots", True)
     data = report_data(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots,
                        trim=trim)

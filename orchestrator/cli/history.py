@@ -59,7 +59,7 @@ def print_series(s: Any) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from orchestrator.report.formatting import when
+    from orchestrator.report.format.formatters import when
 
     table = Table(title=f"{s.metric}: {s.model} {s.config} on {s.device}", title_justify="left")
     for name, right in (("session", True), ("started (UTC)", False), ("build", False),

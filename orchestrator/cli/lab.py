@@ -203,7 +203,7 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
     ended, then print its table. Exit 0 when every cell ended ok, 1 otherwise."""
     from orchestrator.lab.status import sessions_to_wait
     from orchestrator.lab.status import wait as wait_for
-    from orchestrator.report.terminal import print_session_table
+    from orchestrator.report.terminal.runs import print_session_table
     from orchestrator.results.listings import session_listing
 
     store = _store(db, create=False)

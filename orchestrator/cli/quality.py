@@ -31,7 +31,7 @@ def quality(session: str | None, matrix: str | None, model: str | None, fmt: str
     (with several models, configs and ids read MODEL/NAME). CSV: one row per config."""
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
-    from orchestrator.report.quality_tables import to_csv, to_json, to_markdown
+    from orchestrator.report.table.quality import to_csv, to_json, to_markdown
     from orchestrator.results.quality import summarise
 
     store = Store.open(db, create=False)

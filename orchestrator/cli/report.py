@@ -59,7 +59,7 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     from orchestrator.errors import ConfigError
     from orchestrator.cli.documents import ReportOptions, compared_report, report_text
     from orchestrator.results.report_data import select_runs
-    from orchestrator.report.outputs import check_out_file
+    from orchestrator.report.format.outputs import check_out_file
     from orchestrator.results.ab import parse_baselines, runs_where
 
     if out:
@@ -128,8 +128,8 @@ def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | N
     config use `orch table -b` or `orch report -b`."""
     from orchestrator.db.store import Store
     from orchestrator.cli.documents import comparison_of
-    from orchestrator.report.compare import compare as run_compare
-    from orchestrator.report.outputs import check_out_file
+    from orchestrator.report.document.compare import compare as run_compare
+    from orchestrator.report.format.outputs import check_out_file
 
     if out:
         check_out_file(Path(out))

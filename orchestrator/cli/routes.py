@@ -43,7 +43,7 @@ def routes(run_id: int, fmt: str, budgets: str | None, policies: str, seed: int,
 
     RUN is a run id (orch runs). A run without a route trace exits 2."""
     from orchestrator.db.store import Store
-    from orchestrator.report.route_tables import figures_markdown, replay_markdown
+    from orchestrator.report.table.routes import figures_markdown, replay_markdown
     from orchestrator.results.routes import replay_trace, run_figures
 
     store = Store.open(db, create=False)

@@ -59,7 +59,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.matrix import load_matrix
     from orchestrator.db.store import Store
-    from orchestrator.report.terminal import print_session_table
+    from orchestrator.report.terminal.runs import print_session_table
     from orchestrator.results.listings import session_listing
     from orchestrator.run.progress import Board
     from orchestrator.run.runner import LinkPolicy
@@ -140,13 +140,13 @@ def runs(session: int | None, limit: int, fmt: str, db: str | None) -> None:
     if fmt == "json":
         import json
 
-        from orchestrator.report.terminal import runs_json
+        from orchestrator.report.terminal.runs import runs_json
         from orchestrator.results.listings import runs_listing
 
         click.echo(json.dumps(runs_json(runs_listing(store, session, limit)), indent=1,
                               ensure_ascii=False))
         return
-    from orchestrator.report.terminal import print_runs
+    from orchestrator.report.terminal.runs import print_runs
     from orchestrator.results.listings import runs_listing
 
     print_runs(console, runs_listing(store, session, limit))
@@ -159,7 +159,7 @@ def runs(session: int | None, limit: int, fmt: str, db: str | None) -> None:
 def show(run_id: int, db: str | None) -> None:
     """Print one run's statistics: tok/s distribution, I/O, cache, device pressure."""
     from orchestrator.db.store import Store
-    from orchestrator.report.terminal import print_run
+    from orchestrator.report.terminal.runs import print_run
     from orchestrator.results.listings import run_detail
 
     print_run(console, run_detail(Store.open(db, create=False), run_id))

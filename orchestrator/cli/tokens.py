@@ -24,7 +24,7 @@ def tokens(run_id: int, steps: str, fmt: str, db: str | None) -> None:
     """Print a run's chosen tokens: step, wall_ms, compute_ms, io_ms, stall_ms, cache hit %
     and read MiB (read_bytes / 2^20). An unknown run or bad --steps exits 2."""
     from orchestrator.db.store import Store
-    from orchestrator.report.token_rows import text
+    from orchestrator.report.table.tokens import text
     from orchestrator.results.tokens import run_tokens
 
     store = Store.open(db, create=False)

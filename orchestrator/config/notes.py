@@ -1,5 +1,5 @@
 """Notes a study writes beside its numbers: one model, shared by the matrix file (`notes:`)
-and the import design file (config/design.py), rendered by report/design_notes.py."""
+and the import design file (config/design.py), rendered by report/format/design_notes.py."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field

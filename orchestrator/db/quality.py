@@ -1,7 +1,7 @@
 """The `quality` table: every read and write of the probe answers, in one place.
 
 The probe runner (run/quality.py) writes one row per probe invocation and updates it as the
-probe ends; the quality summary (results/quality.py) and the report (report/quality.py) read
+probe ends; the quality summary (results/quality.py) and the report (report/document/quality.py) read
 them back. Probe rows never touch the run / token / sample tables, so no speed statistic can
 see them; keeping their SQL here keeps the schema and the store's write lock inside db/.
 """

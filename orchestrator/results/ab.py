@@ -83,7 +83,7 @@ class ABRow:
     @property
     def verdict(self) -> Verdict:
         """What the row says about the config, claiming a difference only when the corrected
-        test finds one (its words: report/ab_table.py verdict_words)."""
+        test finds one (its words: report/format/ab_rows.py verdict_words)."""
         if self.is_baseline:
             return Verdict.BASELINE
         c = self.comparison

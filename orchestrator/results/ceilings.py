@@ -1,5 +1,5 @@
 """Stored hardware ceilings (`orch ceilings`): read them and judge a config against them
-(the terminal tables are report/ceiling_tables.py, the report's section report/ceilings.py).
+(the terminal tables are report/terminal/ceilings.py, the report's section report/document/ceilings.py).
 
 The verdict follows the two studies: a config whose read rate reaches IO_BOUND_SHARE (80%) of
 the device's I/O ceiling is I/O-bound (flash cannot deliver much more); one whose decode rate

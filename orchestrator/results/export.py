@@ -1,4 +1,4 @@
-"""What `orch export` writes, read once (report/export.py writes it): a stored session's runs
+"""What `orch export` writes, read once (report/table/export.py writes it): a stored session's runs
 (superseded ones included), each current run's stored figures (stats/figures.py RunFigures,
 as the views print them), and its token and sample rows."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A config's history across sessions: one point per (session, engine build) with its interval,
 and the steps in it (changepoints.py). The numbers of `orch history` and the report's
-regressions section (report/regressions.py).
+regressions section (report/document/regressions.py).
 
 A series is one (device, model, config as measured): a config edited under the same name, or
 run on another model file, is a series of its own, labelled by what differs

@@ -1,5 +1,5 @@
 """What the terminal views show (`orch run`'s session table, `orch runs`, `orch show`), read
-once for report/terminal.py to render: the runs, their stored figures (Runs.figures), and
+once for report/terminal/runs.py to render: the runs, their stored figures (Runs.figures), and
 what else each view prints (a session's comparability caveats, a failed run's stderr tail).
 """
 from __future__ import annotations

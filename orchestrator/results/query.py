@@ -1,5 +1,5 @@
 """What the views share about a set of stored runs: grouping by (model, device) and the sides
-of `orch compare` (row labels, with their dagger, are the views': report/labels.py). Runs, sessions and per-run statistics are read through the
+of `orch compare` (row labels, with their dagger, are the views': report/format/labels.py). Runs, sessions and per-run statistics are read through the
 read model (db/runs.py)."""
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""What `orch table` shows of a stored session, read and computed once (report/session_tables.py
+"""What `orch table` shows of a stored session, read and computed once (report/table/session.py
 lays it out): the session's runs and their figures (with `--trim`/the quantile method asked
 for), each (model, device) group's model facts and configs combined (ConfigFigures: the
 pivot's cells), its A/B groups, the comparability caveats and the design file.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config.design import Design, session_design
@@ -19,6 +20,7 @@ from orchestrator.results.query import by_model_and_device
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine_all
 from orchestrator.stats.figures import RunFigures
+from orchestrator.stats.values import is_missing
 
 GroupKey = tuple[str, str]      # (model, device)
 
@@ -64,3 +66,12 @@ def table_data(store: Store, session_id: int, quantile: str = "linear",
     return TableData(session_id, session, rows, figures, trim, groups, facts, configs,
                      ab_groups, session_warnings(store, session_id), session_design(session),
                      stored_matrix(session.matrix_text))
+
+
+def deltas_to_first(means: Sequence[float | None]) -> list[float | None]:
+    """Each measured mean after the first row minus the first measured one (the variants
+    table's "(+0.05)"), unrounded; None for the first row, a mean not measured, and all when
+    none is. In the rows' order: the first measured row is what the others are told against."""
+    base = next((m for m in means if not is_missing(m)), None)
+    return [m - base if i > 0 and base is not None and m is not None and not is_missing(m)
+            else None for i, m in enumerate(means)]

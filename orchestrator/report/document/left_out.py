@@ -1,0 +1,20 @@
+"""The runs left out (left_out.md.j2): one line per run that did not end ok, with why; its
+figures are in no aggregate (†)."""
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.report.document.request import SectionRequest
+from orchestrator.report.format.labels import left_out_line
+from orchestrator.report.format.markdown import md_escape
+from orchestrator.results.report_data import ReportData, RunView
+
+TEMPLATE = "left_out.md.j2"
+
+
+def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
+    return {"left_out": left_out(data.runs)}
+
+
+def left_out(runs: list[RunView]) -> list[str]:
+    return [md_escape(left_out_line(r)) for r in runs if not r.ok]

@@ -1,0 +1,31 @@
+"""What opens a (model, device) group section (group.md.j2): the model's facts and, for a
+matrix that is a grid over two flags, the pivot of mean tok/s (format/grid.py, as `orch table`
+shows it)."""
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.report.document.request import SectionRequest
+from orchestrator.report.format import grid
+from orchestrator.report.format import markdown as md
+from orchestrator.results.report_data import Group, ReportData
+
+TEMPLATE = "group.md.j2"
+
+
+def group_context(group: Group, data: ReportData, request: SectionRequest) -> dict[str, Any]:
+    return group_facts_and_pivot(group)
+
+
+def group_facts_and_pivot(g: Group) -> dict[str, Any]:
+    """What opens a (model, device) section: the model's facts (file size, arch, layers,
+    experts, top-k, size against the device's RAM), and for a grid over two flags the pivot of
+    mean tok/s, the same as `orch table` shows (results/model_facts.py, report/format/grid.py)."""
+    if g.facts is None:
+        return {"facts": None, "pivot": None, "pivot_caption": None}
+    facts = g.facts.line()
+    matrix = g.pivot_matrix
+    pivot = grid.pivot(matrix, {a.config: a.values.get("mean") for a in g.configs})
+    return {"facts": md.md_escape(facts) if facts else None, "pivot": pivot,
+            "pivot_caption": grid.pivot_caption(matrix)
+            if pivot is not None and matrix is not None else None}

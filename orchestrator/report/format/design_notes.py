@@ -1,0 +1,75 @@
+"""What an import's design file (config/design.py) adds to a report and to `orch table`: its
+markdown notes (the session's, a model's, a config's) and a "Configs" legend of the configs'
+labels, flags and files.
+
+The legend keeps the wide tables narrow: their rows stay named by config, and the legend says
+once what each name stands for. Notes are the study author's markdown and are printed as
+written; labels, flags and globs are data and are escaped.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from orchestrator.config.design import Design
+from orchestrator.report.format.markdown import Table, md_code, md_escape, render
+from orchestrator.stats.values import DASH
+
+LEGEND_CAPTION = "**Configs** (as the design file of the import names them):"
+
+
+def _present(designs: Iterable[Design | None]) -> list[Design]:
+    return [d for d in designs if d is not None]
+
+
+def _text(note: str | None) -> str | None:
+    return note.strip() if note and note.strip() else None
+
+
+def session_notes(designs: Iterable[Design | None]) -> list[str]:
+    """Each design's session note (markdown), once each."""
+    notes = [_text(d.session_note()) for d in _present(designs)]
+    return list(dict.fromkeys(n for n in notes if n))
+
+
+def model_note(designs: Iterable[Design | None], model: str) -> str | None:
+    """The model's label and note as one markdown paragraph (None when neither is given)."""
+    for design in _present(designs):
+        info = design.models.get(model)
+        label = info.label if info is not None else None
+        note = _text(design.model_note(model))
+        if label or note:
+            head = f"**{md_escape(label)}**" if label else ""
+            return f"{head}: {note}" if head and note else (head or note)
+    return None
+
+
+def config_notes(designs: Iterable[Design | None], configs: Sequence[str]) -> list[str]:
+    """The notes on these configs (in their order), each opening with the config's name."""
+    found = _present(designs)
+    out: list[str] = []
+    for config in configs:
+        note = next((n for d in found if (n := _text(d.config_note(config)))), None)
+        if note:
+            out.append(f"**{md_escape(config)}**: {note}")
+    return out
+
+
+def legend(designs: Iterable[Design | None], configs: Sequence[str]) -> Table | None:
+    """Config — label — flags — files, for the configs (in run order) a design describes;
+    None when no design describes any of them."""
+    found = _present(designs)
+    table = Table(["Config", "label", "flags", "files"], ["---"] * 4)
+    for config in dict.fromkeys(configs):
+        info = next((d.configs[config] for d in found if config in d.configs), None)
+        if info is None:
+            continue
+        table.rows.append([md_escape(config), md_escape(info.label) if info.label else DASH,
+                           md_code(info.flags) if info.flags else DASH,
+                           ", ".join(md_code(p) for p in info.files)])
+    return table.drop_empty(keep=(0,)) if table.rows else None
+
+
+def markdown_block(designs: Iterable[Design | None], configs: Sequence[str]) -> str:
+    """The legend as it opens `orch table`'s markdown ("" without one)."""
+    table = legend(designs, configs)
+    return f"{LEGEND_CAPTION}\n\n{render(table)}\n" if table is not None else ""

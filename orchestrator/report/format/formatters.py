@@ -1,0 +1,232 @@
+"""How every view writes a value: one formatter per statistic, with its unit, and "—" for a
+value that was not measured (never 0, never an empty cell).
+
+The terminal (`orch run`, `orch show`), `orch table`, `orch report` and `orch compare` all
+format through STATS, so a figure reads the same in each of them and in the published
+summary.md tables; which table shows which statistic, under which header, is declared in
+report/format/columns.py. CSV and JSON carry the same statistics unformatted, under keys that name
+their unit (peak_rss_gib, read_mib_per_token, ...), with null for not measured (`records`).
+
+%-formatting rounds the binary value correctly and an exact half to even (76.5 -> "76%"), as
+the published tables do. Memory is GiB (kB / 1024²) and is written "GiB": the published
+phone-study tables wrote "GB" for the same quantity.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.stats.values import DASH, is_missing, plain
+
+Formatter = Callable[[Any], str]
+MINUS = "−"                    # the published documents print deltas with a real minus sign
+
+
+def number(pattern: str) -> Formatter:
+    """`pattern % value`, or "—" when the value was not measured."""
+    def cell(value: Any) -> str:
+        return DASH if is_missing(value) else pattern % value
+    return cell
+
+
+MS_PER_S = 1000.0
+
+
+def ms_in_s(pattern: str) -> Formatter:
+    """A figure kept in ms, printed in seconds (`pattern` of seconds): a unit of display, the
+    figure itself is the model's."""
+    def cell(value: Any) -> str:
+        return DASH if is_missing(value) else pattern % (value / MS_PER_S)
+    return cell
+
+
+def useful(used: Any, experts: Any, share_pct: Any) -> str:
+    """Speculated experts that were used: "12/40 (30%)" (the share is the run's
+    spec_useful_pct), "—" when not measured."""
+    if is_missing(used) or is_missing(experts) or not experts or is_missing(share_pct):
+        return DASH
+    return f"{used:.0f}/{experts:.0f} ({share_pct:.0f}%)"
+
+
+def _with_small(pattern: str, below: float, small: Callable[[float], str]) -> Formatter:
+    """`pattern`, but values in (0, below) through `small`: at the published precision they
+    would print a false zero (a synthetic moe-probe reads well under a MiB per token and its
+    process stays under 0.1 GiB). The unit stays the column's own."""
+    def cell(value: Any) -> str:
+        if is_missing(value):
+            return DASH
+        return small(value) if 0 < value < below else pattern % value
+    return cell
+
+
+def gib(value: Any) -> str:
+    """A GiB quantity: "6.35 GiB"; under 0.1 GiB with three decimals ("0.023 GiB"), so a
+    small process is not a false "0.00" and a column never mixes units."""
+    return _GIB(value)
+
+
+_GIB = _with_small("%.2f GiB", 0.1, lambda v: "%.3f GiB" % v)
+_READ_MIB = _with_small("%.0f MiB", 10.0, lambda v: "%.2f MiB" % v)
+
+
+def _positive(pattern: str) -> Formatter:
+    # spec counters of 0 mean "nothing speculated": the published table shows a dash
+    return lambda v: pattern % v if not is_missing(v) and v else DASH
+
+
+def yes_no(value: Any) -> str:
+    return DASH if is_missing(value) else ("yes" if value else "no")
+
+
+def bold(f: Formatter) -> Formatter:
+    """The headline figure of a row, in markdown bold (a dash stays plain)."""
+    def cell(value: Any) -> str:
+        text = f(value)
+        return text if text == DASH else f"**{text}**"
+    return cell
+
+
+@dataclass(frozen=True)
+class Stat:
+    header: str          # the column header of the published tables (unit in the header or cell)
+    fmt: Formatter
+    label: str = ""      # a longer name for one-value-per-line views (`orch show`)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.header
+
+
+_TPS = number("%.2f")
+_CELSIUS = number("%.1f °C")
+_S_PER_TOKEN = number("%.3f")
+_MS = number("%.1f")
+
+# Every statistic a view shows (keys of stats/statistics.py: STAT_COLUMNS), with its shared
+# header; which tables show it, in which order: report/format/columns.py.
+STATS: dict[str, Stat] = {
+    "n": Stat("tokens", number("%d")),
+    "mean": Stat("decode mean", _TPS, "mean tok/s (n / decode s)"),
+    "median": Stat("median", _TPS, "median tok/s"),
+    "p5": Stat("p5", _TPS, "p5 tok/s"),
+    "p95": Stat("p95", _TPS, "p95 tok/s"),
+    "min": Stat("min", _TPS, "min tok/s (slowest token)"),
+    "max": Stat("max", _TPS, "max tok/s (fastest token)"),
+    "prefill_tps": Stat("prefill tok/s", _TPS),
+    "ttft_s": Stat("TTFT (s)", number("%.1f")),
+    "cache_hit_pct": Stat("cache hit", number("%.0f%%")),
+    "read_mib_per_token": Stat("flash read/token", _READ_MIB),
+    "stall_ms_per_token": Stat("stall ms/tok", number("%.1f")),
+    "compute_s_per_token": Stat("compute s/tok", _S_PER_TOKEN),
+    "io_s_per_token": Stat("I/O s/tok", _S_PER_TOKEN),
+    "majflt_per_token": Stat("majflt/token", number("%.1f"), "major page faults per token"),
+    "latency_p50_ms": Stat("p50 ms", _MS, "per-token latency p50 (ms)"),
+    "latency_p90_ms": Stat("p90 ms", _MS, "per-token latency p90 (ms)"),
+    "latency_p99_ms": Stat("p99 ms", _MS, "per-token latency p99 (ms)"),
+    "steady_from_token": Stat("steady from token", number("%.0f"),
+                              "steady state from token (MSER-5)"),
+    "steady_mean": Stat("steady-state mean", _TPS, "steady-state mean tok/s"),
+    "peak_rss_gib": Stat("peak RSS", gib),
+    "mem_floor_gib": Stat("free-RAM floor", gib),
+    "cpu_temp_start_c": Stat("CPU start", _CELSIUS),
+    "cpu_temp_max_c": Stat("CPU max", _CELSIUS),
+    "batt_temp_max_c": Stat("battery max", _CELSIUS),
+    "cache_budget_mib": Stat("cache budget", number("%.0f MiB")),
+    "cache_resizes": Stat("resizes", number("%d")),
+    "cache_resident_mib": Stat("resident", number("%.0f MiB")),
+    "spec_recall_pct": Stat("spec recall", number("%.0f%%")),
+    "spec_useful_pct": Stat("spec useful", number("%.0f%%")),
+    "spec_read_mib_per_token": Stat("spec read/token", _positive("%.0f MiB")),
+    "spec_auto_off": Stat("auto-off", yes_no),
+    # energy over the decode phase (stats/energy.py; docs/energy.md)
+    "energy_j": Stat("energy J", number("%.1f"), "energy over the decode phase (J)"),
+    "power_w": Stat("power W", number("%.2f"), "average power over the decode phase (W)"),
+    "j_per_token": Stat("J/token", number("%.3f"), "energy per token (J)"),
+    "tokens_per_j": Stat("tok/J", number("%.2f"), "tokens per joule"),
+    "net_j_per_token": Stat("net J/token", number("%.3f"),
+                            "energy per token above the idle power (J)"),
+}
+
+
+def energy_cell(value: Any, note: Any = None) -> str:
+    """J/token, or why it was not measured ("not measured: charging"), never a 0."""
+    if is_missing(value):
+        return str(note) if isinstance(note, str) and note.startswith("not measured") else DASH
+    return f"{value:.3f}"
+
+
+def pair(a: Any, b: Any, f: Formatter, sep: str) -> str:
+    """Two figures of one unit in one cell ("a + b"); a dash for the one not measured, one
+    dash for none."""
+    if is_missing(a) and is_missing(b):
+        return DASH
+    return f"{f(a)}{sep}{f(b)}"
+
+
+def split(compute: Any, io: Any) -> str:
+    """decode: compute + I/O (s/tok), as the published write-up prints it: "0.161 + 0.127"."""
+    return pair(compute, io, _S_PER_TOKEN, " + ")
+
+
+def temp_range(start: Any, top: Any) -> str:
+    """CPU temperature at the start → its maximum, in one cell: "47.1 → 78.4 °C"."""
+    text = pair(start, top, number("%.1f"), " → ")
+    return text if text == DASH else text + " °C"
+
+
+def fmt(key_or_pattern: str) -> Formatter:
+    """The formatter of a statistic (a STATS key), or of a %-pattern."""
+    return number(key_or_pattern) if "%" in key_or_pattern else STATS[key_or_pattern].fmt
+
+
+def cell(key: str, value: Any) -> str:
+    return STATS[key].fmt(value)
+
+
+# ---- derived figures ---------------------------------------------------------------------
+
+def signed(value: float | None, unit: str = "%") -> str:
+    """A signed change to one decimal with a real minus (+24.3%, −26.8%, +1.2 pp); a change
+    that rounds to zero is "0.0" with no sign: "−0.0%" would claim a direction."""
+    if is_missing(value):
+        return DASH
+    text = f"{value:+.1f}"
+    if float(text) == 0:
+        text = "0.0"
+    return text.replace("-", MINUS) + unit
+
+
+def pct(value: float | None) -> str:
+    """A signed percentage with a real minus: +24.3%, −26.8%, 0.0%."""
+    return signed(value, "%")
+
+
+def ratio(value: float | None) -> str:
+    return DASH if is_missing(value) else "%.2f×" % value
+
+
+def gib_from_kb(kb: Any) -> str:
+    """A device's RAM (kB, as /proc/meminfo writes it) in GiB."""
+    try:
+        return "%.1f GiB" % (float(kb) / 1048576)
+    except (TypeError, ValueError):
+        return DASH
+
+
+def file_size(size: Any) -> str:
+    """A file's size in decimal GB, as model files are quoted, with the exact byte count."""
+    return DASH if is_missing(size) or not size else "%.2f GB (%d bytes)" % (size / 1e9, size)
+
+
+def when(t: dt.datetime | None) -> str:
+    """Timestamps as stored (UTC): to the second, so two runs of one session are told apart."""
+    return t.strftime("%Y-%m-%d %H:%M:%S") if t is not None else DASH
+
+
+# ---- CSV and JSON --------------------------------------------------------------------------
+
+def records(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as JSON-ready dicts: numpy scalars as Python values, not measured as None."""
+    return [{k: plain(v) for k, v in row.items()} for row in rows]

@@ -1,0 +1,71 @@
+"""A run's row label as every view prints it: its config (its matrix's `labels:` entry, else
+its name), its repeat, and a dagger when it did not end ok (in no figure of its config); a
+group's title; the line that says why a run is in no aggregate (failure_line)."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from orchestrator.stats.status import Status
+from orchestrator.stats.values import DAGGER
+
+if TYPE_CHECKING:
+    from orchestrator.config.matrix import Matrix
+    from orchestrator.results.listings import RunRow
+    from orchestrator.results.report_data import Group, ReportData, RunView
+
+
+def labelled(rows: Iterable[RunRow]) -> dict[int, str]:
+    """Row labels: the config name (and repeat), with a dagger on runs that did not end ok."""
+    out = {}
+    for row in rows:
+        label = row.config + (f" #{row.repeat_index + 1}" if row.repeat_index else "")
+        out[row.id] = label if row.status == Status.OK else f"{label} {DAGGER}"
+    return out
+
+
+def row_labels(rows: Sequence[RunRow], matrix: Matrix | None) -> dict[int, str]:
+    """`labelled`'s labels (repeat, dagger) with the config's `labels:` entry for its name."""
+    base = labelled(rows)
+    if matrix is None:
+        return base
+    return {r.id: matrix.label(r.config) + base[r.id][len(r.config):] for r in rows}
+
+
+def run_label(run: RunView) -> str:
+    """A report run's label: its config's label (#repeat), with a dagger when it did not end
+    ok."""
+    row = run.row
+    label = run.config_label + (f" #{row.repeat_index + 1}" if row.repeat_index else "")
+    return label if run.ok else f"{label} {DAGGER}"
+
+
+def group_title(group: Group) -> str:
+    """`model on device`; the engine stands in for a run without a model."""
+    return model_on_device(group.model, group.device, group.engine)
+
+
+def model_on_device(model: str, device: str, engine: str | None) -> str:
+    return f"{model if model != '-' else engine or 'engine'} on {device}"
+
+
+def baseline_line(data: ReportData) -> str | None:
+    """The baselines (their labels) as one line for the header: one name when every model
+    shares it."""
+    chosen = data.baselines
+    if len(set(chosen.values())) <= 1:
+        return next(iter(chosen.values()), None)
+    return "; ".join(f"{model}: {label}" for model, label in chosen.items())
+
+
+def left_out_line(run: RunView) -> str:
+    """Plain text (escaped by the caller) saying why a run is in no figure of its config."""
+    return (f"{run_label(run)} run {run.id} on {run.row.device}: {run.row.status}"
+            + (f" — {run.row.cause}" if run.row.cause else "")
+            + f"; {run.figures.n} token(s) recorded; left out of every aggregate")
+
+
+def failure_line(row: RunRow) -> str:
+    """Why a run that did not end ok is in no aggregate (the terminal and `orch table`)."""
+    return (f"{DAGGER} {row.config}: {row.status}" + (f" ({row.cause})" if row.cause else "")
+            + f", run {row.id}; left out of every aggregate")
