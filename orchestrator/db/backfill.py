@@ -1,5 +1,5 @@
 """The stored runs' figures, computed once for a store written before this orch's
-FIGURES_VERSION (db/figures.py): called by StoreAccess.open when a migration brought the schema to
+FIGURES_VERSION (db/figures.py): called by Store.open when a migration brought the schema to
 its head (a new FIGURES_VERSION comes with a migration)."""
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ stored in `run.figures` with their version:
 
 - when a run ends (run/runner.py) and when it is imported (ingest/write.py): `compute_run`;
 - for every stored run without current figures when the store is migrated (db/backfill.py,
-  called by StoreAccess.open after the schema reaches its head: a new FIGURES_VERSION comes with
+  called by Store.open after the schema reaches its head: a new FIGURES_VERSION comes with
   a migration, so stores written before it get the new figures once);
 - for a view that asks for other figures (`--trim N`, the `lower` quantile method) or a run
   still recording: `compute_rows`, not stored.
@@ -112,7 +112,7 @@ def compute_run(store: StoreAccess, row: RunRow, record: RunRecord | None = None
 
 
 def write(conn: Connection, figures: dict[int, RunFigures]) -> None:
-    """StoreAccess figures computed elsewhere (one UPDATE per run, executemany)."""
+    """Store figures computed elsewhere (one UPDATE per run, executemany)."""
     if not figures:
         return
     stmt = (update(schema.run).where(schema.run.c.id == bindparam("rid"))
