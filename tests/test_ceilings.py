@@ -14,7 +14,8 @@ from sqlalchemy import select
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store
-from orchestrator.results.ceilings import judge
+from orchestrator.report.document.ceilings import verdict_words
+from orchestrator.results.ceilings import Bound, judge
 from orchestrator.tools import probe_build
 
 SMALL = ["--size", "8", "--samples", "2", "--seconds", "0.05", "--lanes", "1,2",
@@ -133,14 +134,17 @@ def test_verdicts_and_shares():
     # ~800 MiB per token at ~140 of 150 MiB/s: I/O-bound
     j = judge({"mean": 0.175, "read_mib_per_token": 800.0, "compute_s_per_token": 0.4},
               _row(seq_mibps=150.0, compute_tps=2.0))
-    assert j.io_share == pytest.approx(0.9333, abs=1e-3) and j.verdict == "I/O-bound"
+    assert j.io_share == pytest.approx(0.9333, abs=1e-3) and j.bounds == (Bound.IO,)
     assert j.compute_share == pytest.approx(0.0875) and j.ideal_tps == pytest.approx(2.5)
     j = judge({"mean": 1.9, "read_mib_per_token": 1.0}, _row(best_mibps=2460.0, compute_tps=2.0))
-    assert j.verdict == "compute-bound" and j.ideal_tps is None
+    assert j.bounds == (Bound.COMPUTE,) and j.ideal_tps is None
     j = judge({"mean": 1.0, "read_mib_per_token": 100.0},
               _row(best_mibps=2460.0, seq_mibps=1500.0, compute_tps=2.0))
-    assert j.io_mibps == 2460.0 and j.verdict == "neither"
-    assert judge({"mean": 1.0}, _row()).verdict == "—"
+    assert j.io_mibps == 2460.0 and j.bounds == ()
+    assert judge({"mean": 1.0}, _row()).bounds is None
+    # the words are the view's
+    assert [verdict_words(b) for b in ((Bound.IO,), (Bound.IO, Bound.COMPUTE), (), None)] == \
+        ["I/O-bound", "I/O-bound and compute-bound", "neither", "—"]
 
 
 MATRIX = SMALL_PROBE_MATRIX.replace("probe-small", "probe-ceil")

@@ -251,7 +251,7 @@ def test_lab_commands_refuse_bad_input_in_one_line(lab, monkeypatch):
     code, out = orch("lab", "submit", str(adaptive), "-d", "x", "--broker", "redis://x:1/0")
     assert code == 2 and "adaptive repeats" in out, out
     code, out = orch("lab", "release", "nowhere")
-    assert code == 2 and "not in the lab" in out
+    assert code == 3 and "not in the lab" in out     # NotFound
     code, out = orch("lab", "wait")
     assert code == 2 and "nothing was submitted" in out
     assert store.fetch(text("SELECT count(*) AS n FROM session"))[0].n == 0

@@ -14,7 +14,7 @@ import click
 
 from orchestrator.cli.handler import friendly
 from orchestrator.cli.options import console, db_option, errors, inventory_option
-from orchestrator.errors import Failed
+from orchestrator.errors import Failed, NotFound
 
 if TYPE_CHECKING:
     from orchestrator.db.store import Store
@@ -273,11 +273,10 @@ def devices_remove(name: str, broker: str | None, db: str | None) -> None:
     """Stop serving NAME: its consumer stops after its running cell; its waiting cells stay
     queued until it is added again."""
     from orchestrator.db import lab as lab_db
-    from orchestrator.lab.app import LabError
 
     store = _store(db, create=False)
     if lab_db.lab_device(store, name) is None:
-        raise LabError(f"device {name!r} is not in the lab")
+        raise NotFound(f"device {name!r} is not in the lab")
     lab_db.update_device(store, name, state=lab_db.REMOVED)
     click.echo(f"{name}: removed (its waiting cells stay queued)")
 
@@ -291,13 +290,12 @@ def release(names: tuple[str, ...], broker: str | None, db: str | None) -> None:
     """Release quarantined devices: their held cell is checked again and, if the device
     passes, its cells run."""
     from orchestrator.db import lab as lab_db
-    from orchestrator.lab.app import LabError
 
     store = _store(db, create=False)
     for name in names:
         row = lab_db.lab_device(store, name)
         if row is None:
-            raise LabError(f"device {name!r} is not in the lab")
+            raise NotFound(f"device {name!r} is not in the lab")
         if row.state != lab_db.QUARANTINED:
             click.echo(f"{name}: not quarantined ({row.state})")
             continue

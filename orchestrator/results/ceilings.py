@@ -15,14 +15,22 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from orchestrator.db.ceilings import ceiling_rows
 from orchestrator.db.store import Store
-from orchestrator.stats.values import DASH, is_missing
+from orchestrator.stats.values import is_missing
 
 IO_BOUND_SHARE = 0.80
 COMPUTE_BOUND_SHARE = 0.80
+
+
+class Bound(Enum):
+    """A ceiling a config reaches (IO_BOUND_SHARE, COMPUTE_BOUND_SHARE of it)."""
+
+    IO = "io"
+    COMPUTE = "compute"
 
 
 @dataclass
@@ -44,14 +52,16 @@ class Judgement:
         return _share(self.read_mibps, self.io_mibps)
 
     @property
-    def verdict(self) -> str:
+    def bounds(self) -> tuple[Bound, ...] | None:
+        """What bounds the config (none, one or both), in that order; None when neither
+        share is known. The words are the view's (report/document/ceilings.py)."""
         io, comp = self.io_share, self.compute_share
         if io is None and comp is None:
-            return DASH
-        bound = [name for name, share, limit in (("I/O-bound", io, IO_BOUND_SHARE),
-                                                 ("compute-bound", comp, COMPUTE_BOUND_SHARE))
-                 if share is not None and share >= limit]
-        return " and ".join(bound) if bound else "neither"
+            return None
+        return tuple(bound for bound, share, limit in ((Bound.IO, io, IO_BOUND_SHARE),
+                                                       (Bound.COMPUTE, comp,
+                                                        COMPUTE_BOUND_SHARE))
+                     if share is not None and share >= limit)
 
 
 def _share(value: float | None, ceiling: float | None) -> float | None:

@@ -27,7 +27,7 @@ from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError, NotFound
 from orchestrator.results import drift
 from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
-from orchestrator.results.ceilings import nearest
+from orchestrator.results.ceilings import Judgement, judge, nearest
 from orchestrator.results.drift import Caveat
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.quality import ModelQuality, summarise
@@ -95,6 +95,7 @@ class Group:
     facts: ModelFacts | None = None   # the model's facts (results/model_facts.py)
     pivot_matrix: Matrix | None = None  # the matrix whose two-flag grid the pivot lays out
     ceilings: Any = None          # the device's ceilings nearest its first run (results/ceilings)
+    judgements: dict[str, Judgement] = field(default_factory=dict)  # config -> against them
     quality: ModelQuality | None = None  # its newest session's quality probes (results/quality)
 
     @property
@@ -303,6 +304,9 @@ def _beside(store: Store, g: Group, sessions: Sequence[SessionRow]) -> None:
         g.pivot_matrix = stored_matrix(session.matrix_text) if len(session_ids) == 1 else None
     starts = [r.row.started_at for r in g.runs if r.row.started_at is not None]
     g.ceilings = nearest(store, g.device, min(starts) if starts else None)
+    if g.ceilings is not None:    # each config with runs against the ceilings (its figures)
+        g.judgements = {agg.config: judge(agg.values, g.ceilings)
+                        for agg in g.configs if agg.runs}
     probed_in = newest_probed_session(store, sorted(session_ids, reverse=True), g.model) \
         if session_ids else None
     if probed_in is not None:

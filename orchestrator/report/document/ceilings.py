@@ -15,8 +15,8 @@ from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.ceilings import (
     COMPUTE_BOUND_SHARE,
     IO_BOUND_SHARE,
+    Bound,
     io_ceiling,
-    judge,
 )
 from orchestrator.results.report_data import Group, ReportData
 from orchestrator.stats.values import DASH, is_missing
@@ -48,6 +48,16 @@ def caption(row: Any) -> str:
         f"= 1 / compute s per token (I/O free):")
 
 
+BOUND_WORDS = {Bound.IO: "I/O-bound", Bound.COMPUTE: "compute-bound"}
+
+
+def verdict_words(bounds: tuple[Bound, ...] | None) -> str:
+    """"I/O-bound", "compute-bound", both joined by "and", "neither", or "—" (no share known)."""
+    if bounds is None:
+        return DASH
+    return " and ".join(BOUND_WORDS[b] for b in bounds) if bounds else "neither"
+
+
 def table(group: Group, row: Any) -> Table:
     out = Table(["Config", "tok/s", "of compute ceiling", "read MiB/s", "of I/O ceiling",
                  "ideal tok/s (I/O free)", "verdict", "runs"],
@@ -55,10 +65,10 @@ def table(group: Group, row: Any) -> Table:
     for agg in group.configs:
         if not agg.runs:
             continue
-        j = judge(agg.values, row)
+        j = group.judgements[agg.config]
         out.rows.append([md_escape(agg.label or agg.config), _f(j.decode_tps, "%.2f"),
                          _share(j.compute_share), _f(j.read_mibps, "%.1f"), _share(j.io_share),
-                         _f(j.ideal_tps, "%.2f"), j.verdict, id_list(agg.ids)])
+                         _f(j.ideal_tps, "%.2f"), verdict_words(j.bounds), id_list(agg.ids)])
     for note in row.notes or []:
         out.notes.append(f"⚠ {md_escape(note)}")
     return out
