@@ -49,7 +49,8 @@ class TokenColumns:
             return
         try:
             for column, get in _GET.items():
-                self._chunks[column].append(np.array(list(map(get, batch)), dtype=float))
+                self._chunks[column].append(np.fromiter(map(get, batch), dtype=float,
+                                                        count=n))
         except (TypeError, ValueError):     # not a number: what the store keeps may differ
             self.regular = False
             return

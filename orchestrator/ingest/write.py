@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import re
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,9 +172,8 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     if plan.csv_text is not None and not isinstance(check, BmoeCsvParser):
         check = BmoeCsvParser()
         csv_lines = _fed(csv_lines, check.feed)
-    # = handle("C\t" + line) for each line, without that string; consumed by a 0-length
-    # deque: the per-line loop in C, not 2M turns of a Python for loop
-    deque(map(recorder.handle_csv, csv_lines), maxlen=0)
+    # = handle("C\t" + line) for each line, without that string, in one frame
+    recorder.handle_csv_lines(csv_lines)
     if check is not None and (why := impossible_reason(check)) is not None:
         raise Refused(plan.source, why)      # write_run deletes the run: nothing is kept
     for line in out_lines:

@@ -7,7 +7,7 @@ exactly the line after the last stored one: no row lost, none duplicated.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
@@ -90,6 +90,33 @@ class RunRecorder:
                 len(self._tokens) + len(self._samples) >= self._flush_rows
                 or time.monotonic() - self._last_flush >= self._flush_seconds):
             self.flush()
+
+    def handle_csv_lines(self, lines: Iterable[str]) -> None:
+        """handle_csv for each of `lines`, the loop in one frame with its state in locals:
+        the importer's hot path (ingest/write.py), 2M turns for a long run. The same rows,
+        counts and flushes as handle_csv line by line."""
+        feed = self._feed_values
+        if feed is None or self.lines < self.stored_lines:
+            for text in lines:
+                self.handle_csv(text)
+            return
+        run_id, count, seq = self.run_id, self.lines, self.token_seq
+        tokens = self._tokens
+        for text in lines:
+            count += 1
+            values = feed(text)
+            if values is not None:
+                if self.decode_from_ms is None:   # the first token: the decode phase begins
+                    self.decode_from_ms = self.last_sample_t_ms or 0
+                tokens.append((run_id, seq) + values)
+                seq += 1
+            if not count & 63:
+                self.lines, self.token_seq = count, seq
+                if len(tokens) + len(self._samples) >= self._flush_rows \
+                        or time.monotonic() - self._last_flush >= self._flush_seconds:
+                    self.flush()
+                    tokens = self._tokens      # flush starts a new batch
+        self.lines, self.token_seq = count, seq
 
     def handle(self, line: str) -> None:
         if line[:2] == "C\t" and self._feed_row is not None \
