@@ -18,7 +18,7 @@ from cli_helpers import orch_ok as orch
 from scipy import stats as sps
 from test_report import by_label, find, md_tables, run_matrix
 
-from orchestrator.config.matrix import stored_matrix
+from orchestrator.config.stored_matrix import stored_matrix
 from orchestrator.db import schema
 from orchestrator.db.store import Store
 from orchestrator.report.format import ab_rows as ab_table

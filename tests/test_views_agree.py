@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from cli_helpers import orch_ok
+from test_report import md_tables as report_tables
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.report.format.columns import TABLES as COLUMNS
@@ -63,17 +64,9 @@ def session(request: pytest.FixtureRequest, workspace: Path) -> int:
 
 
 def md_tables(text: str) -> Iterator[list[dict[str, str]]]:
-    """Each markdown table of `text` as rows of header -> cell."""
-    lines = text.splitlines()
-    for i, line in enumerate(lines[:-1]):
-        if line.startswith("|") and re.fullmatch(r"\|(\s*:?-+:?\s*\|)+", lines[i + 1].strip()):
-            headers = [h.strip() for h in line.strip("|").split("|")]
-            rows = []
-            for body in lines[i + 2:]:
-                if not body.startswith("|"):
-                    break
-                rows.append(dict(zip(headers, (c.strip() for c in body.strip("|").split("|")))))
-            yield rows
+    """Each markdown table of `text` as rows of header -> cell (test_report.py's parser)."""
+    for table in report_tables(text):
+        yield [dict(zip(table["headers"], row)) for row in table["rows"]]
 
 
 def plain(cell: str) -> str:

@@ -341,7 +341,7 @@ def session_design(session: Any) -> Design | None:
     options = getattr(session, "import_options", None) if session is not None else None
     design = design_from_stored(options.get("design")) if isinstance(options, Mapping) else None
     if design is None:       # a live session: its matrix's notes, shown the same way
-        from orchestrator.config.matrix import stored_matrix_data
+        from orchestrator.config.stored_matrix import stored_matrix_data
 
         notes = stored_matrix_data(getattr(session, "matrix_text", None)).get("notes") \
             if session is not None else None

@@ -2,19 +2,17 @@
 
 About 470 lines on purpose: the model and its cross-key rules (one model_validator, so every
 rule reports its key path and line together, grid-built names and prompt bounds included) are
-one concern; value types live in matrix_values.py, the configs' expansion in configs.py, the
-checks of local files in local_files.py and the notes' model in notes.py."""
+one concern; value types live in matrix_values.py, the configs' expansion in configs.py, a
+stored matrix read back in stored_matrix.py, the checks of local files in local_files.py and
+the notes' model in notes.py."""
 from __future__ import annotations
 
-import copy
-import functools
 import hashlib
 import re
 import shlex
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -478,34 +476,3 @@ def read_prompt_file(path: Path, node: Any, name: str) -> str:
     if b"\0" in raw:
         raise ConfigError(f"{where}: {prompt_path} {NUL_PROMPT}")
     return raw.decode("utf-8", errors="surrogateescape")
-
-
-@functools.lru_cache(maxsize=32)
-def stored_matrix(text: str | None) -> Matrix | None:
-    """The Matrix of a session's stored YAML (db/ stores the text, the reader parses it: db/
-    knows no matrix); None for imports and for text that no longer validates (a matrix stored
-    by an older orch): its rows are then compared as an import's. Parsed once per text (a
-    report reads each session's many times); the Matrix returned is shared: read it only."""
-    if not text:
-        return None
-    try:
-        data = yaml.safe_load(text)
-        return Matrix.model_validate(data, context={"stored": True}) \
-            if isinstance(data, dict) else None
-    except (yaml.YAMLError, ValidationError):
-        return None
-
-
-@functools.lru_cache(maxsize=32)
-def _stored_yaml(text: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def stored_matrix_data(text: str | None) -> dict[str, Any]:
-    """A session's stored matrix as plain YAML data ({} for imports or bad text): for readers
-    that need keys the Matrix model normalises away. A copy, the caller's to change."""
-    return copy.deepcopy(_stored_yaml(text)) if text else {}

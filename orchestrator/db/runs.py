@@ -13,7 +13,7 @@ Every layer above db/ reads runs through here, never through db/schema.py:
   `.clock` says what timed `started_at` (orch's clock in UTC, the study's local wall-clock
   record, or a file's mtime) so no view labels a study's local time UTC.
 - **`SessionRow`** carries the session's columns; its `matrix_text` is the matrix as it was
-  stored, text: the reader parses it (config/matrix.py `stored_matrix`), db/ knows no matrix.
+  stored, text: the reader parses it (config/stored_matrix.py), db/ knows no matrix.
 - **Per-run figures** (`Runs.figures`, stats/figures.py RunFigures) belong to the read model as
   pyperf's result model owns its statistics: every view and the adaptive-repeat judgement in
   run/ read the same figures. pandas and the statistics are imported only when figures must be

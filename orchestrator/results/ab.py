@@ -31,7 +31,8 @@ from enum import StrEnum
 from typing import Any
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.config.matrix import Matrix, stored_matrix
+from orchestrator.config.matrix import Matrix
+from orchestrator.config.stored_matrix import stored_matrix
 from orchestrator.db.rows import RunRow
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.errors import ConfigError

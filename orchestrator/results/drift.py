@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import pearsonr, permutation_test, rankdata, spearmanr
 
-from orchestrator.config.matrix import stored_matrix_data
+from orchestrator.config.stored_matrix import stored_matrix_data
 from orchestrator.db.rows import RunRow
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store

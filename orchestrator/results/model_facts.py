@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from orchestrator.config.matrix import stored_matrix_data
+from orchestrator.config.stored_matrix import stored_matrix_data
 from orchestrator.db.rows import RunRow
 from orchestrator.db.store import Store
 from orchestrator.record import load_record

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.config.matrix import stored_matrix
+from orchestrator.config.stored_matrix import stored_matrix
 from orchestrator.db.runs import Sessions
 from orchestrator.db.quality import probe_rows
 from orchestrator.db.store import Store

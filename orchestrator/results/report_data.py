@@ -19,7 +19,8 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.config.matrix import Matrix, stored_matrix, stored_matrix_data
+from orchestrator.config.matrix import Matrix
+from orchestrator.config.stored_matrix import stored_matrix, stored_matrix_data
 from orchestrator.db.quality import newest_probed_session
 from orchestrator.db.rows import RunRow, SessionRow
 from orchestrator.db.runs import Runs, Sessions, devices_by_name

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.config.design import Design, session_design
-from orchestrator.config.matrix import Matrix, stored_matrix
+from orchestrator.config.matrix import Matrix
+from orchestrator.config.stored_matrix import stored_matrix
 from orchestrator.db.rows import RunRow, SessionRow
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store

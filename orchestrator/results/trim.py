@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from orchestrator.config.design import session_design
-from orchestrator.config.matrix import stored_matrix
+from orchestrator.config.stored_matrix import stored_matrix
 from orchestrator.errors import ConfigError
 
 
