@@ -86,9 +86,7 @@ class RunRecorder:
             self.token_seq += 1
             if self._on_token is not None and row is not None:   # then a row was built
                 self._on_token(row, self.token_seq)
-        if not self.lines & 63 and (
-                len(self._tokens) + len(self._samples) >= self._flush_rows
-                or time.monotonic() - self._last_flush >= self._flush_seconds):
+        if not self.lines & 63 and self._flush_due():
             self.flush()
 
     def handle_csv_lines(self, lines: Iterable[str]) -> None:
@@ -112,8 +110,7 @@ class RunRecorder:
                 seq += 1
             if not count & 63:
                 self.lines, self.token_seq = count, seq
-                if len(tokens) + len(self._samples) >= self._flush_rows \
-                        or time.monotonic() - self._last_flush >= self._flush_seconds:
+                if self._flush_due():
                     self.flush()
                     tokens = self._tokens      # flush starts a new batch
         self.lines, self.token_seq = count, seq
@@ -140,10 +137,13 @@ class RunRecorder:
                 by_tag(self, event, replay)
         # Checking the clock on every line costs more than the row itself; every 64 lines
         # keeps batches at most ~flush_seconds old at any realistic token rate.
-        if (not self.lines & 63 or tag != "C") and (
-                len(self._tokens) + len(self._samples) >= self._flush_rows
-                or time.monotonic() - self._last_flush >= self._flush_seconds):
+        if (not self.lines & 63 or tag != "C") and self._flush_due():
             self.flush()
+
+    def _flush_due(self) -> bool:
+        """A full batch, or one older than flush_seconds (asked every 64 lines at most)."""
+        return (len(self._tokens) + len(self._samples) >= self._flush_rows
+                or time.monotonic() - self._last_flush >= self._flush_seconds)
 
     def _parse(self, line: str) -> Event | None:
         """The line's event; None for a line that breaks the protocol (noted)."""
