@@ -25,7 +25,7 @@ from pydantic_core import to_jsonable_python
 
 from orchestrator.record_versions import KIB_PER_GIB, SCHEMA_VERSION, v1_as_v2
 
-__all__ = ["KIB_PER_GIB", "SCHEMA_VERSION", "RunRecord", "Pressure", "EntryState",
+__all__ = ["KIB_PER_GIB", "SCHEMA_VERSION", "RunRecord", "Turn", "Pressure", "EntryState",
            "load_record", "trailer_fields", "ttft", "PRESSURE_FIELDS"]
 
 
@@ -64,6 +64,41 @@ class EntryState(BaseModel):
 
     driver: dict[str, Any] | None = None    # the driver log's entry (cpu_khz, log, ...)
     state: dict[str, Any] | None = None     # the `.state` file: {file, before, after}
+
+
+class Turn(BaseModel):
+    """One generate() of a session run (docs/sessions.md): what the engine's `BMOE_DONE` line
+    (or an imported turn record, or one of two summaries in one log section) said about it, and
+    when orch sent it. Turn numbers are 1-based in a session; a one-shot run has no turns."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    turn: int                           # 1-based, in the order the requests were sent
+    request_id: int | str | None = None  # the request's `id` (BMOE_BEGIN/DONE echo it)
+    prompt_tokens: int | None = None    # tokens actually prefilled this turn (`n_prompt`)
+    context_tokens: int | None = None   # context length after the turn (`n_past`)
+    tokens: int | None = None           # generated this turn
+    decode_tps: float | None = None     # the engine's own decode tok/s for the turn
+    prefill_s: float | None = None
+    prefill_tps: float | None = None
+    load_s: float | None = None         # the model load (the first turn of a live session)
+    ttft_s: float | None = None         # request sent -> first token: load (turn 1) + prefill
+    idle_before_s: float | None = None  # the idle gap asked for before this turn's request
+    clear_kv: bool | None = None        # a new chat (KV dropped, expert cache kept)
+    cancelled: bool | None = None       # cut short by a `cancel` (its deadline)
+    error: str | None = None            # a recoverable BMOE_ERROR that failed this turn
+    # the engine's flash and cache figures for the turn (the BMOE_DONE keys)
+    cache_hit_pct: float | None = None  # -1 = no cache
+    read_mib: float | None = None
+    compute_s_per_token: float | None = None
+    io_s_per_token: float | None = None
+    stall_s_per_token: float | None = None
+    mgmt_s_per_token: float | None = None
+    # when, in ms since the run started (live runs: orch's clock on the device; None: unknown)
+    started_ms: float | None = None
+    ended_ms: float | None = None
+    text: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
 
 
 class RunRecord(BaseModel):
@@ -114,6 +149,8 @@ class RunRecord(BaseModel):
     route_trace: dict[str, Any] | None = None   # a stored trace's preamble and layer sizes
     entry_state: EntryState | None = None       # an imported run's recorded start state
     extra: dict[str, Any] = Field(default_factory=dict)      # engine-specific, free form
+    # a session run's turns in order (docs/sessions.md); empty for a one-shot run
+    turns: list[Turn] = Field(default_factory=list)
 
     def stored(self) -> dict[str, Any]:
         """The record as plain JSON values for `run.summary` (NaN and inf become null)."""

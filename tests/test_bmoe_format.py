@@ -72,8 +72,8 @@ def test_22_column_csv_keeps_extras_and_preamble() -> None:
     assert first.read_bytes == 252379136 and isinstance(first.read_bytes, int)
     assert first.extra["dense_resident_frac"] == -1.0          # sentinel kept as given
     assert first.extra["rss_mib"] == 6147.4 and first.extra["swap_free_mib"] == 9250.1
-    assert p.steps_target == 256 and "steps" not in first.extra and first.extra["turn"] == 0
-    assert set(first.extra) == {"dense_resident_frac", "turn", "majflt_mib",
+    assert p.steps_target == 256 and "steps" not in first.extra and first.turn == 0
+    assert set(first.extra) == {"dense_resident_frac", "majflt_mib",
                                 "cache_budget_mib", "rss_mib", "rss_anon_mib", "rss_file_mib",
                                 "swap_mib", "mem_available_mib", "mem_free_mib", "swap_free_mib"}
     tr = p.trailers[-1]

@@ -119,6 +119,7 @@ token = Table(
     Column("cache_hit_pct", Float),
     Column("majflt", Float),
     Column("cpu_ms", Float),
+    Column("turn", Integer),                         # session turn (1-based); NULL: one-shot
     Column("extra", JSON),
 )
 
@@ -134,6 +135,8 @@ sample = Table(
     Column("cpu_ticks", BigInteger),
     Column("cpu_temp_mC", Integer),
     Column("batt_temp_dC", Integer),
+    # the session turn last begun when sampled (0: before the first; NULL: a one-shot run)
+    Column("turn", Integer),
     Column("extra", JSON),
 )
 

@@ -29,6 +29,9 @@ class TokenRow:
     cache_hit_pct: float | None = None
     majflt: float | None = None
     cpu_ms: float | None = None
+    # which generate() of a session the token belongs to (the CSV's `turn` column, 1-based in
+    # session mode); None for a one-shot run (docs/sessions.md)
+    turn: int | None = None
     extra: dict[str, Any] | None = None
 
 

@@ -29,7 +29,7 @@ _SIGNED = re.compile(r"[-nNiIeE]")
 _SHORT = 18
 MAX_ERRORS = 200              # a garbage stream must not grow the error list without bound
 
-_INT_COLUMNS = {"step", "read_bytes"}
+_INT_COLUMNS = {"step", "read_bytes", "turn"}
 _FLOAT_FIELDS = set(TOKEN_COLUMNS) - _INT_COLUMNS
 # Control characters that never occur in engine text output; NUL and U+FFFD (what a lossy
 # decode leaves behind) mark binary garbage.
@@ -80,7 +80,7 @@ def parse_kv_tokens(text: str) -> dict[str, Any]:
 
 # where feed_values' tuple has these fields (TokenRow's field order)
 _FIELDS = tuple(f.name for f in dataclasses.fields(TokenRow))
-_EXTRA, _HIT = _FIELDS.index("extra"), _FIELDS.index("cache_hit_pct")
+_EXTRA, _HIT, _TURN = _FIELDS.index("extra"), _FIELDS.index("cache_hit_pct"), _FIELDS.index("turn")
 _row_values = attrgetter(*_FIELDS)
 
 
@@ -150,7 +150,8 @@ class BmoeCsvParser:
                     signed = ("-" in line or "e" in line or "E" in line or "n" in line
                               or "N" in line or "i" in line or "I" in line
                               or max(map(len, fields)) > _SHORT)
-                    if not signed and values[_EXTRA] is None and self._turn is None:
+                    if not signed and values[_EXTRA] is None and values[_TURN] is None \
+                            and self._turn is None:
                         # what _checked and row_problem find for such a row, inline: no value
                         # can be negative or non-finite, so only a cache hit over 100 and the
                         # step's range and order are left; a row with a problem takes
@@ -270,7 +271,7 @@ class BmoeCsvParser:
         signed=False: the line has no '-', no letter of nan/inf, no exponent and no field over
         18 characters, so the sign, finiteness and 64-bit checks are skipped (one regex
         search in C instead of a Python loop per row)."""
-        turn = row.extra.get("turn") if row.extra else None
+        turn = row.turn
         if turn != self._turn:
             self._turn, self._last_step = turn, None
         problem = row_problem(row, self._last_step, signed)

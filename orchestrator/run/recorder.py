@@ -20,7 +20,8 @@ TokenCallback = Callable[[TokenRow, int], None]
 
 # a TokenRow's values in TOKEN_KEYS' order after run_id and seq (db/writes.py): one C call
 _ROW_VALUES = attrgetter("step", "wall_ms", "io_ms", "compute_ms", "stall_ms", "mgmt_ms",
-                         "read_bytes", "cache_hit_pct", "majflt", "cpu_ms", "extra")
+                         "read_bytes", "cache_hit_pct", "majflt", "cpu_ms", "turn",
+                         "extra")
 
 
 class RunRecorder:
