@@ -25,11 +25,12 @@
 #   8. Supervisor: engine start   argv, the watcher, the engine's exec
 #   9. Supervisor: sampling loop  sample_step, timeout, thermal ceiling, the interval's sleep
 #  10. Supervisor: the end        the engine's status, strays, last output, OOM, the X line
+#  10b. Session feeder            a session's requests on the engine's stdin, T lines
 #  11. Process groups, OOM        group members and their cleanup, the kernel log's evidence
 #  12. Cooldown                   the `cooldown` command
 #  13. Commands                   attach, kill, reap, facts, start
 #  14. The command line           main, and the source-only mode
-AGENT_VERSION=1.4.3
+AGENT_VERSION=1.5.0
 
 # ==============================================================================================
 # 1. Settings and output
@@ -516,17 +517,22 @@ stat_fields() { MAJ=${10}; TICKS=$((${12} + ${13})); THREADS=${18}; START=${20};
 sample() {
   now_ms
   line="S$TAB$((NOW - UP0))"
-  st='' rss='' hwm=''
+  st='' rss='' hwm='' swp=''
   while read -r k v rest; do
     case $k in
       State:) st=$v ;;
       VmHWM:) hwm=$v ;;
-      VmRSS:) rss=$v; break ;;  # State and VmHWM come before VmRSS: stop reading here
+      VmRSS:) rss=$v ;;
+      # VmSwap: how much of the engine the kernel swapped out (an idle session's cache);
+      # Threads follows it, so a kernel without VmSwap stops there, not at the file's end
+      VmSwap:) swp=$v; break ;;
+      Threads:) break ;;
     esac
   done 2>/dev/null <"/proc/$EPID/status"
   case $st in ''|Z|X) GONE=1 ;; esac
   [ -n "$rss" ] && line="$line${TAB}rss_kb=$rss"
   [ -n "$hwm" ] && line="$line${TAB}hwm_kb=$hwm"
+  [ -n "$swp" ] && line="$line${TAB}swap_kb=$swp"
   # /proc/PID/stat split by `read` itself as it reads (fields 12 majflt, 14+15 utime+stime,
   # 20 threads, 22 starttime): splitting a saved copy with a function call cost mksh 0.3 ms
   # a sample. A comm with a blank shifts the fields; then the third is no state letter, and
@@ -640,7 +646,12 @@ drain() {
   case $2 in O) p=$P_O ;; E) p=$P_E ;; C) p=$P_C ;; *) p='' ;; esac
   while :; do
     l=''
-    if IFS= read -r l <&"$1"; then say "$2$TAB$p$l"; p=''; else p=$p$l; break; fi
+    if IFS= read -r l <&"$1"; then
+      say "$2$TAB$p$l"
+      # a session's turn ends with its BMOE_DONE or BMOE_ERROR line (session_line)
+      [ -n "$SESSION" ] && [ "$2" = O ] && session_line "$p$l"
+      p=''
+    else p=$p$l; break; fi
   done
   case $2 in O) P_O=$p ;; E) P_E=$p ;; C) P_C=$p ;; esac
 }
@@ -697,6 +708,7 @@ supervise() {
 # (check_meta checks them once the spool is open, so that its warnings reach the stream).
 read_meta() {
   INTERVAL=1000 TIMEOUT=0 TIMEOUT_MS='' CSV='' CWD='' RUN='' ABORT_MC='' ABORT_SENSOR='' ABORT_X=''
+  SESSION=''
   [ -r meta ] || return 0
   while IFS= read -r l || [ -n "$l" ]; do
     case $l in
@@ -708,6 +720,7 @@ read_meta() {
       run=*) RUN=${l#*=} ;;
       abort_above_mC=*) ABORT_MC=${l#*=} ;;
       abort_sensor=*) ABORT_SENSOR=${l#*=} ;;
+      session=*) SESSION=${l#*=} ;;
     esac
   done <meta
 }
@@ -759,6 +772,10 @@ check_meta() {
   SLP=$SECS
   case $CSV in ''|/*) ;; *) CSV=$JOBDIR/$CSV ;; esac
   case $CWD in '') CWD=$JOBDIR ;; /*) ;; *) CWD=$JOBDIR/$CWD ;; esac
+  case $SESSION in ''|/*) ;; *) SESSION=$JOBDIR/$SESSION ;; esac
+  if [ -n "$SESSION" ] && [ ! -r "$SESSION" ]; then
+    say "W${TAB}session file missing: $SESSION; the engine's stdin is empty"; SESSION=''
+  fi
 }
 
 # check_env: a W line per JOBDIR/env line that is no NAME=VALUE (exec_engine skips those).
@@ -804,6 +821,7 @@ start_engine() {
   SL='' WOKE=''
   trap 'WOKE=1; [ -n "$SL" ] && kill "$SL" 2>/dev/null' USR1
   rm -f engine.pid
+  session_open
   watch_engine "$@" &
   WPID=$!
   await_engine_pid
@@ -823,6 +841,9 @@ arg_value() {
 # engine.start, engine.pid and engine.rc, `wait`s for it, wakes the supervisor (USR1) and
 # exits with the engine's status.
 watch_engine() {
+  # the session's FIFO writer is the supervisor's alone: a copy here would keep the engine
+  # from ever seeing EOF
+  [ -n "$SESSION" ] && exec 6>&-
   exec_engine "$@" &
   ep=$!
   st=''
@@ -856,6 +877,9 @@ exec_engine() {
   # The job's tag, after the env lines so that none can change it (tagged, kill_tagged).
   export "ORCH_JOB=$JOBDIR/"
   cd "$CWD" 2>>"$JOBDIR/stderr" || exit 126   # the reason shows up as an E line
+  if [ -n "$SESSION" ]; then   # a session's requests come on stdin (session_open's FIFO)
+    exec ${SETSID:+"$SETSID"} "$@" <"$JOBDIR/stdin" >"$JOBDIR/stdout" 2>"$JOBDIR/stderr" 6>&-
+  fi
   exec ${SETSID:+"$SETSID"} "$@" </dev/null >"$JOBDIR/stdout" 2>"$JOBDIR/stderr"
 }
 
@@ -878,6 +902,7 @@ await_engine_pid() {
 # sample_loop: one sample_step per interval until the engine has ended.
 sample_loop() {
   GONE='' CAUSE='' TERM_AT='' START0='' WOKEN=''
+  [ -n "$SESSION" ] && session_step   # the first request at once (or after its idle)
   while sample_step; do :; done
 }
 
@@ -888,6 +913,7 @@ sample_step() {
   # The job directory removed under the job: nobody can collect it, nothing may outlive it.
   [ -d "$JOBDIR" ] || lost_job
   drain_all
+  [ -n "$SESSION" ] && session_step
   sample
   [ -n "$GONE" ] && return 1
   [ -n "$WOKEN" ] && return 1
@@ -947,14 +973,20 @@ check_ceiling() {
 # USR1 trap can cut it short); a timeout that falls before the next sample is kept: sleep
 # only until it.
 sleep_interval() {
+  wms=$INTERVAL
+  if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ $((TIMEOUT_MS - $1)) -lt "$wms" ]; then
+    wms=$((TIMEOUT_MS - $1))
+  fi
+  # a session's next request, deadline or stop falls before the next sample: sleep until it
+  if [ -n "$SESS_NEXT" ] && [ $((SESS_NEXT - $1)) -lt "$wms" ]; then wms=$((SESS_NEXT - $1)); fi
   w=$SLP
-  if [ "$TIMEOUT_MS" -gt 0 ] && [ -z "$TERM_AT" ] && [ $((TIMEOUT_MS - $1)) -lt "$INTERVAL" ]; then
-    r=$((TIMEOUT_MS - $1))
-    [ "$r" -lt 10 ] && r=10
-    ms_secs "$r"
+  if [ "$wms" -lt "$INTERVAL" ]; then
+    [ "$wms" -lt 10 ] && wms=10
+    ms_secs "$wms"
     w=$SECS
   fi
-  sleep "$w" &
+  # `6>&-`: a session's FIFO writer stays the supervisor's alone (the engine's EOF)
+  sleep "$w" 6>&- &
   SL=$!
   [ -n "$WOKE" ] && kill "$SL" 2>/dev/null
   # a sleep without fractions must not turn this into a busy loop
@@ -1031,6 +1063,126 @@ say_exit() {
   [ -n "$CAUSE" ] && x="$x${TAB}cause=$CAUSE"
   [ -n "$ABORT_X" ] && x="$x$ABORT_X"
   say "$x"
+}
+
+# ==============================================================================================
+# 10b. Session feeder
+#    A session job (meta `session=FILE`) runs an engine that reads requests as JSON lines on
+#    its stdin (bmoe-cli --session, moe-probe --session): the engine's stdin is a FIFO the
+#    supervisor writes, one request at once, each next one once the previous turn's
+#    BMOE_DONE (or non-fatal BMOE_ERROR) line was drained plus its idle time; `cancel` at a
+#    turn's deadline, `close` and EOF after the last. A T line marks each step. Builtins
+#    only: session_step runs in the sampling loop (docs/agent-protocol.md, "Sessions").
+# ==============================================================================================
+
+# session_open: SESS_N = the number of requests in the SESSION file (lines
+# "IDLE_MS<TAB>DEADLINE_MS<TAB>JSON"), the FIFO JOBDIR/stdin made and held open on fd 6.
+# Read-write: the open does not wait for the engine, and the supervisor, a reader too, is
+# never killed by SIGPIPE when the engine has gone. One mkfifo fork per session job.
+session_open() {
+  SESS_N=0 SESS_TURN=0 SESS_PHASE='' SESS_AT=0 SESS_DL='' SESS_STOP='' SESS_NEXT='' SESS_WHY=''
+  [ -n "$SESSION" ] || return 0
+  while IFS= read -r l || [ -n "$l" ]; do
+    [ -n "$l" ] && SESS_N=$((SESS_N + 1))
+  done <"$SESSION"
+  rm -f "$JOBDIR/stdin"
+  # `command exec`: a failed open must not end the supervisor (dash exits on one)
+  if ! mkfifo "$JOBDIR/stdin" 2>/dev/null || ! command exec 6<>"$JOBDIR/stdin"; then
+    say "W${TAB}session: no FIFO for the engine's stdin (mkfifo failed); requests not sent"
+    SESSION=''
+    return 0
+  fi
+  SESS_PHASE=idle
+  if [ "$SESS_N" -eq 0 ]; then session_close 1; return 0; fi
+  session_request 1
+  SESS_AT=$SESS_IDLE
+}
+
+# session_request K: SESS_IDLE, SESS_DLMS (ms, 0: none) and SESS_REQ (the JSON line) of
+# request K (1-based) of the SESSION file, read with builtins.
+session_request() {
+  SESS_IDLE=0 SESS_DLMS=0 SESS_REQ='' k=0
+  while IFS= read -r l || [ -n "$l" ]; do
+    [ -n "$l" ] || continue
+    k=$((k + 1))
+    [ "$k" -eq "$1" ] || continue
+    SESS_IDLE=${l%%"$TAB"*} l=${l#*"$TAB"}
+    SESS_DLMS=${l%%"$TAB"*} SESS_REQ=${l#*"$TAB"}
+    break
+  done <"$SESSION"
+  case $SESS_IDLE in ''|*[!0-9]*) SESS_IDLE=0 ;; esac
+  case $SESS_DLMS in ''|*[!0-9]*) SESS_DLMS=0 ;; esac
+}
+
+# session_event TURN EVENT: the T line (TURN, ms since the start, EVENT), and the feeder's
+# progress in JOBDIR/session.pos ("TURN EVENT"): what was sent survives any follower.
+session_event() {
+  now_ms
+  say "T$TAB$1$TAB$((NOW - UP0))$TAB$2"
+  say "$1 $2" >"$JOBDIR/session.pos"
+}
+
+# session_line LINE: a line of the engine's stdout, drained. The turn in flight ends with its
+# BMOE_DONE (T done) or a BMOE_ERROR (T error: the session goes on; T fatal: it ends).
+session_line() {
+  [ "$SESS_PHASE" = run ] || return 0
+  case $1 in
+    BMOE_DONE*) session_event "$SESS_TURN" 'done' ;;
+    BMOE_ERROR*'"fatal":true'*|BMOE_ERROR*'"fatal": true'*)
+      session_event "$SESS_TURN" fatal
+      session_close 0
+      return 0 ;;
+    BMOE_ERROR*) session_event "$SESS_TURN" error ;;
+    *) return 0 ;;
+  esac
+  SESS_DL='' SESS_STOP=''
+  if [ "$SESS_TURN" -ge "$SESS_N" ]; then session_close 1; return 0; fi
+  session_request $((SESS_TURN + 1))
+  now_ms
+  SESS_PHASE=idle SESS_AT=$((NOW - UP0 + SESS_IDLE))
+}
+
+# session_close SAY: end the engine's input: `{"cmd":"close"}` first when SAY is 1 (the last
+# turn is done), then EOF. An engine still there 10 s later is stopped (session_step).
+session_close() {
+  if [ "$1" = 1 ]; then
+    say '{"cmd":"close"}' >&6
+    session_event "$SESS_TURN" close
+  fi
+  exec 6>&-
+  now_ms
+  SESS_PHASE=closed SESS_DL='' SESS_STOP=$((NOW - UP0 + 10000)) SESS_WHY='closed input'
+}
+
+# session_step: once per sample step (and before the first): send the next request when its
+# idle time is over (T sent), `cancel` the turn in flight at its deadline (T cancel), stop an
+# engine that has not ended 10 s after its input was closed or a cancel went unanswered.
+# SESS_NEXT = the next of these times (sleep_interval wakes for it).
+session_step() {
+  now_ms
+  t=$((NOW - UP0))
+  if [ "$SESS_PHASE" = idle ] && [ "$t" -ge "$SESS_AT" ]; then
+    say "$SESS_REQ" >&6
+    SESS_TURN=$((SESS_TURN + 1)) SESS_PHASE=run SESS_DL=''
+    session_event "$SESS_TURN" sent
+    [ "$SESS_DLMS" -gt 0 ] && SESS_DL=$((t + SESS_DLMS))
+  fi
+  if [ "$SESS_PHASE" = run ] && [ -n "$SESS_DL" ] && [ "$t" -ge "$SESS_DL" ]; then
+    say '{"cmd":"cancel"}' >&6
+    session_event "$SESS_TURN" cancel
+    SESS_DL='' SESS_STOP=$((t + 10000)) SESS_WHY=cancel
+  fi
+  if [ -n "$SESS_STOP" ] && [ "$t" -ge "$SESS_STOP" ] && [ -z "$TERM_AT" ]; then
+    say "W${TAB}session: the engine did not end 10 s after turn $SESS_TURN's $SESS_WHY; stopped (TERM, KILL after 3 s)"
+    TERM_AT=$t SESS_STOP=''
+    kill -TERM -"$EPID" 2>/dev/null || kill -TERM "$EPID" 2>/dev/null
+  fi
+  SESS_NEXT=''
+  case $SESS_PHASE in idle) SESS_NEXT=$SESS_AT ;; run) SESS_NEXT=$SESS_DL ;; esac
+  if [ -n "$SESS_STOP" ] && { [ -z "$SESS_NEXT" ] || [ "$SESS_STOP" -lt "$SESS_NEXT" ]; }; then
+    SESS_NEXT=$SESS_STOP
+  fi
+  return 0
 }
 
 # ==============================================================================================
