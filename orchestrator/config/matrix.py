@@ -1,10 +1,10 @@
 """Matrix files: the YAML a user writes to describe a benchmark sweep, validated with pydantic.
 
-About 470 lines on purpose: the model and its cross-key rules (one model_validator, so every
+About 490 lines on purpose: the model and its cross-key rules (one model_validator, so every
 rule reports its key path and line together, grid-built names and prompt bounds included) are
 one concern; value types live in matrix_values.py, the configs' expansion in configs.py, a
-stored matrix read back in stored_matrix.py, the checks of local files in local_files.py and
-the notes' model in notes.py."""
+stored matrix read back in stored_matrix.py, the checks of local files in local_files.py, the
+`session:` rules and prompt files in session.py and the notes' model in notes.py."""
 from __future__ import annotations
 
 import hashlib
@@ -38,11 +38,13 @@ from orchestrator.config.matrix_values import (
     Cooldown,
     ModelFile,
     RepeatPolicy,
+    SessionTurn,
     parse_duration,
 )
 from orchestrator.config.notes import Notes
 from orchestrator.config.probes import load_probes
 from orchestrator.config.quality import QualitySpec
+from orchestrator.config.session import read_session_files, session_problems
 from orchestrator.config.yamlfile import (
     Problems,
     errors_at,
@@ -108,6 +110,9 @@ class Matrix(BaseModel):
     trim: int = Field(default=0, ge=0, strict=True)
     # markdown printed beside the tables they concern (session, per model, per config)
     notes: Notes | None = None
+    # a live session: the turns every config runs through the engine's session protocol
+    # (a config's own `session:` wins; config/session.py, docs/sessions.md)
+    session: list[SessionTurn] | None = Field(default=None, min_length=1)
 
     @field_validator("name")
     @classmethod
@@ -245,6 +250,7 @@ class Matrix(BaseModel):
             names = [name for name, _ in expand_configs(self)]
             problems += _baseline_and_pairs(self, names)
             problems += _route_trace_engine(self)
+            problems += session_problems(self)
         if problems:
             raise errors_at(self, problems)
         return self
@@ -427,6 +433,10 @@ def load_matrix(path: str | Path) -> LoadedMatrix:
         prompt_text = read_prompt_file(path, node, matrix.prompt_file)
     else:
         prompt_text = matrix.prompt or ""
+    session_problems = read_session_files(matrix, path.parent)
+    if session_problems:
+        raise ConfigError("\n".join(f"{path}:{line_of(node, loc) or 1}: {'.'.join(map(str, loc))}: "
+                                     f"{message}" for loc, message in session_problems))
     if matrix.quality is not None:   # a bad probe line: file:line, exit 2, nothing written
         load_probes(matrix.quality, path)
     for i, (version, binary) in enumerate(matrix.build_binaries().items()):

@@ -7,7 +7,14 @@ import math
 import re
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.config.yamlfile import Problems, errors_at
 
@@ -232,10 +239,65 @@ class RepeatPolicy(BaseModel):
         return self.max > self.min
 
 
+class SessionTurn(BaseModel):
+    """One turn of a `session:` block (docs/sessions.md, "Live sessions"): the request the
+    agent writes to the engine's stdin after `idle`, cancelled at `deadline` (from its send).
+    None means the default: `n_predict` the matrix's `tokens`, `clear_kv` true for the first
+    turn and false after (a chat goes on), `think` left to the engine, no deadline. A
+    `prompt_file`'s text is read at load (config/session.py) and kept beside the turn."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: str | None = None
+    prompt_file: str | None = None
+    n_predict: int | None = Field(default=None, gt=0, le=10_000_000)
+    clear_kv: bool | None = None
+    idle: float = 0.0
+    think: bool | None = None
+    deadline: float | None = None
+    _file_text: str | None = PrivateAttr(default=None)
+
+    @field_validator("idle", "deadline", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration(value)
+
+    @field_validator("deadline")
+    @classmethod
+    def _positive(cls, value: float | None) -> float | None:
+        if value is not None and value <= 0:
+            raise ValueError("a deadline must be longer than 0 s")
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\0" in value:
+            raise ValueError("contains a NUL byte")
+        return value
+
+    @model_validator(mode="after")
+    def _one_prompt(self) -> "SessionTurn":
+        if (self.prompt is None) == (self.prompt_file is None):
+            raise ValueError("give the turn's `prompt` or `prompt_file` (one of them)")
+        return self
+
+    @property
+    def text(self) -> str | None:
+        """The prompt sent: `prompt`, else the text load_matrix read from `prompt_file`
+        (None when it has not been read: a matrix parsed from stored text)."""
+        return self.prompt if self.prompt is not None else self._file_text
+
+    def with_file_text(self, text: str) -> None:
+        """Keep `prompt_file`'s text (config/session.py read_session_files)."""
+        self._file_text = text
+
+
 class ConfigSpec(BaseModel):
     """A config in its mapping form, `name: {flags: "--flags", route_trace: true}`; the string
-    form `name: "--flags"` stays the usual one. `route_trace` None follows the matrix's."""
+    form `name: "--flags"` stays the usual one. `route_trace` None follows the matrix's;
+    `session` (turns) replaces the matrix's `session:` for this config."""
 
     model_config = ConfigDict(extra="forbid")
     flags: str = ""
     route_trace: bool | None = None
+    session: list[SessionTurn] | None = Field(default=None, min_length=1)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from orchestrator.config.configs import expand_config_specs
 from orchestrator.config.matrix import Matrix
+from orchestrator.config.session import SessionRequest, config_session, resolve
+from orchestrator.errors import ConfigError
 from orchestrator.stats.config_key import ConfigKey
 
 
@@ -23,6 +25,8 @@ class Cell:
     build: str | None = None   # `builds:`: the llama.cpp version this cell runs (its config
                                # name ends in `@build`, so the key tells builds apart)
     binary: str | None = None  # ... and that build's cached binary (else the matrix's binary)
+    # a session cell's turns, resolved (config/session.py); empty for a one-shot cell
+    session: tuple[SessionRequest, ...] = ()
 
     @property
     def config_key(self) -> ConfigKey:
@@ -84,6 +88,7 @@ def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = N
     base = matrix.seed if seed is None else seed
     # the first rounds keep the permutation a seed always gave; a later round gets its own
     rng = random.Random(base if rounds.start == 0 else f"{base}/{rounds.start}")
+    sessions = {name: _session(matrix, name) for name, _, _ in configs}
     cells: list[Cell] = []
     for model, path in models:
         # A unit is one config, or an A/B pair that always runs back to back.
@@ -97,5 +102,16 @@ def plan_cells(matrix: Matrix, seed: int | None = None, rounds: range | None = N
             for name, flags, trace in unit:
                 cells.append(Cell(model=model, model_path=path,
                                   config=f"{name}@{build}" if build else name, flags=flags,
-                                  repeat=rep, route_trace=trace, build=build, binary=binary))
+                                  repeat=rep, route_trace=trace, build=build, binary=binary,
+                                  session=sessions[name]))
     return [Cell(**{**c.__dict__, "order": first_order + i}) for i, c in enumerate(cells)]
+
+
+def _session(matrix: Matrix, config: str) -> tuple[SessionRequest, ...]:
+    turns = config_session(matrix, config)
+    if turns is None:
+        return ()
+    try:
+        return resolve(matrix, turns)
+    except ValueError as exc:
+        raise ConfigError(f"config {config}: {exc}") from None

@@ -53,6 +53,9 @@ class CellSpec:
     # where the engine writes its `# route_trace v1` file (None: no trace); the runner fetches
     # it after the run (engines that can trace: config/matrix.py ROUTE_TRACE_ENGINES)
     route_trace_path: str | None = None
+    # a session cell (docs/sessions.md): the engine runs `--session` and reads its turns'
+    # requests on stdin (the agent writes them), so `prompt` and `tokens` are not passed
+    session: bool = False
 
     def route_trace_argv(self) -> list[str]:
         """`--route-trace PATH` when the cell traces (bmoe-cli's flag, which moe-probe and

@@ -120,7 +120,9 @@ class BmoeAdapter(EngineAdapter):
     def build_argv(self, cell: CellSpec) -> list[str]:
         if not cell.model_path:
             raise ValueError("bmoe-cli needs a model path (-m)")
-        return [cell.binary, "-m", cell.model_path, "-p", cell.prompt, "-n", str(cell.tokens),
+        # a session's prompts and token counts come as requests on stdin, not as -p/-n
+        workload = ["--session"] if cell.session else ["-p", cell.prompt, "-n", str(cell.tokens)]
+        return [cell.binary, "-m", cell.model_path, *workload,
                 *cell.flags, "--csv", cell.csv_path, *cell.route_trace_argv()]
 
     def new_parser(self, prompt: str | None = None) -> RunParser:

@@ -33,6 +33,8 @@ class MoeProbeAdapter(BmoeAdapter):
     def build_argv(self, cell: CellSpec) -> list[str]:
         python = str(cell.extra.get("python", "python3"))
         cache_dir = str(cell.extra.get("cache_dir", f"{cell.extra['workdir']}/probe-cache"))
-        return [python, cell.binary, "--prompt", cell.prompt, "-n", str(cell.tokens),
-                "--cache-dir", cache_dir, *cell.flags, "--csv", cell.csv_path,
+        # a session's prompts and token counts come as requests on stdin (bmoe-cli's protocol)
+        workload = ["--session"] if cell.session else ["--prompt", cell.prompt, "-n",
+                                                        str(cell.tokens)]
+        return [python, cell.binary, *workload, "--cache-dir", cache_dir, *cell.flags, "--csv", cell.csv_path,
                 *cell.route_trace_argv()]

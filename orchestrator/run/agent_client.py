@@ -43,6 +43,9 @@ class Job:
     csv: str | None = None
     abort_above_mC: int | None = None   # the matrix's thermal ceiling (`abort:`), milli-°C
     abort_sensor: str = "cpu"
+    # a session cell's requests, one line each (config/session.py SessionRequest.agent_line):
+    # pushed as JOBDIR/session, which the agent writes to the engine's stdin
+    session: list[str] | None = None
 
 
 class AgentClient:
@@ -100,10 +103,15 @@ class AgentClient:
             meta["csv"] = job.csv
         if job.abort_above_mC is not None:
             meta.update(abort_above_mC=job.abort_above_mC, abort_sensor=job.abort_sensor)
+        if job.session:
+            meta["session"] = "session"
         # surrogateescape: a prompt file's non-UTF-8 bytes go back out as the same bytes
         files = [(arg.encode("utf-8", "surrogateescape"), f"{jobdir}/args/{index:03d}")
                  for index, arg in enumerate(job.argv)]
         files.append(("".join(f"{k}={v}\n" for k, v in job.env.items()).encode(), f"{jobdir}/env"))
+        if job.session:   # before meta: an agent that reads `session=` finds the file
+            files.append(("".join(f"{line}\n" for line in job.session).encode(),
+                          f"{jobdir}/session"))
         files.append(("".join(f"{k}={v}\n" for k, v in meta.items()).encode(), f"{jobdir}/meta"))
         sent = [0]   # files written: a repeat after a lost link goes on from the first unsure one
 

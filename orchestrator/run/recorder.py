@@ -14,7 +14,14 @@ from typing import Any
 from orchestrator.db.store import Store
 from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
 from orchestrator.engines.base import RunParser, TokenRow
-from orchestrator.run.stream import Event, Exit, GarbledExit, ProtocolError, parse_line
+from orchestrator.run.stream import (
+    Event,
+    Exit,
+    GarbledExit,
+    ProtocolError,
+    TurnEvent,
+    parse_line,
+)
 
 TokenCallback = Callable[[TokenRow, int], None]
 
@@ -28,7 +35,8 @@ class RunRecorder:
     def __init__(self, store: Store, run_id: int, parser: RunParser, stored_lines: int = 0,
                  flush_rows: int = 5000, flush_seconds: float = 1.0,
                  on_token: TokenCallback | None = None,
-                 on_sample: Callable[[dict[str, int]], None] | None = None) -> None:
+                 on_sample: Callable[[dict[str, int]], None] | None = None,
+                 session: bool = False) -> None:
         self.store = store
         self.run_id = run_id
         self.parser = parser
@@ -48,6 +56,11 @@ class RunRecorder:
         self.decode_from_ms: int | None = None
         self.warnings: list[str] = []
         self.protocol_errors: list[str] = []
+        # a session run (docs/sessions.md): its T lines in order (replayed ones too, so a
+        # resumed run rebuilds them), and the turn last begun, which each sample carries
+        # (0 before the first; None for a one-shot run, whose samples have no turn)
+        self.turn_events: list[TurnEvent] = []
+        self.turn: int | None = 0 if session else None
         self._tokens: list[tuple[Any, ...]] = []
         self._samples: list[dict[str, Any]] = []
         self._outputs: list[dict[str, Any]] = []
@@ -198,7 +211,7 @@ class RunRecorder:
     def _sample_row(self, t_ms: int, values: dict[str, int]) -> dict[str, Any]:
         """A sample's row: the SAMPLE_FIELDS columns, the other readings in `extra`."""
         row: dict[str, Any] = dict.fromkeys(SAMPLE_FIELDS)
-        row.update(run_id=self.run_id, seq=self.sample_seq, t_ms=t_ms)
+        row.update(run_id=self.run_id, seq=self.sample_seq, t_ms=t_ms, turn=self.turn)
         extra = {}
         for key, value in values.items():
             if key in SAMPLE_FIELDS:
@@ -211,6 +224,15 @@ class RunRecorder:
     def _warning_event(self, event: Event, replay: bool) -> None:
         self.warnings.append(event.text)
         self._output("W", event.text, replay)
+
+    def _turn_event(self, event: Event, replay: bool) -> None:
+        """A T line: kept in order (replayed too), stored as an output row of stream T; a
+        `sent` begins the turn later samples carry."""
+        assert event.turn is not None   # parse_line makes one for every T line
+        self.turn_events.append(event.turn)
+        if event.turn.event == "sent":
+            self.turn = event.turn.turn
+        self._output("T", event.text, replay)
 
     def _exit_event(self, event: Event, _replay: bool) -> None:
         self.exit = event.exit
@@ -238,4 +260,5 @@ _BY_TAG: dict[str, Callable[[RunRecorder, Event, bool], None]] = {
     "C": RunRecorder._stream_event, "O": RunRecorder._stream_event,
     "E": RunRecorder._stream_event, "S": RunRecorder._sample_event,
     "W": RunRecorder._warning_event, "X": RunRecorder._exit_event,
+    "T": RunRecorder._turn_event,
 }

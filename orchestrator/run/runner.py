@@ -33,6 +33,7 @@ from orchestrator.run.link_retry import retry_link
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.run.route_collect import collect_route_trace, trace_path
+from orchestrator.run.session_turns import ErrorLines, session_status, session_turns
 from orchestrator.run.validity import run_messages, sample_dicts, summarise
 from orchestrator.transports.base import (
     AccessDenied,
@@ -202,7 +203,8 @@ class DeviceRunner:
                         prompt=self.loaded.prompt_text, tokens=matrix.tokens,
                         flags=cell.argv_flags, csv_path=f"{jobdir}/tokens.csv",
                         extra={"workdir": self.transport.workdir, **matrix.engine_options},
-                        route_trace_path=trace_path(jobdir) if cell.route_trace else None)
+                        route_trace_path=trace_path(jobdir) if cell.route_trace else None,
+                        session=bool(cell.session))
         argv = self.adapter.build_argv(spec)
         run_id = self.store.create_run(
             uid=uid, session_id=self.session_id, device_id=self.device_id, cell_key=cell.key,
@@ -221,7 +223,8 @@ class DeviceRunner:
                   timeout_s=matrix.timeout,
                   csv=spec.csv_path if self.adapter.writes_csv else None,
                   abort_above_mC=matrix.abort.above_mC if matrix.abort else None,
-                  abort_sensor=matrix.abort.sensor if matrix.abort else "cpu")
+                  abort_sensor=matrix.abort.sensor if matrix.abort else "cpu",
+                  session=[request.agent_line() for request in cell.session] or None)
         try:
             self.client.push_job(job)
             self.client.start(jobdir, force=self.force)
@@ -271,10 +274,15 @@ class DeviceRunner:
 
     def follow(self, run_id: int, jobdir: str, stored_lines: int, cell: Cell) -> CellOutcome:
         """Stream the job's spool into the store until its X line, surviving link loss."""
-        parser = self.adapter.new_parser(prompt=self.loaded.prompt_text)
-        self.progress.cell_running(cell, self.loaded.matrix.tokens)
+        parser = self.adapter.new_parser(prompt=None if cell.session else self.loaded.prompt_text)
+        if cell.session:   # a session's BMOE_ERROR messages, for its turns and its cause
+            parser = ErrorLines(parser)
+        tokens = sum(r.n_predict for r in cell.session) if cell.session else \
+            self.loaded.matrix.tokens
+        self.progress.cell_running(cell, tokens)
         recorder = RunRecorder(self.store, run_id, parser, stored_lines=stored_lines,
-                               on_token=self.progress.token, on_sample=self.progress.sample)
+                               on_token=self.progress.token, on_sample=self.progress.sample,
+                               session=bool(cell.session))
         try:
             watch = self._deadline_watch(run_id, jobdir)
             watch.start()
@@ -404,6 +412,15 @@ class DeviceRunner:
                 cause: str | None, trace: str | None = None,
                 cell: Cell | None = None) -> CellOutcome:
         record = recorder.parser.record()
+        if cell is not None and cell.session:   # run/session_turns.py
+            messages = getattr(recorder.parser, "messages", {})
+            record.turns = session_turns(record.turns, recorder.turn_events, cell.session,
+                                         messages)
+            record.extra["session"] = [request.request() | {"idle_s": request.idle_s,
+                                                            "deadline_s": request.deadline_s}
+                                       for request in cell.session]
+            status, cause = session_status(status, cause, recorder.turn_events, record.turns,
+                                           cell.session)
         if record.engine_build is None:
             record.engine_build = self.engine_version(cell)
         trace_warning = None

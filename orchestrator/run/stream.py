@@ -24,12 +24,25 @@ class Exit:
 
 
 @dataclass
+class TurnEvent:
+    """A T line: a session's step on the device (docs/agent-protocol.md, "Sessions"): the
+    agent sent turn `turn`'s request (`sent`), saw its BMOE_DONE (`done`), a BMOE_ERROR that
+    failed it (`error`) or ended the session (`fatal`), sent `cancel` at its deadline
+    (`cancel`), or `close` after the last turn (`close`); `t_ms` as in S lines."""
+
+    turn: int
+    t_ms: int
+    event: str
+
+
+@dataclass
 class Event:
-    tag: str                        # H F S C O E W X
+    tag: str                        # H F S C O E W X T
     text: str = ""                  # C/O/E/W payload
     fields: dict[str, str] = field(default_factory=dict)   # H key=value, F key/value
     sample: Sample | None = None
     exit: Exit | None = None
+    turn: TurnEvent | None = None
 
 
 class ProtocolError(ValueError):
@@ -80,6 +93,13 @@ def parse_line(line: str) -> Event:
         if rc is None or signal is None or ended_ms is None:
             raise GarbledExit(f"garbled X line: {line[:80]!r}")
         return Event(tag, exit=Exit(rc, signal, ended_ms, cause, more))
+    if tag == "T":
+        parts = rest.split("\t")
+        turn = _int(parts[0]) if parts else None
+        t_ms = _int(parts[1]) if len(parts) > 1 else None
+        if len(parts) < 3 or turn is None or t_ms is None or not parts[2]:
+            raise ProtocolError(f"garbled T line: {line[:80]!r}")
+        return Event(tag, text=rest, turn=TurnEvent(turn, t_ms, parts[2]))
     if tag == "H":
         fields = dict(p.partition("=")[::2] for p in rest.split("\t") if p)
         if fields.get("proto") != PROTO:

@@ -1,0 +1,121 @@
+"""A live session run's turns and status (docs/sessions.md, "Live sessions"): the engine's
+parser says what each turn did (`RunRecord.turns`, from its BMOE_* lines); the agent's T lines
+say when orch sent each request, when its end was seen, and whether it was cancelled; the
+plan says what was asked (idle, clear_kv). This module puts the three together, one `Turn`
+per request sent, and decides the run's status: ok only when every turn ended with its
+BMOE_DONE (a cancelled turn included); a fatal BMOE_ERROR fails the run with its message.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.config.session import SessionRequest
+from orchestrator.engines.base import RunParser, TokenRow
+from orchestrator.record import RunRecord, Turn
+from orchestrator.run.stream import TurnEvent
+from orchestrator.stats.status import Status
+
+_ENDS = ("done", "error", "fatal")
+
+
+class ErrorLines(RunParser):
+    """The engine's parser, plus the messages of its `BMOE_ERROR {"id","fatal","msg"}` lines
+    by request id (the turn that failed): the T line says a turn failed, this line says why.
+    Everything else is the engine parser's."""
+
+    def __init__(self, inner: RunParser) -> None:
+        self.inner = inner
+        self.messages: dict[int | None, str] = {}
+        # the recorder's hot paths for C lines, when the engine parser has them
+        for name in ("feed_row", "feed_values"):
+            if hasattr(inner, name):
+                setattr(self, name, getattr(inner, name))
+
+    def feed(self, tag: str, text: str) -> list[TokenRow]:
+        if tag == "O" and text.startswith("BMOE_ERROR"):
+            self._error(text[len("BMOE_ERROR"):])
+        return self.inner.feed(tag, text)
+
+    def _error(self, payload: str) -> None:
+        try:
+            body = json.loads(payload)
+        except ValueError:
+            body = {}
+        if not isinstance(body, dict):
+            body = {}
+        turn = body.get("id")
+        key = turn if isinstance(turn, int) and not isinstance(turn, bool) else None
+        self.messages[key] = str(body.get("msg") or payload.strip() or "BMOE_ERROR")
+
+    def record(self) -> RunRecord:
+        return self.inner.record()
+
+    def warnings(self) -> list[str]:
+        return self.inner.warnings()
+
+
+def session_turns(parsed: list[Turn], events: list[TurnEvent],
+                  requests: tuple[SessionRequest, ...],
+                  messages: dict[int | None, str]) -> list[Turn]:
+    """One Turn per request sent (or parsed): the parser's figures, and from orch's side what
+    the parser left empty: started_ms / ended_ms (the T lines' sent and end), idle_before_s and
+    clear_kv (the plan), cancelled (a T cancel), error (a T error or fatal, with its message)."""
+    by_turn = {turn.turn: turn for turn in parsed}
+    numbers = sorted({e.turn for e in events} | set(by_turn))
+    asked = {request.turn: request for request in requests}
+    turns = []
+    for number in numbers:
+        mine = [e for e in events if e.turn == number]
+        turn = by_turn.get(number) or Turn(turn=number, request_id=number)
+        sent = next((e.t_ms for e in mine if e.event == "sent"), None)
+        end = next((e for e in mine if e.event in _ENDS), None)
+        request = asked.get(number)
+        update: dict[str, Any] = {}
+        if turn.started_ms is None and sent is not None:
+            update["started_ms"] = float(sent)
+        if turn.ended_ms is None and end is not None:
+            update["ended_ms"] = float(end.t_ms)
+        if request is not None:
+            if turn.idle_before_s is None:
+                update["idle_before_s"] = request.idle_s
+            if turn.clear_kv is None:
+                update["clear_kv"] = request.clear_kv
+            update["extra"] = {**turn.extra, "request": _asked(request)}
+        if turn.cancelled is None and any(e.event == "cancel" for e in mine):
+            update["cancelled"] = True
+        if turn.error is None and end is not None and end.event != "done":
+            message = messages.get(number) or messages.get(None) or "BMOE_ERROR"
+            update["error"] = f"{'fatal: ' if end.event == 'fatal' else ''}{message}"
+        turns.append(turn.model_copy(update=update))
+    return turns
+
+
+def _asked(request: SessionRequest) -> dict[str, Any]:
+    """What the turn asked for, as stored with it (the prompt by its length: the matrix
+    stored with the session has it)."""
+    return {"n_predict": request.n_predict, "think": request.think,
+            "deadline_s": request.deadline_s, "prompt_chars": len(request.prompt)}
+
+
+def session_status(status: str, cause: str | None, events: list[TurnEvent],
+                   turns: list[Turn], requests: tuple[SessionRequest, ...]
+                   ) -> tuple[str, str | None]:
+    """The run's status once its turns are known: a fatal BMOE_ERROR fails it with its
+    message (whatever the engine's exit); an otherwise ok run fails when a turn ended with a
+    recoverable error or never ended. A cancelled turn ended with its BMOE_DONE: ok."""
+    errors = {turn.turn: turn.error for turn in turns if turn.error}
+    fatal = next((e for e in events if e.event == "fatal"), None)
+    if fatal is not None:
+        message = errors.get(fatal.turn) or "fatal BMOE_ERROR"
+        return Status.FAILED, f"turn {fatal.turn}: {message.removeprefix('fatal: ')} (fatal)"
+    if status != Status.OK:
+        return status, cause
+    done = {e.turn for e in events if e.event == "done"}
+    for request in requests:
+        if request.turn in errors:
+            return Status.FAILED, f"turn {request.turn}: {errors[request.turn]}"
+        if request.turn not in done:
+            return Status.FAILED, (f"turn {request.turn} of {len(requests)} never ended "
+                                   f"(no BMOE_DONE)")
+    return status, cause
