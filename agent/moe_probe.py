@@ -740,46 +740,22 @@ class Session:
                 os.posix_fadvise(fd, off, self.eng.size, os.POSIX_FADV_DONTNEED)
         return drop / held
 
-    def reject(self, rid, msg):
-        emit("ERROR", {"id": rid, "fatal": False, "msg": msg})
-        self.idle_since = time.perf_counter()
-        return 0
-
     def generate(self, req):
         args, eng = self.args, self.eng
         self.turn += 1
         rid, prompt = req.get("id"), req.get("prompt")
-        n = req.get("n_predict", args.tokens)
-        new_chat = bool(req.get("clear_kv", True)) or self.n_past == 0
         # the idle gap since the last turn (or the load); a test may add a simulated one
         idle_s = time.perf_counter() - self.idle_since + float(req.get("simulate_idle_s") or 0)
         evicted = self.evict_idle(idle_s)
-        if not isinstance(prompt, str) or not prompt.strip():
-            return self.reject(rid, "empty prompt")
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            return self.reject(rid, "n_predict must be a positive integer, got %r" % (n,))
-        n_prompt = len(prompt.split()) + (NEW_CHAT_TOKENS if new_chat else NEXT_TURN_TOKENS)
-        base = 0 if new_chat else self.n_past
-        if base + n_prompt + n > args.n_ctx:
-            return self.reject(rid, "context overflow: %d in context + %d prompt + %d to "
-                               "predict > n_ctx %d" % (base, n_prompt, n, args.n_ctx))
+        shape = self.shape(req)
+        if isinstance(shape, str):
+            emit("ERROR", {"id": rid, "fatal": False, "msg": shape})
+            self.idle_since = time.perf_counter()
+            return 0
+        base, n_prompt, n = shape
         self.cancelled = False
         emit("BEGIN", {"id": rid})
-        # The prompt steers the routing; the router keeps its last token's experts (locality).
-        self.router.rng = random.Random(args.seed * 1000003 + zlib.crc32(prompt.encode())
-                                        + self.turn)
-        trace = self.trace
-        if trace:
-            trace.turn = self.turn
-        t0 = time.perf_counter()
-        for position in range(n_prompt):
-            sets = self.router.route()
-            eng.run_pass(sets)
-            if trace:
-                trace.token(0, base + position, sets, eng.missed)
-        prefill_s = time.perf_counter() - t0
-        if trace:
-            trace.end_prefill()
+        prefill_s = self.prefill(prompt, base, n_prompt)
         eng.cache.hits = eng.cache.lookups = 0   # the turn's hit rate covers its decode
         tot, hit, words, done = dict.fromkeys(ROW_KEYS, 0), -1.0, [], 0
         t_decode = time.perf_counter()
@@ -797,17 +773,10 @@ class Session:
             if self.csv:
                 self.csv.write(csv_row(step, n, row, hit, self.turn))
                 self.csv.flush()
-            if trace:
-                trace.token(1, base + n_prompt + step - 1, sets, eng.missed)
+            if self.trace:
+                self.trace.token(1, base + n_prompt + step - 1, sets, eng.missed)
             words.append(word_for(sets))
-            if row[3]:
-                emit("LOAD", {"mb": round(row[3] / MIB, 3), "ms": row[1]})
-            emit("PROGRESS", {
-                "step": step, "steps": n, "wall_ms": row[0], "io_ms": row[1],
-                "compute_ms": row[2], "mgmt_ms": row[6], "stall_ms": row[1],
-                "read_mb": round(row[3] / MIB, 3), "cache_hit_pct": round(hit, 2),
-                "majflt": row[4], "cpu_ms": row[5], "dense_resident_frac": -1.0,
-                "delta_reasoning": "", "delta_text": (" " if step > 1 else "") + words[-1]})
+            self.token_lines(step, n, row, hit, (" " if step > 1 else "") + words[-1])
             done = step
         loop_s = time.perf_counter() - t_decode - tot["wall"] / 1e3
         self.n_past = base + n_prompt + done
@@ -819,21 +788,65 @@ class Session:
         self.idle_since = time.perf_counter()
         return 0
 
+    def shape(self, req):
+        """(context kept, tokens to prefill, tokens to predict), or why the request is
+        rejected: an empty prompt, a bad n_predict, a context overflow."""
+        prompt, n = req.get("prompt"), req.get("n_predict", self.args.tokens)
+        if not isinstance(prompt, str) or not prompt.strip():
+            return "empty prompt"
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return "n_predict must be a positive integer, got %r" % (n,)
+        new_chat = bool(req.get("clear_kv", True)) or self.n_past == 0
+        n_prompt = len(prompt.split()) + (NEW_CHAT_TOKENS if new_chat else NEXT_TURN_TOKENS)
+        base = 0 if new_chat else self.n_past
+        if base + n_prompt + n > self.args.n_ctx:
+            return "context overflow: %d in context + %d prompt + %d to predict > n_ctx %d" % (
+                base, n_prompt, n, self.args.n_ctx)
+        return base, n_prompt, n
+
+    def prefill(self, prompt, base, n_prompt):
+        """The new tokens' passes (after `base` reused ones); its seconds."""
+        args, eng, trace = self.args, self.eng, self.trace
+        # The prompt steers the routing; the router keeps its last token's experts (locality).
+        self.router.rng = random.Random(args.seed * 1000003 + zlib.crc32(prompt.encode())
+                                        + self.turn)
+        if trace:
+            trace.turn = self.turn
+        t0 = time.perf_counter()
+        for position in range(n_prompt):
+            sets = self.router.route()
+            eng.run_pass(sets)
+            if trace:
+                trace.token(0, base + position, sets, eng.missed)
+        prefill_s = time.perf_counter() - t0
+        if trace:
+            trace.end_prefill()
+        return prefill_s
+
+    def token_lines(self, step, n, row, hit, delta):
+        if row[3]:
+            emit("LOAD", {"mb": round(row[3] / MIB, 3), "ms": row[1]})
+        emit("PROGRESS", {
+            "step": step, "steps": n, "wall_ms": row[0], "io_ms": row[1], "compute_ms": row[2],
+            "mgmt_ms": row[6], "stall_ms": row[1], "read_mb": round(row[3] / MIB, 3),
+            "cache_hit_pct": round(hit, 2), "majflt": row[4], "cpu_ms": row[5],
+            "dense_resident_frac": -1.0, "delta_reasoning": "", "delta_text": delta})
+
     def done_fields(self, rid, f, loop_s, idle_s, evicted, text):
-        n = f["n"]
+        n = f["n"]   # seconds to the microsecond: a synthetic token takes about a millisecond
         return {
             "id": rid, "cancelled": self.cancelled, "tokens": n, "tok_s": round(f["tok_s"], 3),
-            "prefill_s": round(f["prefill_s"], 4), "prefill_tps": round(f["prefill_tps"], 2),
-            "load_s": round(f["load_s"], 4), "cache_hit_pct": round(f["hit"], 2),
+            "prefill_s": round(f["prefill_s"], 6), "prefill_tps": round(f["prefill_tps"], 2),
+            "load_s": round(f["load_s"], 6), "cache_hit_pct": round(f["hit"], 2),
             "n_prompt": f["n_prompt"], "n_past": self.n_past,
-            "compute_s_tok": round(f["comp_tok"], 4), "io_s_tok": round(f["io_tok"], 4),
+            "compute_s_tok": round(f["comp_tok"], 6), "io_s_tok": round(f["io_tok"], 6),
             "cache_resident_mib": round(f["resident"], 1),
-            "cache_budget_mib": round(f["budget"], 1), "read_mib": round(f["read_mib"], 2),
-            "stall_s_tok": round(f["io_tok"], 4), "mgmt_s_tok": round(f["mgmt_tok"], 4),
-            "majflt_tok": round(f["majflt_tok"], 2), "cpu_s_tok": round(f["cpu_tok"], 4),
+            "cache_budget_mib": round(f["budget"], 1), "read_mib": round(f["read_mib"], 4),
+            "stall_s_tok": round(f["io_tok"], 6), "mgmt_s_tok": round(f["mgmt_tok"], 6),
+            "majflt_tok": round(f["majflt_tok"], 2), "cpu_s_tok": round(f["cpu_tok"], 6),
             "token_demand_mib": round(f["token_demand"], 1), "mtp_drafted": 0,
             "mtp_accepted": 0, "mtp_decodes": n, "mtp_draft_s_tok": 0.0, "drafted_steps": 0,
-            "loop_overhead_s_tok": round(max(0.0, loop_s) / n, 4) if n else 0.0,
+            "loop_overhead_s_tok": round(max(0.0, loop_s) / n, 6) if n else 0.0,
             # moe-probe's own keys: the idle gap it saw and the share of its cache that gap
             # evicted (what makes this turn re-warm)
             "turn": self.turn, "idle_s": round(idle_s, 3), "evicted_pct": round(100 * evicted, 1),
