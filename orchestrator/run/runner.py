@@ -33,7 +33,7 @@ from orchestrator.run.link_retry import retry_link
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.run.route_collect import collect_route_trace, trace_path
-from orchestrator.run.session_turns import ErrorLines, session_status, session_turns
+from orchestrator.run.session_turns import session_status, session_turns
 from orchestrator.run.validity import run_messages, sample_dicts, summarise
 from orchestrator.transports.base import (
     AccessDenied,
@@ -275,8 +275,6 @@ class DeviceRunner:
     def follow(self, run_id: int, jobdir: str, stored_lines: int, cell: Cell) -> CellOutcome:
         """Stream the job's spool into the store until its X line, surviving link loss."""
         parser = self.adapter.new_parser(prompt=None if cell.session else self.loaded.prompt_text)
-        if cell.session:   # a session's BMOE_ERROR messages, for its turns and its cause
-            parser = ErrorLines(parser)
         tokens = sum(r.n_predict for r in cell.session) if cell.session else \
             self.loaded.matrix.tokens
         self.progress.cell_running(cell, tokens)
@@ -417,9 +415,7 @@ class DeviceRunner:
                 cell: Cell | None = None) -> CellOutcome:
         record = recorder.parser.record()
         if cell is not None and cell.session:   # run/session_turns.py
-            messages = getattr(recorder.parser, "messages", {})
-            record.turns = session_turns(record.turns, recorder.turn_events, cell.session,
-                                         messages)
+            record.turns = session_turns(record.turns, recorder.turn_events, cell.session)
             record.extra["session"] = [request.request() | {"idle_s": request.idle_s,
                                                             "deadline_s": request.deadline_s}
                                        for request in cell.session]

@@ -7,60 +7,22 @@ BMOE_DONE (a cancelled turn included); a fatal BMOE_ERROR fails the run with its
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from orchestrator.config.session import SessionRequest
-from orchestrator.engines.base import RunParser, TokenRow
-from orchestrator.record import RunRecord, Turn
+from orchestrator.record import Turn
 from orchestrator.run.stream import TurnEvent
 from orchestrator.stats.status import Status
 
 _ENDS = ("done", "error", "fatal")
 
 
-class ErrorLines(RunParser):
-    """The engine's parser, plus the messages of its `BMOE_ERROR {"id","fatal","msg"}` lines
-    by request id (the turn that failed): the T line says a turn failed, this line says why.
-    Everything else is the engine parser's."""
-
-    def __init__(self, inner: RunParser) -> None:
-        self.inner = inner
-        self.messages: dict[int | None, str] = {}
-        # the recorder's hot paths for C lines, when the engine parser has them
-        for name in ("feed_row", "feed_values"):
-            if hasattr(inner, name):
-                setattr(self, name, getattr(inner, name))
-
-    def feed(self, tag: str, text: str) -> list[TokenRow]:
-        if tag == "O" and text.startswith("BMOE_ERROR"):
-            self._error(text[len("BMOE_ERROR"):])
-        return self.inner.feed(tag, text)
-
-    def _error(self, payload: str) -> None:
-        try:
-            body = json.loads(payload)
-        except ValueError:
-            body = {}
-        if not isinstance(body, dict):
-            body = {}
-        turn = body.get("id")
-        key = turn if isinstance(turn, int) and not isinstance(turn, bool) else None
-        self.messages[key] = str(body.get("msg") or payload.strip() or "BMOE_ERROR")
-
-    def record(self) -> RunRecord:
-        return self.inner.record()
-
-    def warnings(self) -> list[str]:
-        return self.inner.warnings()
-
-
 def session_turns(parsed: list[Turn], events: list[TurnEvent],
-                  requests: tuple[SessionRequest, ...],
-                  messages: dict[int | None, str]) -> list[Turn]:
+                  requests: tuple[SessionRequest, ...]) -> list[Turn]:
     """One Turn per request sent (or parsed): the parser's figures, and from orch's side what
     the parser left empty: started_ms / ended_ms (the T lines' sent and end), idle_before_s and
-    clear_kv (the plan), cancelled (a T cancel), error (a T error or fatal, with its message)."""
+    clear_kv (the plan), cancelled (a T cancel), error (a T error or fatal: the engine parser
+    names its message, engines/bmoe_session.py; without one, "BMOE_ERROR")."""
     by_turn = {turn.turn: turn for turn in parsed}
     numbers = sorted({e.turn for e in events} | set(by_turn))
     asked = {request.turn: request for request in requests}
@@ -85,8 +47,7 @@ def session_turns(parsed: list[Turn], events: list[TurnEvent],
         if turn.cancelled is None and any(e.event == "cancel" for e in mine):
             update["cancelled"] = True
         if turn.error is None and end is not None and end.event != "done":
-            message = messages.get(number) or messages.get(None) or "BMOE_ERROR"
-            update["error"] = f"{'fatal: ' if end.event == 'fatal' else ''}{message}"
+            update["error"] = "fatal BMOE_ERROR" if end.event == "fatal" else "BMOE_ERROR"
         turns.append(turn.model_copy(update=update))
     return turns
 
@@ -107,8 +68,8 @@ def session_status(status: str, cause: str | None, events: list[TurnEvent],
     errors = {turn.turn: turn.error for turn in turns if turn.error}
     fatal = next((e for e in events if e.event == "fatal"), None)
     if fatal is not None:
-        message = errors.get(fatal.turn) or "fatal BMOE_ERROR"
-        return Status.FAILED, f"turn {fatal.turn}: {message.removeprefix('fatal: ')} (fatal)"
+        message = errors.get(fatal.turn) or "no message"
+        return Status.FAILED, f"fatal BMOE_ERROR in turn {fatal.turn}: {message}"
     if status != Status.OK:
         return status, cause
     done = {e.turn for e in events if e.event == "done"}
