@@ -1,0 +1,161 @@
+"""Live sessions (docs/sessions.md, "Live sessions"): a matrix `session:` of 3 turns with a 5 s
+idle before the third, run by `orch run` with moe-probe --session on `local`, over the real
+sshd and on the emulated phone (mksh + toybox): the stored turns, the samples of the idle gap
+with their turn, the third turn's re-warm; a cancel at a deadline and a fatal BMOE_ERROR, each
+with nothing left running. The 5 s idle is real time: one such run per transport."""
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from agent_helpers import stop_jobs_under
+from cli_helpers import adb_device, orch, ssh_device
+
+from orchestrator.db.runs import Runs
+from orchestrator.db.store import Store
+
+pytestmark = pytest.mark.timeout(240)
+
+# moe-probe's geometry of matrices/session.yaml: a 16 MiB expert file, a cache that holds it,
+# an idle gap of 5 s evicting 1 - e^-1 of it (--idle-evict-tau 5)
+GEOMETRY = ("--io pread --cache-mb 16 --io-threads 2 --layers 4 --experts 64 "
+            "--expert-mb 0.0625 --top-k 4 --compute-kb 1 --idle-evict-tau 5")
+
+
+def matrix(ws: Path, turns: str, flags: str = GEOMETRY, python: str | None = None) -> Path:
+    path = ws / "s.yaml"
+    options = f"engine_options: {{python: {python}}}\n" if python else ""
+    path.write_text(textwrap.dedent(f"""\
+        name: live-session
+        engine: moe-probe
+        tokens: 24
+        cooldown: 0s
+        timeout: 120s
+        sample_interval: 0.25s
+        configs:
+          probe: {flags}
+        """) + options + "session:\n" + textwrap.indent(textwrap.dedent(turns), "  "))
+    return path
+
+
+THREE_TURNS = """\
+    - prompt: "explain how experts stream from flash"
+    - prompt: "and the cache"
+    - prompt: "and after an idle gap"
+      idle: 5s
+    """
+
+
+def the_run(ws: Path):
+    store = Store.open(str(ws / "orch.db"))
+    (run,) = Runs(store).current()
+    return store, run
+
+
+def check_three_turns(ws: Path) -> None:
+    """What the acceptance asks of the 3-turn session, on any transport."""
+    store, run = the_run(ws)
+    assert run.status == "ok", (run.status, run.cause)
+    turns = run.record.turns
+    assert [t.turn for t in turns] == [1, 2, 3]
+    assert all(t.prompt_tokens and t.context_tokens and t.tokens == 24 for t in turns)
+    assert [t.clear_kv for t in turns] == [True, False, False]
+    assert [t.idle_before_s for t in turns] == [0.0, 0.0, 5.0]
+    assert turns[1].context_tokens < turns[2].context_tokens   # the chat went on
+    # the third turn re-warms: the idle gap evicted part of the warm cache
+    assert turns[2].cache_hit_pct < turns[1].cache_hit_pct
+    # the gap is at least the 5 s asked, measured on the device (T lines)
+    assert turns[2].started_ms - turns[1].ended_ms >= 5000
+    samples = store.frame("sample", [run.id])
+    gap = samples[(samples.t_ms > turns[1].ended_ms) & (samples.t_ms < turns[2].started_ms)]
+    assert len(gap) >= 5 and set(gap.turn) == {2}          # sampled through the idle gap
+    assert gap.rss_kb.notna().all() and gap.mem_avail_kb.notna().all()
+    assert set(samples.turn.dropna().astype(int)) == {1, 2, 3}
+    tokens = store.frame("token", [run.id])
+    assert tokens.groupby("turn").size().to_dict() == {1: 24, 2: 24, 3: 24}
+    sent = [r.get("prompt") for r in run.record.extra["session"]]
+    assert sent == ["explain how experts stream from flash", "and the cache",
+                    "and after an idle gap"]
+
+
+def nothing_left(runs_dir: Path) -> None:
+    assert stop_jobs_under(runs_dir) == []
+    for pid_file in runs_dir.glob("*/engine.pid"):
+        pid = int(pid_file.read_text())
+        assert not Path(f"/proc/{pid}").exists() or \
+            Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    return tmp_path
+
+
+def local_runs() -> Path:
+    return Path(os.environ["XDG_CACHE_HOME"]) / "orch" / "devices" / "local" / "runs"
+
+
+def test_three_turns_on_local(ws):
+    code, out = orch("run", str(matrix(ws, THREE_TURNS)))
+    assert code == 0, out
+    check_three_turns(ws)
+    nothing_left(local_runs())
+
+
+def test_three_turns_over_ssh(ws, sshd):
+    (ws / "devices.yaml").write_text("devices:\n" + ssh_device("ssh-test", sshd, f"{ws}/remote"))
+    code, out = orch("run", str(matrix(ws, THREE_TURNS)), "--device", "ssh-test")
+    assert code == 0, out
+    check_three_turns(ws)
+    nothing_left(ws / "remote" / "runs")
+
+
+def test_three_turns_on_the_emulated_phone(ws, phone):
+    """mksh + toybox feed the engine's stdin; moe-probe runs on the host's python (a stock
+    phone has none: its path is given as engine_options.python)."""
+    (ws / "devices.yaml").write_text("devices:\n" + adb_device("emu", phone))
+    code, out = orch("run", str(matrix(ws, THREE_TURNS, python=sys.executable)),
+                     "--device", "emu")
+    assert code == 0, out
+    check_three_turns(ws)
+    nothing_left(Path(phone.data_dir) / "orch" / "runs")
+
+
+def test_cancel_at_a_deadline_is_recorded_not_a_failure(ws):
+    """Turn 2 asks for far more tokens than its deadline lets it make: orch cancels it, the
+    engine ends it with a cancelled BMOE_DONE, turn 3 runs, the run is ok."""
+    turns = """\
+        - prompt: "first"
+        - prompt: "a long answer please"
+          n_predict: 4000
+          deadline: 0.3s
+        - prompt: "third"
+        """
+    code, out = orch("run", str(matrix(ws, turns)))
+    assert code == 0, out
+    store, run = the_run(ws)
+    assert run.status == "ok", (run.status, run.cause)
+    one, two, three = run.record.turns
+    assert two.cancelled is True and 0 < two.tokens < 4000
+    assert not one.cancelled and not three.cancelled and three.tokens == 24
+    events = [line.split("\t")[2] for line in Runs(store).output_lines(run.id, "T")]
+    assert events == ["sent", "done", "sent", "cancel", "done", "sent", "done", "close"]
+    nothing_left(local_runs())
+
+
+def test_fatal_error_fails_the_run_with_its_message(ws):
+    """moe-probe's --fail-at-turn 2 ends the session with a fatal BMOE_ERROR halfway through
+    turn 2: the run fails with that message, turn 3 is never sent, nothing runs on."""
+    code, out = orch("run", str(matrix(ws, THREE_TURNS.replace("idle: 5s", "idle: 0s"),
+                                       flags=GEOMETRY + " --fail-at-turn 2")))
+    store, run = the_run(ws)
+    assert run.status == "failed"
+    assert "fatal BMOE_ERROR in turn 2" in run.cause and "--fail-at-turn" in run.cause
+    assert [t.turn for t in run.record.turns] == [1, 2]
+    assert run.record.turns[1].error
+    nothing_left(local_runs())
