@@ -18,7 +18,7 @@ from pydantic import (
 
 from orchestrator.config.yamlfile import Problems, errors_at
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 # The longest duration a matrix may give (a week): beyond it a value is a typo, and the agent's
 # millisecond arithmetic must stay far inside what a 32-bit shell (mksh) can count.
