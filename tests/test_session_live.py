@@ -136,7 +136,8 @@ def test_cancel_at_a_deadline_is_recorded_not_a_failure(ws):
           deadline: 0.3s
         - prompt: "third"
         """
-    code, out = orch("run", str(matrix(ws, turns)))
+    # --compute-kb 256: about 60 tok/s, so turn 2 would run for a minute without its cancel
+    code, out = orch("run", str(matrix(ws, turns, flags=GEOMETRY + " --compute-kb 256")))
     assert code == 0, out
     store, run = the_run(ws)
     assert run.status == "ok", (run.status, run.cause)
@@ -158,4 +159,21 @@ def test_fatal_error_fails_the_run_with_its_message(ws):
     assert "fatal BMOE_ERROR in turn 2" in run.cause and "--fail-at-turn" in run.cause
     assert [t.turn for t in run.record.turns] == [1, 2]
     assert run.record.turns[1].error
+    nothing_left(local_runs())
+
+
+def test_timeout_mid_session_leaves_nothing_running(ws):
+    """The cell timeout covers the whole session: it stops the engine in the middle of a
+    turn, the run is `timeout`, its finished turns are kept and nothing runs on."""
+    turns = """\
+        - prompt: "first"
+        - prompt: "a long answer please"
+          n_predict: 4000
+        """
+    path = matrix(ws, turns, flags=GEOMETRY + " --compute-kb 64")
+    path.write_text(path.read_text().replace("timeout: 120s", "timeout: 1.5s"))
+    orch("run", str(path))
+    store, run = the_run(ws)
+    assert run.status == "timeout", (run.status, run.cause)
+    assert run.record.turns[0].turn == 1 and run.record.turns[0].ended_ms is not None
     nothing_left(local_runs())

@@ -94,12 +94,7 @@ def parse_line(line: str) -> Event:
             raise GarbledExit(f"garbled X line: {line[:80]!r}")
         return Event(tag, exit=Exit(rc, signal, ended_ms, cause, more))
     if tag == "T":
-        parts = rest.split("\t")
-        turn = _int(parts[0]) if parts else None
-        t_ms = _int(parts[1]) if len(parts) > 1 else None
-        if len(parts) < 3 or turn is None or t_ms is None or not parts[2]:
-            raise ProtocolError(f"garbled T line: {line[:80]!r}")
-        return Event(tag, text=rest, turn=TurnEvent(turn, t_ms, parts[2]))
+        return Event(tag, text=rest, turn=_turn_event(line, rest))
     if tag == "H":
         fields = dict(p.partition("=")[::2] for p in rest.split("\t") if p)
         if fields.get("proto") != PROTO:
@@ -109,6 +104,16 @@ def parse_line(line: str) -> Event:
         key, _, value = rest.partition("\t")
         return Event(tag, fields={key: value})
     raise ProtocolError(f"unknown stream line: {line[:80]!r}")
+
+
+def _turn_event(line: str, rest: str) -> TurnEvent:
+    """A T line's fields: TURN and T_MS numbers, an EVENT word."""
+    parts = rest.split("\t")
+    turn = _int(parts[0])
+    t_ms = _int(parts[1]) if len(parts) > 1 else None
+    if len(parts) < 3 or turn is None or t_ms is None or not parts[2]:
+        raise ProtocolError(f"garbled T line: {line[:80]!r}")
+    return TurnEvent(turn, t_ms, parts[2])
 
 
 class LineSplitter:
