@@ -1085,7 +1085,6 @@ session_open() {
   while IFS= read -r l || [ -n "$l" ]; do
     [ -n "$l" ] && SESS_N=$((SESS_N + 1))
   done <"$SESSION"
-  rm -f "$JOBDIR/stdin"
   # `command exec`: a failed open must not end the supervisor (dash exits on one)
   if ! mkfifo "$JOBDIR/stdin" 2>/dev/null || ! command exec 6<>"$JOBDIR/stdin"; then
     say "W${TAB}session: no FIFO for the engine's stdin (mkfifo failed); requests not sent"

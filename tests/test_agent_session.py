@@ -120,3 +120,46 @@ def test_session_engine_that_ignores_close_is_stopped(shell, tmp_path):
     assert [line[3] for line in lines if line[0] == "T"] == ["sent", "cancel"]
     assert any("did not end 10 s after turn 1's cancel" in "\t".join(line) for line in lines)
     assert lines[-1][0] == "X" and lines[-1][2] in ("15", "9")
+
+
+def test_session_loop_forks_only_sleep(shell, tmp_path):
+    """The feeder adds one `mkfifo` per job and nothing to the loop: every external command
+    the agent runs is logged (the engine's own `sleep`s, one per turn, too)."""
+    import os
+    import shutil
+
+    from agent_helpers import attach, start_job
+
+    wrapped = tmp_path / "wrapped"
+    wrapped.mkdir()
+    log = tmp_path / "exec.log"
+    real_path = shell.environ()["PATH"]
+    for tool in ("sleep", "cat", "date", "setsid", "readlink", "mv", "sed", "grep", "head",
+                 "tail", "cut", "wc", "od", "printf", "echo", "test", "kill", "mkfifo", "rm"):
+        real = shutil.which(tool, path=real_path) or "/nonexistent"
+        script = wrapped / tool
+        script.write_text(f'#!/bin/sh\necho {tool} >> "{log}"\nexec "{real}" "$@"\n')
+        script.chmod(0o755)
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "engine.sh").write_text(ENGINE)
+    (job / "session").write_text("".join(f"{r}\n" for r in [
+        request(1, "a"), request(2, "b", idle_ms=500), request(3, "c", idle_ms=500)]))
+    write_job(job, ["sh", str(job / "engine.sh")],
+              {"session": "session", "interval_ms": 50, "run": job.name})
+    try:
+        start_job(shell, job, extra_env={"PATH": f"{wrapped}{os.pathsep}{real_path}"})
+        rc, out = attach(shell, job, 0, timeout=60)
+    finally:
+        cleanup_job(job)
+    assert rc == 0
+    lines = parse_lines(out)
+    assert [line[3] for line in lines if line[0] == "T"] == \
+        ["sent", "done"] * 3 + ["close"]
+    names = log.read_text().split()
+    samples = sum(1 for line in lines if line[0] == "S")
+    others = [n for n in names if n != "sleep"]
+    assert set(others) <= {"readlink", "setsid", "date", "cat", "mv", "tail", "grep", "mkfifo",
+                           "rm"}, others
+    assert others.count("mkfifo") == 1 and others.count("rm") <= 1, others
+    assert samples >= 15 and names.count("sleep") <= samples + 2 + 3   # + the engine's 3

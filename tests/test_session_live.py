@@ -177,3 +177,39 @@ def test_timeout_mid_session_leaves_nothing_running(ws):
     assert run.status == "timeout", (run.status, run.cause)
     assert run.record.turns[0].turn == 1 and run.record.turns[0].ended_ms is not None
     nothing_left(local_runs())
+
+
+@pytest.mark.slow
+def test_link_lost_in_the_idle_gap_resends_nothing(ws, sshd):
+    """The SSH link drops while the session waits out its idle gap: orch reconnects and
+    re-attaches from the last stored line; the agent on the device sent each request once,
+    and the stored turns, T lines and samples are those of an undisturbed run."""
+    import threading
+
+    from waiting import wait_until
+
+    (ws / "devices.yaml").write_text("devices:\n" + ssh_device("ssh-test", sshd, f"{ws}/remote"))
+
+    def in_the_gap() -> bool:   # turn 2's T done is in the device's spool
+        spools = list((ws / "remote").glob("runs/*/spool"))
+        return bool(spools) and any(line.startswith("T\t2\t") and line.endswith("\tdone")
+                                    for line in spools[0].read_text().splitlines())
+
+    def cut() -> None:
+        assert wait_until(in_the_gap, 60, 0.05), "turn 2 never ended"
+        sshd.kill_connections()
+
+    killer = threading.Thread(target=cut)
+    killer.start()
+    code, out = orch("run", str(matrix(ws, THREE_TURNS)), "--device", "ssh-test",
+                     "--link-grace", "60")
+    killer.join()
+    assert code == 0, out
+    assert "link to ssh-test lost" in out
+    check_three_turns(ws)
+    store, run = the_run(ws)
+    events = [line.split("\t")[2] for line in Runs(store).output_lines(run.id, "T")]
+    assert events == ["sent", "done"] * 3 + ["close"]
+    (stdout,) = list((ws / "remote").glob("runs/*/stdout"))
+    assert stdout.read_text().count("BMOE_BEGIN") == 3
+    nothing_left(ws / "remote" / "runs")
