@@ -213,3 +213,36 @@ def test_link_lost_in_the_idle_gap_resends_nothing(ws, sshd):
     (stdout,) = list((ws / "remote").glob("runs/*/stdout"))
     assert stdout.read_text().count("BMOE_BEGIN") == 3
     nothing_left(ws / "remote" / "runs")
+
+
+def test_ctrl_c_in_the_idle_gap_stops_the_session(ws):
+    """Ctrl-C while the session waits out its idle gap: orch stops the engine (the agent's
+    kill: its group and every tagged process), the run is `interrupted`, nothing runs on."""
+    import signal
+    import subprocess
+
+    from waiting import wait_until
+
+    runs_dir = local_runs()
+
+    def in_the_gap() -> bool:   # turn 2's T done is in the spool
+        return any(line.startswith("T\t2\t") and line.endswith("\tdone")
+                   for spool in runs_dir.glob("*/spool")
+                   for line in spool.read_text().splitlines())
+
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.entry", "run",
+                             str(matrix(ws, THREE_TURNS))], cwd=ws, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert wait_until(in_the_gap, 90, 0.05), "turn 2 never ended"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    store, run = the_run(ws)
+    assert run.status == "interrupted"
+    nothing_left(runs_dir)
