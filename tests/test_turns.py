@@ -141,3 +141,36 @@ def test_one_shot_sessions_get_no_turn_tables(tmp_path):
     assert "Turn" not in orch_ok("report", "--db", db)
     orch_ok("export", "1", "-o", str(tmp_path / "x"), "--db", db)
     assert not (tmp_path / "x" / "turns.csv").exists()
+
+
+def test_migration_0011_moves_a_stored_turn_out_of_extra(tmp_path):
+    """A session CSV imported before token.turn existed kept its turn in `extra`: after the
+    migration its rows carry it and its figures have its turns."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from orchestrator.db.store import MIGRATIONS
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0010")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO device (id, name, kind) VALUES (1, 'd', 'local')")
+        conn.exec_driver_sql("INSERT INTO session (id, kind) VALUES (1, 'import')")
+        conn.exec_driver_sql("INSERT INTO run (id, uid, session_id, device_id, cell_key, status, "
+                             "superseded) VALUES (1, 'u', 1, 1, 'c', 'ok', 0)")
+        for seq in range(40):
+            turn = 1 if seq < 20 else 2
+            conn.exec_driver_sql("INSERT INTO token (run_id, seq, step, wall_ms, extra) VALUES "
+                                 f"(1, {seq}, {seq % 20 + 1}, 100.0, '{{\"turn\": {turn}}}')")
+    engine.dispose()
+    store = Store.open(url)
+    turns = store.frame("token", [1])["turn"].tolist()
+    assert turns == [1] * 20 + [2] * 20
+    figures = Runs(store).figures(Runs(store).current(1))[1]
+    assert [t.turn for t in figures.turns] == [1, 2]
