@@ -174,3 +174,32 @@ def test_migration_0011_moves_a_stored_turn_out_of_extra(tmp_path):
     assert turns == [1] * 20 + [2] * 20
     figures = Runs(store).figures(Runs(store).current(1))[1]
     assert [t.turn for t in figures.turns] == [1, 2]
+
+
+def test_a_config_of_two_session_runs_gets_a_row_over_its_runs(tmp_path):
+    """Two runs' Δ combine into the config's: their mean with a t interval over the runs (the
+    between-run noise), never an average of the runs' bootstrap intervals."""
+    from orchestrator.stats.uncertainty import mean_interval
+
+    db, rid = _stored_session(tmp_path)
+    store = Store.open(db)
+    rid2 = store.create_run(uid="u2", session_id=1, device_id=store.upsert_device("d", "local"),
+                            cell_key="chat", model="m", config="chat", flags=None,
+                            repeat_index=1, order_index=1, status="running", engine="bmoe",
+                            superseded=False)
+    rng = np.random.default_rng(7)
+    rows, seq = [], 0
+    for turn, ms in ((1, 210.0), (2, 100.0), (3, 140.0)):
+        for w in ms + rng.normal(0, 5, N):
+            rows.append((rid2, seq, seq + 1, float(w), None, None, None, None, None, None, None,
+                         None, turn, None))
+            seq += 1
+    write_batch(store, rid2, rows, [], [], len(rows))
+    store.update_run(rid2, status="ok", summary=_record().stored(),
+                     figures=compute_run(store, Runs(store).get(rid2), _record()))
+    figures = Runs(store).figures(Runs(store).current(1))
+    iv = mean_interval([figures[rid].after_idle_vs_warm_pct, figures[rid2].after_idle_vs_warm_pct])
+    table = orch_ok("table", "--db", db, "--tables", "turns")
+    row = next(line for line in table.splitlines() if "| all 2 |" in line)
+    assert ("%+.1f%%" % iv.mean).replace("-", "−") in row
+    assert ("%+.1f%%" % iv.low).replace("-", "−") in row

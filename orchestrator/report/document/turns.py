@@ -15,5 +15,6 @@ TEMPLATE = "turns.md.j2"
 def group_context(group: Group, data: ReportData, request: SectionRequest) -> dict[str, Any]:
     """`turns`: the group's turn tables as markdown ("" when no run of it has turns)."""
     figures = {r.id: r.figures for r in group.runs}
+    configs = [(a.label or a.config, a.figures) for a in group.configs]
     return {"turns": turn_tables.markdown([(r.id, r.config_label) for r in group.runs],
-                                          figures)}
+                                          figures, configs)}

@@ -80,5 +80,7 @@ TURN_COMPARISON = TableSpec((
     Column("first_turn_ttft_s", "TTFT first (s)", _S),
     Column("warm_turn_ttft_s", "TTFT warm (s)", _S),
 ), "**Turn comparison** (decode rate over all tokens of each kind of turn; Δ against the warm "
-   "turns with its 95% interval from stationary-bootstrap resamples of both; *no clear "
-   "difference* where the interval includes 0):", title="Turn comparison")
+   "turns with its 95% interval from stationary-bootstrap resamples of both; a config's row "
+   "over several runs (run = all N): the mean of their Δ with its Student-t 95% interval "
+   "over the runs; *no clear difference* where the interval includes 0):",
+   title="Turn comparison")

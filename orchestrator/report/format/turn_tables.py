@@ -11,6 +11,7 @@ from typing import Any
 from orchestrator.report.format import markdown as md
 from orchestrator.report.format.columns import TableSpec
 from orchestrator.report.format.turn_columns import TURN_COMPARISON, TURNS
+from orchestrator.stats.config_figures import ConfigFigures
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.values import DASH
 
@@ -32,15 +33,23 @@ def _table(spec: TableSpec, rows: list[tuple[str, str, Any]]) -> str:
     return md.render(md.Table(headers, aligns, body)) + "\n"
 
 
-def markdown(runs: Sequence[RunLabel], figures: Mapping[int, RunFigures]) -> str:
+def markdown(runs: Sequence[RunLabel], figures: Mapping[int, RunFigures],
+             configs: Sequence[tuple[str, ConfigFigures]] = ()) -> str:
     """The Turns table (every turn of every session run) and the Turn comparison table (one
-    row per session run), each under its caption; "" when no run has turns."""
+    row per session run, then one per config of two or more of them: `configs`, (label, its
+    runs combined), whose Δ interval is over its runs: stats/config_figures.py); "" when no
+    run has turns."""
     session_runs = [(rid, label) for rid, label in runs if figures[rid].turns]
     if not session_runs:
         return ""
     turn_rows = [(label, str(rid), t) for rid, label in session_runs
                  for t in figures[rid].turns or ()]
-    run_rows = [(label, str(rid), figures[rid]) for rid, label in session_runs]
+    run_rows: list[tuple[str, str, Any]] = [(label, str(rid), figures[rid])
+                                            for rid, label in session_runs]
+    for label, combined in configs:
+        ok = [rid for rid in combined.ok if rid in figures and figures[rid].turns]
+        if len(ok) >= 2:
+            run_rows.append((label, f"all {len(ok)}", combined))
     return "\n".join([TURNS.caption + "\n", _table(TURNS, turn_rows),
                       TURN_COMPARISON.caption + "\n", _table(TURN_COMPARISON, run_rows)])
 

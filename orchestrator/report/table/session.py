@@ -62,8 +62,9 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
                 parts.append(ab_table.group_markdown(data.ab_groups, model, device))
                 continue
             if kind == "turns":  # session runs only: nothing for one-shot runs
+                combined = [(c, f) for c, f in data.configs[model, device].items()]
                 text = turn_tables.markdown([(i, labels.get(i, str(i))) for i in ids],
-                                            data.figures)
+                                            data.figures, combined)
                 if text:
                     parts.append(text)
                 continue
