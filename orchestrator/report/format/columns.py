@@ -24,12 +24,12 @@ from orchestrator.report.format.cells import ci_cell, spread_cell
 from orchestrator.report.format.formatters import (
     STATS,
     energy_cell,
-    flash_read,
     gib,
     ms_in_s,
     number,
     split,
     temp_range,
+    token_count,
     useful,
 )
 from orchestrator.report.format.within_cells import (
@@ -148,11 +148,7 @@ _DISTRIBUTION = stats("min", "max", "median", "p5", "p95")
 # from the engine's summary (majflt/token for the engines that count it).
 # The throughput table keeps the study's columns (what a reader compares configs by) and stays
 # readable at a page's width; the engine's timing detail goes to a second table under it
-_READ = STATS["read_mib_per_token"]
-_FLASH = (stat("cache_hit_pct"),
-          Column("read_mib_per_token", _READ.header, flash_read(_READ.fmt), also=("streaming",),
-                 label=_READ.label, data=("read_mib_per_token",),
-                 printed=flash_read(_READ.printed or _READ.fmt)))
+_FLASH = stats("cache_hit_pct", "read_mib_per_token")
 _PREFILL = stats("prefill_tps", "ttft_s")
 _STALL = (stat("stall_ms_per_token"), stat("majflt_per_token", optional=True))
 # warm-up (MSER-5) and per-token latency; the steady-state cell says "not settled (...)" or
@@ -310,10 +306,14 @@ def column_keys(specs: Iterable[TableSpec]) -> list[str]:
 # ---- the terminal (report/terminal/runs.py) -----------------------------------------------------
 
 # the per-run columns of `orch run`'s closing table
-SESSION = TableSpec(stats("tokens", "mean", "median", "p5", "p95", "min", "max",
-                          "read_mib_per_token", "cache_hit_pct", "peak_rss_gib"))
+# tokens: generated (token rows, else the engine's count: a summary-only import's is its
+# generation line's)
+TOKENS = Column("tokens", "tokens", token_count, align="---", label="generated tokens")
+SESSION = TableSpec((Column(TOKENS.key, TOKENS.header, token_count),
+                     *stats("mean", "median", "p5", "p95", "min", "max", "read_mib_per_token",
+                            "cache_hit_pct", "peak_rss_gib")))
 # the figures of `orch runs`' listing, after the run's facts (left-aligned, as it always was)
-LISTING = TableSpec((stat("tokens", align="---"), stat("mean", header="mean tok/s", align="---")))
+LISTING = TableSpec((TOKENS, stat("mean", header="mean tok/s", align="---")))
 # what `orch show` lists, one statistic a line under its label (those the run measured)
 SHOW = TableSpec(stats(
     "mean", "s_per_token", "steady_mean", "steady_from_token", "median", "p5", "p95", "min", "max",

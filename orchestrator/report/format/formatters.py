@@ -134,18 +134,11 @@ _GIB = _with_small("%.2f GiB", 0.1, number("%.3f GiB"))
 _READ_MIB = _with_small("%.0f MiB", 10.0, number("%.2f MiB"))
 
 
-PAGE_CACHE = f"{DASH} (page cache)"
-
-
-def flash_read(shown: Formatter) -> Callable[[Any, Any], str]:
-    """The flash read per token (`shown`), and for a plain mmap run (streaming False) that
-    reads went through the page cache, where nothing counted them: "— (page cache)", never
-    the 0 its engine's counters hold (docs/formats.md §1)."""
-    def cell(value: Any, streaming: Any = None) -> str:
-        if is_missing(value) and streaming is False:
-            return PAGE_CACHE
-        return shown(value)
-    return cell
+# under a throughput table with a plain mmap run (report/table/session.py): why its flash read
+# is "—" where the study printed "0 (page cache)"
+PAGE_CACHE_NOTE = ("flash read/token is — for a plain mmap run: its weights are read through "
+                   "the page cache, which nothing counts (the engine's own read counter is 0 "
+                   "by construction), so it was not measured, not 0.")
 
 
 def _positive(pattern: str) -> Formatter:
@@ -189,7 +182,6 @@ _PRINTED_3 = number("%.3f")
 # header; which tables show it, in which order: report/format/columns.py.
 STATS: dict[str, Stat] = {
     "n": Stat("tokens", number("%d")),
-    "tokens": Stat("tokens", number("%d"), "generated tokens"),
     "mean": Stat("decode mean", significant("%.2f"), "mean tok/s (n / decode s)", _PRINTED_3),
     "s_per_token": Stat("s/token", significant("%.3f"), "decode s/token (decode s / n)",
                         _PRINTED_3),
@@ -234,6 +226,11 @@ STATS: dict[str, Stat] = {
     "net_j_per_token": Stat("net J/token", number("%.3f"),
                             "energy per token above the idle power (J)"),
 }
+
+
+def token_count(value: Any) -> str:
+    """A run's generated tokens (RunFigures.tokens: its token rows, else the engine's count)."""
+    return DASH if is_missing(value) else "%d" % value
 
 
 def energy_cell(value: Any, note: Any = None) -> str:

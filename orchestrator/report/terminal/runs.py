@@ -15,7 +15,7 @@ from orchestrator.results.listings import DATE_ONLY, Listing, RunDetail, RunRow
 from orchestrator.escape import visible
 from orchestrator.record_versions import entry_state
 from orchestrator.report.format.columns import LISTING, SESSION, SHOW
-from orchestrator.report.format.formatters import STATS, when
+from orchestrator.report.format.formatters import token_count, when
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
@@ -113,7 +113,7 @@ def print_run(console: Console, detail: RunDetail) -> None:
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
                   f"config {row.config} (repeat {row.repeat_index + 1})"))
     console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
-                  + f", {STATS['tokens'].fmt(stats.tokens)} tokens, engine {row.engine}"))
+                  + f", {token_count(stats.tokens)} tokens, engine {row.engine}"))
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
         console.print(visible(line), highlight=False, markup=False)
