@@ -63,8 +63,9 @@ class TurnFigures:
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> TurnFigures:
-        return cls(**{k: values.get(k) for k in TURN_FIELDS if values.get(k) is not None
-                      or k in ("turn", "kind")})
+        kept: dict[str, Any] = {k: values[k] for k in TURN_FIELDS
+                                if values.get(k) is not None}
+        return cls(**kept)
 
 
 TURN_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TurnFigures))
@@ -192,3 +193,8 @@ def run_turn_figures(turns: Sequence[Turn], tokens: Mapping[int, np.ndarray]
         out[f"{key}_pct"], out[f"{key}_ci_low"], out[f"{key}_ci_high"] = (
             c.delta_pct, c.ci_low, c.ci_high)
     return out
+
+
+def interval_excludes_zero(low: float, high: float) -> bool:
+    """A Δ% interval that excludes no difference: the data support calling it real."""
+    return (low > 0 and high > 0) or (low < 0 and high < 0)
