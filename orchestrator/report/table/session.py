@@ -20,7 +20,8 @@ from orchestrator.config.design import Design
 from orchestrator.report.format import ab_rows as ab_table
 from orchestrator.report.format import design_notes, grid
 from orchestrator.report.table import runs as tables
-from orchestrator.report.format.formatters import records
+from orchestrator.report.format import turn_tables
+from orchestrator.report.format.formatters import PAGE_CACHE_NOTE, records
 from orchestrator.report.format.labels import failure_line, row_labels
 from orchestrator.report.format.markdown import md_escape, md_prose
 from orchestrator.report.format.markdown import render as md_render
@@ -60,6 +61,13 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
             if kind == "ab":     # each model against its own baseline (results/ab.py)
                 parts.append(ab_table.group_markdown(data.ab_groups, model, device))
                 continue
+            if kind == "turns":  # session runs only: nothing for one-shot runs
+                combined = [(c, f) for c, f in data.configs[model, device].items()]
+                text = turn_tables.markdown([(i, labels.get(i, str(i))) for i in ids],
+                                            data.figures, combined)
+                if text:
+                    parts.append(text)
+                continue
             caption = tables.spec_of(kind, columns).caption
             if kind in PER_TOKEN_TABLES:
                 caption = with_trim(caption, data.trim)
@@ -68,6 +76,8 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
             # the throughput table names each row's run (the json/csv `run_id`)
             parts.append(tables.markdown(stats.loc[ids], kind, labels, columns=columns,
                                          run_ids=kind == "throughput"))
+            if kind == "throughput" and (stats.loc[ids, "streaming"] == False).any():  # noqa: E712
+                parts.append(PAGE_CACHE_NOTE + "\n")
             means = {c: f.mean.mean for c, f in data.configs[model, device].items()}
             pivot = grid.pivot(matrix, means) if kind == "throughput" else None
             if pivot is not None and matrix is not None:     # a grid implies its matrix
@@ -107,6 +117,12 @@ def session_tables(data: TableData | None, session_id: int, kinds: list[str],
     for kind in kinds:
         if kind == "ab":
             frames.append(ab_table.frame(data.ab_groups))
+            continue
+        if kind == "turns":
+            found = turn_tables.rows([(r.id, labels.get(r.id, str(r.id))) for r in ordered],
+                                     data.figures)
+            if found:
+                frames.append(pd.DataFrame(found).assign(table="turns"))
             continue
         if kind == "model":
             frames.append(pd.DataFrame([

@@ -15,7 +15,8 @@ from orchestrator.results.listings import DATE_ONLY, Listing, RunDetail, RunRow
 from orchestrator.escape import visible
 from orchestrator.record_versions import entry_state
 from orchestrator.report.format.columns import LISTING, SESSION, SHOW
-from orchestrator.report.format.formatters import when
+from orchestrator.report.format.formatters import token_count, when
+from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
@@ -103,7 +104,7 @@ def runs_json(listing: Listing) -> list[dict[str, Any]]:
              "started_at": _iso(row.started_at, row), "ended_at": _iso(row.ended_at, row),
              "time_source": row.time_source, "source_file": row.source_file,
              "settings": row.settings, "flags": row.flags, "engine_build": row.engine_build,
-             "tokens": plain(stats[row.id].n),
+             "tokens": plain(stats[row.id].tokens),
              "mean_tok_s": plain(stats[row.id].mean)}
             for row in rows]
 
@@ -113,7 +114,7 @@ def print_run(console: Console, detail: RunDetail) -> None:
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
                   f"config {row.config} (repeat {row.repeat_index + 1})"))
     console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
-                  + f", {stats.n} tokens, engine {row.engine}"))
+                  + f", {token_count(stats.tokens)} tokens, engine {row.engine}"))
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
         console.print(visible(line), highlight=False, markup=False)
@@ -126,6 +127,8 @@ def print_run(console: Console, detail: RunDetail) -> None:
         if not is_missing(stats.get(col.key)):
             table.add_row(col.name, col.text(stats))
     console.print(table)
+    if stats.turns:
+        print_turns(console, stats)
     for warning in row.warnings or []:
         console.print(visible(f"[yellow]warning:[/] {warning}"))
     if row.status != Status.OK:
@@ -225,3 +228,22 @@ def failure_details(detail: RunDetail) -> list[str]:
         lines.append(f"engine stderr (last {len(tail)} lines):")
         lines += [f"  {line}" for line in tail]
     return lines
+
+
+def print_turns(console: Console, stats: RunFigures) -> None:
+    """A session run's turns (report/format/turn_columns.py TURNS, the columns any turn
+    measured), then its turn comparison one figure a line."""
+    from orchestrator.report.format.turn_columns import TURN_COMPARISON, TURNS
+
+    turns = stats.turns or ()
+    shown = [c for c in TURNS.columns if any(c.text(t) not in (DASH, "") for t in turns)]
+    table = Table(title="turns", title_justify="left")
+    for c in shown:
+        table.add_column(c.header, justify=c.justify)
+    for t in turns:
+        table.add_row(*(c.text(t) for c in shown))
+    console.print(table)
+    for c in TURN_COMPARISON.columns:
+        text = c.text(stats)
+        if text != DASH:
+            console.print(visible(f"{c.name}: {text}"), highlight=False, markup=False)
