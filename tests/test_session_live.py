@@ -5,6 +5,7 @@ with their turn, the third turn's re-warm; a cancel at a deadline and a fatal BM
 with nothing left running. The 5 s idle is real time: one such run per transport."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -79,6 +80,14 @@ def check_three_turns(ws: Path) -> None:
     sent = [r.get("prompt") for r in run.record.extra["session"]]
     assert sent == ["explain how experts stream from flash", "and the cache",
                     "and after an idle gap"]
+    # ... and the per-turn table shows it (orch table's Turns, as json)
+    code, out = orch("table", "--db", str(ws / "orch.db"), "--tables", "turns",
+                     "--format", "json")
+    assert code == 0, out
+    rows = {row["turn"]: row for row in json.loads(out)}
+    assert [rows[n]["kind"] for n in (1, 2, 3)] == ["first", "warm", "after idle"]
+    assert rows[3]["idle_before_s"] == 5.0
+    assert rows[3]["cache_hit_pct"] < rows[2]["cache_hit_pct"]
 
 
 def nothing_left(runs_dir: Path) -> None:
