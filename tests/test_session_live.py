@@ -233,16 +233,20 @@ def test_ctrl_c_in_the_idle_gap_stops_the_session(ws):
     from waiting import wait_until
 
     runs_dir = local_runs()
+    earlier = set(runs_dir.glob("*/spool"))   # an earlier test's jobs on this worker's `local`
 
-    def in_the_gap() -> bool:   # turn 2's T done is in the spool
+    def in_the_gap() -> bool:   # turn 2's T done is in this run's spool
         return any(line.startswith("T\t2\t") and line.endswith("\tdone")
-                   for spool in runs_dir.glob("*/spool")
+                   for spool in set(runs_dir.glob("*/spool")) - earlier
                    for line in spool.read_text().splitlines())
 
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.entry", "run",
                              str(matrix(ws, THREE_TURNS))], cwd=ws, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            # SIGINT as a terminal leaves it: a suite started in the
+                            # background hands its children an ignored one, which orch keeps
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert wait_until(in_the_gap, 90, 0.05), "turn 2 never ended"
         proc.send_signal(signal.SIGINT)
