@@ -1122,16 +1122,19 @@ session_event() {
 }
 
 # session_line LINE: a line of the engine's stdout, drained. The turn in flight ends with its
-# BMOE_DONE (T done) or a BMOE_ERROR (T error: the session goes on; T fatal: it ends).
+# BMOE_DONE (T done) or a BMOE_ERROR (T error: the session goes on; T fatal: it ends). The tag
+# may follow text the engine printed without a newline (a streamed answer), so it is looked
+# for anywhere in the line, except in the lines that carry generated text themselves.
 session_line() {
   [ "$SESS_PHASE" = run ] || return 0
   case $1 in
-    BMOE_DONE*) session_event "$SESS_TURN" 'done' ;;
-    BMOE_ERROR*'"fatal":true'*|BMOE_ERROR*'"fatal": true'*)
+    BMOE_PROGRESS*|BMOE_LOAD*|BMOE_BEGIN*|BMOE_READY*) return 0 ;;
+    *'BMOE_DONE '*) session_event "$SESS_TURN" 'done' ;;
+    *'BMOE_ERROR '*'"fatal":true'*|*'BMOE_ERROR '*'"fatal": true'*)
       session_event "$SESS_TURN" fatal
       session_close 0
       return 0 ;;
-    BMOE_ERROR*) session_event "$SESS_TURN" error ;;
+    *'BMOE_ERROR '*) session_event "$SESS_TURN" error ;;
     *) return 0 ;;
   esac
   SESS_DL='' SESS_STOP=''

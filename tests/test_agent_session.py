@@ -30,6 +30,9 @@ while IFS= read -r l; do
       n=$((n + 1)); echo "BMOE_BEGIN {\"id\":$n}"
       IFS= read -r c; echo "REQ $c" >&2
       echo "BMOE_DONE {\"id\":$n,\"cancelled\":true,\"tokens\":1}" ;;
+    *'"prompt":"glued"'*)   # the answer streamed without a newline, the DONE after it
+      n=$((n + 1)); echo "BMOE_BEGIN {\"id\":$n}"; printf '%s' "an answer "
+      echo "BMOE_DONE {\"id\":$n,\"cancelled\":false,\"tokens\":2}" ;;
     *'"cmd":"generate"'*)
       n=$((n + 1)); echo "BMOE_BEGIN {\"id\":$n}"; sleep 0.1
       echo "BMOE_DONE {\"id\":$n,\"cancelled\":false,\"tokens\":4}" ;;
@@ -63,7 +66,7 @@ def turn_events(res) -> list[tuple[int, int, str]]:
 def test_session_feeds_turns_with_idle(shell, tmp_path):
     job = tmp_path / "job"
     job.mkdir()
-    res = run_session(shell, job, [request(1, "hello"), request(2, "more"),
+    res = run_session(shell, job, [request(1, "hello"), request(2, "glued"),
                                    request(3, "again", idle_ms=600)])
     assert res.attach_rc == 0 and res.x[:2] == ["0", "0"], res.raw
     events = turn_events(res)
@@ -74,7 +77,8 @@ def test_session_feeds_turns_with_idle(shell, tmp_path):
     assert times[(3, "sent")] - times[(2, "done")] >= 600
     # the engine read each request once, in order, then close, then ended itself
     reqs = [e[4:] for e in res.payloads("E") if e.startswith("REQ ")]
-    assert [json.loads(r)["prompt"] for r in reqs[:3]] == ["hello", "more", "again"]
+    assert [json.loads(r)["prompt"] for r in reqs[:3]] == ["hello", "glued", "again"]
+    assert 'an answer BMOE_DONE {"id":2,"cancelled":false,"tokens":2}' in res.payloads("O")
     assert reqs[3] == '{"cmd":"close"}' and "CLOSED" in res.payloads("O")
     # sampled through the gap, each sample after its turn's T sent line
     order = [line[0] for line in res.lines]

@@ -144,7 +144,8 @@ output = Table(
     "output", metadata,
     Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
     Column("seq", Integer, primary_key=True),
-    Column("stream", String(1), nullable=False),     # O stdout, E stderr, W agent warning
+    Column("stream", String(1), nullable=False),     # O stdout, E stderr, W agent warning,
+                                                     # T a session's step (agent T line)
     Column("line", Text, nullable=False),
 )
 
