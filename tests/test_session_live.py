@@ -259,3 +259,26 @@ def test_ctrl_c_in_the_idle_gap_stops_the_session(ws):
     store, run = the_run(ws)
     assert run.status == "interrupted"
     nothing_left(runs_dir)
+
+
+def test_resume_reruns_a_session_whose_turns_changed(ws):
+    """`--resume` keeps a session run whose requests are those of the matrix, and runs the
+    cell again (superseding it) once a turn changed, as after a change of flags."""
+    turns = """\
+        - prompt: "one"
+        - prompt: "two"
+        """
+    path = matrix(ws, turns)
+    code, out = orch("run", str(path))
+    assert code == 0, out
+    code, out = orch("run", str(path), "--resume")
+    assert code == 0, out
+    store = Store.open(str(ws / "orch.db"))
+    assert len(Runs(store).current(include_superseded=True)) == 1
+    path.write_text(path.read_text().replace('"two"', '"two, edited"'))
+    code, out = orch("run", str(path), "--resume")
+    assert code == 0, out
+    runs = Runs(store).current(include_superseded=True)
+    assert len(runs) == 2
+    (current,) = Runs(store).current()
+    assert [r["prompt"] for r in current.record.extra["session"]] == ["one", "two, edited"]

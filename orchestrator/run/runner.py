@@ -33,7 +33,7 @@ from orchestrator.run.link_retry import retry_link
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.run.route_collect import collect_route_trace, trace_path
-from orchestrator.run.session_turns import session_status, session_turns
+from orchestrator.run.session_turns import session_status, session_turns, stored_requests
 from orchestrator.run.validity import run_messages, sample_dicts, summarise
 from orchestrator.transports.base import (
     AccessDenied,
@@ -416,9 +416,7 @@ class DeviceRunner:
         record = recorder.parser.record()
         if cell is not None and cell.session:   # run/session_turns.py
             record.turns = session_turns(record.turns, recorder.turn_events, cell.session)
-            record.extra["session"] = [request.request() | {"idle_s": request.idle_s,
-                                                            "deadline_s": request.deadline_s}
-                                       for request in cell.session]
+            record.extra["session"] = stored_requests(cell.session)
             status, cause = session_status(status, cause, recorder.turn_events, record.turns,
                                            cell.session)
         if record.engine_build is None:

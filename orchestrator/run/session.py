@@ -30,6 +30,7 @@ from orchestrator.run.prepare import PreparedDevice, prepare_device
 from orchestrator.run.progress import Board, Progress
 from orchestrator.run.quality import run_quality
 from orchestrator.run.runner import CellOutcome, DeviceRunner
+from orchestrator.run.session_turns import session_changed
 from orchestrator.stats.status import RESUMABLE, Status
 from orchestrator.transports.base import (
     AccessDenied,
@@ -237,8 +238,9 @@ class _CellLoop:
         todo: list[tuple[Cell, Any]] = []
         for cell in cells:
             earlier = self.previous.get(cell.key)
-            if earlier is not None and (earlier.flags or "") != cell.flags:
-                earlier = _changed(earlier)  # the config's flags changed: re-run
+            if earlier is not None and ((earlier.flags or "") != cell.flags
+                                        or session_changed(earlier, cell.session)):
+                earlier = _changed(earlier)  # the config's flags or session changed: re-run
             if earlier is not None and earlier.status == Status.OK:
                 self.result.skipped += 1
                 continue
@@ -275,8 +277,9 @@ def run_or_collect(device: DeviceSession, cell: Cell, earlier: Any, first: bool)
 
 
 def _changed(earlier: Any) -> Any:
-    """An earlier run whose flags differ from the cell's now: neither kept nor collected, but
-    superseded by a new run (a status other than ok/interrupted/running forces that)."""
+    """An earlier run whose flags or session differ from the cell's now: neither kept nor
+    collected, but superseded by a new run (a status other than ok/interrupted/running forces
+    that)."""
     return earlier.replace(status="changed")
 
 

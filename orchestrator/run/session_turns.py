@@ -52,6 +52,30 @@ def session_turns(parsed: list[Turn], events: list[TurnEvent],
     return turns
 
 
+def stored_requests(requests: tuple[SessionRequest, ...]) -> list[dict[str, Any]]:
+    """A session run's requests as its record keeps them (`RunRecord.extra["session"]`): each
+    request as sent, with its idle time and deadline."""
+    return [request.request() | {"idle_s": request.idle_s, "deadline_s": request.deadline_s}
+            for request in requests]
+
+
+def session_changed(earlier: Any, requests: tuple[SessionRequest, ...]) -> bool:
+    """An earlier run of a cell (`--resume`) asked for another session than the cell does
+    now: a one-shot run where the cell is a session (its argv has no `--session`) or the
+    reverse, or other requests than its record kept. It is run again, as after a change of
+    flags; a run that stored no requests yet (interrupted) is judged by its argv alone."""
+    argv = getattr(earlier, "argv", None) or []
+    if ("--session" in argv) != bool(requests):
+        return True
+    if not requests:
+        return False
+    try:
+        stored = earlier.record.extra.get("session")
+    except (AttributeError, ValueError):
+        return False
+    return stored is not None and stored != stored_requests(requests)
+
+
 def _asked(request: SessionRequest) -> dict[str, Any]:
     """What the turn asked for, as stored with it (the prompt by its length: the matrix
     stored with the session has it)."""
