@@ -282,3 +282,27 @@ def test_resume_reruns_a_session_whose_turns_changed(ws):
     assert len(runs) == 2
     (current,) = Runs(store).current()
     assert [r["prompt"] for r in current.record.extra["session"]] == ["one", "two, edited"]
+
+
+@pytest.mark.slow
+def test_cancel_and_fatal_on_the_emulated_phone(ws, phone):
+    """Under mksh + toybox: a cancel at a deadline, then a fatal error in the next turn; the
+    run fails with the engine's message and nothing of it runs on."""
+    (ws / "devices.yaml").write_text("devices:\n" + adb_device("emu", phone))
+    turns = """\
+        - prompt: "a long answer please"
+          n_predict: 4000
+          deadline: 0.3s
+        - prompt: "then"
+        - prompt: "never sent"
+        """
+    path = matrix(ws, turns, flags=GEOMETRY + " --compute-kb 256 --fail-at-turn 2",
+                  python=sys.executable)
+    orch("run", str(path), "--device", "emu")
+    store, run = the_run(ws)
+    assert run.status == "failed" and "fatal BMOE_ERROR in turn 2" in run.cause, run.cause
+    one, two = run.record.turns
+    assert one.cancelled is True and two.error
+    events = [line.split("\t")[2] for line in Runs(store).output_lines(run.id, "T")]
+    assert events == ["sent", "cancel", "done", "sent", "fatal"]
+    nothing_left(Path(phone.data_dir) / "orch" / "runs")
