@@ -154,3 +154,71 @@ def test_samples_carry_the_turn_last_begun_and_a_replay_rebuilds_the_events():
     one_shot.flush = lambda: None   # type: ignore[method-assign]
     one_shot.handle("S\t10\trss_kb=1")
     assert one_shot._samples[0]["turn"] is None
+
+
+def _requests(n: int, idle_last: float = 0.0):
+    from orchestrator.config.session import SessionRequest
+
+    return tuple(SessionRequest(turn=i, prompt=f"p{i}", n_predict=8, clear_kv=i == 1,
+                                idle_s=idle_last if i == n else 0.0) for i in range(1, n + 1))
+
+
+def _events(*spec: tuple[int, int, str]):
+    return [TurnEvent(turn, t_ms, event) for turn, t_ms, event in spec]
+
+
+def test_turns_take_orchs_times_and_the_plan_where_the_parser_is_silent():
+    from orchestrator.record import Turn
+    from orchestrator.run.session_turns import session_turns
+
+    parsed = [Turn(turn=1, tokens=8, cache_hit_pct=80.0), Turn(turn=2, tokens=3, cancelled=True,
+                                                              started_ms=999.0)]
+    events = _events((1, 10, "sent"), (1, 500, "done"), (2, 500, "sent"), (2, 800, "cancel"),
+                     (2, 900, "done"), (3, 5900, "sent"), (3, 6000, "error"))
+    one, two, three = session_turns(parsed, events, _requests(3, idle_last=5.0))
+    assert (one.started_ms, one.ended_ms, one.clear_kv, one.cache_hit_pct) == (10, 500, True, 80.0)
+    assert two.started_ms == 999.0 and two.ended_ms == 900 and two.cancelled is True
+    # turn 3: the parser had none (an engine whose error names no request), orch's facts stand
+    assert (three.turn, three.idle_before_s, three.clear_kv, three.error) == \
+        (3, 5.0, False, "BMOE_ERROR")
+    assert three.extra["request"] == {"n_predict": 8, "think": None, "deadline_s": None,
+                                      "prompt_chars": 2}
+
+
+@pytest.mark.parametrize("events,turns,expected", [
+    # every turn done, one of them cancelled: ok
+    ([(1, 1, "sent"), (1, 2, "done"), (2, 3, "sent"), (2, 4, "cancel"), (2, 5, "done")], {},
+     ("ok", None)),
+    # a recoverable error fails the run, naming its turn
+    ([(1, 1, "sent"), (1, 2, "error"), (2, 3, "sent"), (2, 4, "done")], {1: "empty prompt"},
+     ("failed", "turn 1: empty prompt")),
+    # the engine exited 0 halfway through turn 2
+    ([(1, 1, "sent"), (1, 2, "done"), (2, 3, "sent")], {},
+     ("failed", "turn 2 of 2 never ended (no BMOE_DONE)")),
+    # a fatal error is the cause, whatever the exit said
+    ([(1, 1, "sent"), (1, 2, "done"), (2, 3, "sent"), (2, 4, "fatal")], {2: "model vanished"},
+     ("failed", "fatal BMOE_ERROR in turn 2: model vanished")),
+])
+def test_a_session_runs_status(events, turns, expected):
+    from orchestrator.record import Turn
+    from orchestrator.run.session_turns import session_status
+
+    parsed = [Turn(turn=n, error=msg) for n, msg in turns.items()]
+    assert session_status("ok", None, _events(*events), parsed, _requests(2)) == expected
+
+
+def test_resume_sees_a_changed_session():
+    from types import SimpleNamespace
+
+    from orchestrator.record import RunRecord
+    from orchestrator.run.session_turns import session_changed, stored_requests
+
+    asked = _requests(2)
+    same = SimpleNamespace(argv=["e", "--session"],
+                           record=RunRecord(extra={"session": stored_requests(asked)}))
+    assert not session_changed(same, asked)
+    assert session_changed(same, _requests(3))
+    assert session_changed(SimpleNamespace(argv=["e", "-p", "x"], record=RunRecord()), asked)
+    assert session_changed(same, ())
+    interrupted = SimpleNamespace(argv=["e", "--session"], record=RunRecord())
+    assert not session_changed(interrupted, asked)
