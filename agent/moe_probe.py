@@ -683,7 +683,7 @@ class Session:
 
     def serve(self):
         threading.Thread(target=read_requests, args=(self.requests,), daemon=True).start()
-        emit("READY", {"load_s": round(self.load_s, 4), "arch": "moe-probe",
+        emit("READY", {"load_s": round(self.load_s, 6), "arch": "moe-probe",
                        "n_ctx": self.args.n_ctx, "think_ctl": "template",
                        "n_expert_used": self.args.top_k})
         try:
@@ -697,7 +697,8 @@ class Session:
                     if rc:
                         return rc
                 elif cmd != "cancel":   # a cancel with nothing in flight does nothing
-                    emit("ERROR", {"id": req.get("id"), "fatal": False,
+                    # id null: no generate() was asked for, so no turn failed
+                    emit("ERROR", {"id": None, "fatal": False,
                                    "msg": req.get("why") or "unknown cmd %r" % cmd})
         finally:
             if self.csv:
