@@ -307,3 +307,18 @@ def test_one_shot_mode_prints_no_session_lines(tmp_path):
                         *GEOMETRY, "-n", "3", "-p", "a b"], capture_output=True, text=True,
                        timeout=WAIT, check=False)
     assert r.returncode == 0 and "BMOE_" not in r.stdout and "generation: 3 tokens" in r.stdout
+
+
+def test_route_trace_spans_the_turns(session, tmp_path):
+    from orchestrator.engines.route_trace import read_route_trace
+
+    trace = tmp_path / "route.csv"
+    s = session("--route-trace", str(trace))
+    s.generate(1, "a b", n=3)
+    s.generate(2, "c", n=2, clear_kv=False)
+    assert s.end() == 0
+    rows = read_route_trace(trace).rows
+    steps = {(t, p): sorted(g["step"].unique()) for (t, p), g in rows.groupby(["turn", "phase"])}
+    # step = the absolute context position: a continued chat's prefill starts after turn 1
+    assert steps == {(1, 0): list(range(8)), (1, 1): [8, 9, 10],
+                     (2, 0): [11, 12, 13], (2, 1): [14, 15]}
