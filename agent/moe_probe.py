@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """moe-probe: orch's built-in synthetic expert-streaming engine.
-(One file of ~850 lines on purpose: it is pushed to a device alone and runs there with
+(One file of ~880 lines on purpose: it is pushed to a device alone and runs there with
 nothing of orch beside it; the session mode below, bmoe-cli's second way of running, needs the
 engine's cache and routing state, so it cannot live in a second file that is pushed apart.)
 
@@ -746,7 +746,9 @@ class Session:
         self.turn += 1
         rid, prompt = req.get("id"), req.get("prompt")
         # the idle gap since the last turn (or the load); a test may add a simulated one
-        idle_s = time.perf_counter() - self.idle_since + float(req.get("simulate_idle_s") or 0)
+        simulated = req.get("simulate_idle_s")
+        simulated = simulated if isinstance(simulated, (int, float)) and simulated > 0 else 0
+        idle_s = time.perf_counter() - self.idle_since + simulated
         evicted = self.evict_idle(idle_s)
         shape = self.shape(req)
         if isinstance(shape, str):
