@@ -1,31 +1,43 @@
 #!/usr/bin/env python3
 """moe-probe: orch's built-in synthetic expert-streaming engine.
-(One file of ~600 lines on purpose: it is pushed to a device alone and runs there with
-nothing of orch beside it.)
+(One file of ~880 lines on purpose: it is pushed to a device alone and runs there with
+nothing of orch beside it; the session mode below, bmoe-cli's second way of running, needs the
+engine's cache and routing state, so it cannot live in a second file that is pushed apart.)
 
 Not a model but a real expert-streaming workload: a synthetic expert file (layers x experts x
 expert size) is read expert by expert, per token and layer, through an LRU cache by mmap, pread
 or O_DIRECT, with a small matrix-vector product per expert. It writes bmoe-cli's per-token CSV,
 `# summary` trailer and stdout summary lines (docs/formats.md sections 1-3), so
 the bmoe parsers read it unchanged. Stdlib only: it is pushed to devices that may only have
-python3. Exit codes: 0 ok, 2 usage, 3 O_DIRECT refused by the file system, 143 SIGTERM.
+python3. Exit codes: 0 ok, 1 a fatal session error, 2 usage, 3 O_DIRECT refused by
+the file system, 143 SIGTERM.
 
 Routing looks like real routing along the two axes the studies measure: --keep-frac, the share
 of a layer's experts the next token keeps (token-to-token locality), and --skew, a per-layer
 Zipf popularity of the experts (0 = uniform, the default). --route-trace PATH writes it as
 bmoe-cli's `# route_trace v1` (docs/routes.md section 1).
+
+--session speaks bmoe-cli's session protocol (docs/formats.md, "Session mode"): the model stays
+loaded, JSON requests arrive on stdin (generate / cancel / close, EOF = close) and BMOE_READY,
+BEGIN, LOAD, PROGRESS, DONE and ERROR lines go to stdout; the CSV spans every turn with a `turn`
+column and a `# summary` trailer per turn. The expert cache stays warm across turns, and an idle
+gap before a request evicts a share 1-exp(-idle/--idle-evict-tau) of it, so the next turn
+re-warms. A request may carry a test-only `"simulate_idle_s"`, added to the idle time measured.
 """
 import argparse  # noqa: E401
 import concurrent.futures
 import errno
+import json
 import math
 import mmap
 import os
+import queue
 import random
 import re
 import resource  # noqa: E401
 import signal
 import sys
+import threading
 import time
 import zlib
 from collections import OrderedDict
@@ -64,8 +76,9 @@ def parse_args(argv):
         prog="moe-probe", formatter_class=HelpFormatter,
         description="Synthetic MoE expert-streaming workload writing bmoe-cli format output "
         "(per-token CSV, # summary trailer, summary lines on stdout).",
-        epilog="Exit status: 0 done, 2 usage error, 3 O_DIRECT refused by the file system, "
-        "143 SIGTERM (rows written so far stay, no # summary trailer).")
+        epilog="Exit status: 0 done, 1 a fatal session error (BMOE_ERROR fatal:true), 2 usage "
+        "error, 3 O_DIRECT refused by the file system, 143 SIGTERM (rows written so far stay, "
+        "no # summary trailer).")
     a = p.add_argument
     a("--layers", type=int, default=8, help="MoE layers in the expert file")
     a("--experts", type=int, default=32, help="experts per layer")
@@ -97,15 +110,25 @@ def parse_args(argv):
       help="compute threads; only recorded, compute runs on one thread")
     a("--no-drop-cache", action="store_true",
       help="do not drop the expert file from the page cache before the first pass")
+    a("--session", action="store_true", help="bmoe-cli's session mode: the model stays "
+      "loaded, JSON requests on stdin, BMOE_* lines on stdout (docs/engines.md)")
+    a("-c", "--ctx-size", dest="n_ctx", type=int, default=4096,
+      help="session mode: context length; a request that would overflow it is rejected")
+    a("--idle-evict-tau", type=float, default=5.0, help="session mode: after t idle seconds "
+      "a share 1-exp(-t/TAU) of the cached experts is dropped (the OS reclaiming memory); "
+      "0 = never")
+    a("--fail-at-turn", type=int, default=0, metavar="N", help="session mode, for tests: turn "
+      "N dies halfway with a fatal BMOE_ERROR and exit 1")
     args = p.parse_args(argv)
-    if min(args.layers, args.experts, args.top_k, args.io_threads, args.tokens, args.threads) < 1:
-        p.error("--layers, --experts, --top-k, --io-threads, --threads and -n must be >= 1")
+    if min(args.layers, args.experts, args.top_k, args.io_threads, args.tokens, args.threads,
+           args.n_ctx) < 1:
+        p.error("--layers, --experts, --top-k, --io-threads, --threads, -n and -c must be >= 1")
     if args.top_k > args.experts:
         p.error("--top-k cannot exceed --experts")
     if not 0 <= args.keep_frac <= 1 or args.expert_mb <= 0 or args.cache_mb < 0 \
-            or args.compute_kb < 0 or not 0 <= args.skew <= 10:
-        p.error("--keep-frac must be in [0, 1]; --expert-mb > 0; --cache-mb, --compute-kb >= 0; "
-                "--skew in [0, 10]")
+            or args.compute_kb < 0 or not 0 <= args.skew <= 10 or args.idle_evict_tau < 0:
+        p.error("--keep-frac must be in [0, 1]; --expert-mb > 0; --cache-mb, --compute-kb, "
+                "--idle-evict-tau >= 0; --skew in [0, 10]")
     return args
 
 
@@ -320,6 +343,7 @@ class TraceWriter:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.f = open(path, "w")  # noqa: SIM115 - written token by token, closed by close()
         self.size, self.rng = size, random.Random("weights %d" % seed)
+        self.turn = 0   # session mode: the generate() the rows belong to
         self.prefill = [[] for _ in range(layers)]
         self.f.write("# route_trace v1\n# model=%s arch=moe-probe n_layer=%d n_expert=%d "
                      "n_expert_used=%d\n" % (model, layers, experts, k)
@@ -332,8 +356,8 @@ class TraceWriter:
         logits = [math.exp(self.rng.gauss(0.0, 1.0)) for _ in experts]
         total = sum(logits)
         ranked = sorted(zip(logits, experts), key=lambda p: (-p[0], p[1]))
-        return ["0,%d,%d,%d,%d,%d,%.6f,%d,%d\n" % (
-            phase, step, layer, slot, e, w / total, e not in misses,
+        return ["%d,%d,%d,%d,%d,%d,%.6f,%d,%d\n" % (
+            self.turn, phase, step, layer, slot, e, w / total, e not in misses,
             self.size if e in misses else 0) for slot, (w, e) in enumerate(ranked)]
 
     def token(self, phase, step, sets, misses):
@@ -348,7 +372,7 @@ class TraceWriter:
     def end_prefill(self):
         self.f.write("".join(r for cells in self.prefill for r in cells))
         self.f.flush()
-        self.prefill = None
+        self.prefill = [[] for _ in self.prefill]   # a session's next turn prefills again
 
     def close(self):
         self.f.close()
@@ -444,33 +468,67 @@ def run(args):
     eng = Engine(args, reader, size)
     try:
         load_s = time.perf_counter() - t_load
+        if args.session:
+            return Session(args, eng, name, load_s).serve()
         return generate(args, eng, name, load_s)
     finally:
         eng.close()
 
 
-def generate(args, eng, name, load_s):
-    L, k, n = args.layers, args.top_k, args.tokens
+def open_csv(args, name, session=False):
+    """The per-token CSV with its preamble and header; a session's adds the `turn` column."""
+    os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
+    csv = open(args.csv, "w")  # noqa: SIM115 - written token by token, closed by the caller
+    csv.write("# bmoe_metrics v1\n"
+              "# model=%s arch=moe-probe n_layer=%d n_expert=%d n_expert_used=%d threads=%d"
+              " n_ctx=%d\n# moe_stream=1 cache_mb=%g cache_auto=0 cache_ceil_mb=0 force_cache=0"
+              " io_threads=%d o_direct=%d overlap=0 prefetch=0 dense_weights=none io=%s"
+              " keep_frac=%g%s\nstep,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,"
+              "stall_ms,mgmt_ms,majflt,cpu_ms%s\n"
+              % (name, args.layers, args.experts, args.top_k, args.threads,
+                 args.n_ctx if session else 0, args.cache_mb, args.io_threads,
+                 args.io == "odirect", args.io, args.keep_frac,
+                 " skew=%g" % args.skew if args.skew else "", ",turn" if session else ""))
+    csv.flush()
+    return csv
+
+
+ROW_KEYS = ("wall", "io", "comp", "read", "majflt", "cpu", "mgmt")
+
+
+def decode_step(eng, router):
+    """One generated token: (routing, row, hit). row holds ROW_KEYS' values as printed, so
+    that sums of the rows re-derive the trailer to its printed precision."""
+    f0, c0 = rusage()
+    t0 = time.perf_counter()
+    sets = router.route()
+    io, comp, mgmt, misses = eng.run_pass(sets)
+    wall = (time.perf_counter() - t0) * 1e3
+    f1, c1 = rusage()
+    hit = 100.0 * eng.cache.hits / eng.cache.lookups if eng.cache.slots else -1.0
+    row = (round(wall, 3), round(io, 3), round(comp, 3), misses * eng.size,
+           f1 - f0, round(c1 - c0, 3), round(mgmt, 3))
+    return sets, row, hit
+
+
+def csv_row(step, n, row, hit, turn=None):
+    return "%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.3f%s\n" % (
+        step, n, row[0], row[1], row[2], row[3], hit, row[1], row[6], row[4], row[5],
+        "" if turn is None else ",%d" % turn)
+
+
+def prompt_of(args):
     if args.prompt_file:
         with open(args.prompt_file, encoding="utf-8", errors="replace") as f:
-            prompt = f.read()
-    else:
-        prompt = args.prompt
+            return f.read()
+    return args.prompt
+
+
+def generate(args, eng, name, load_s):
+    L, k, n = args.layers, args.top_k, args.tokens
+    prompt = prompt_of(args)
     n_prompt = max(1, len(prompt.split()))
-    csv = None
-    if args.csv:
-        os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
-        csv = open(args.csv, "w")
-        csv.write("# bmoe_metrics v1\n"
-                  "# model=%s arch=moe-probe n_layer=%d n_expert=%d n_expert_used=%d threads=%d"
-                  " n_ctx=0\n# moe_stream=1 cache_mb=%g cache_auto=0 cache_ceil_mb=0 force_cache=0"
-                  " io_threads=%d o_direct=%d overlap=0 prefetch=0 dense_weights=none io=%s"
-                  " keep_frac=%g%s\nstep,steps,wall_ms,io_ms,compute_ms,read_bytes,cache_hit_pct,"
-                  "stall_ms,mgmt_ms,majflt,cpu_ms\n"
-                  % (name, L, args.experts, k, args.threads, args.cache_mb, args.io_threads,
-                     args.io == "odirect", args.io, args.keep_frac,
-                     " skew=%g" % args.skew if args.skew else ""))
-        csv.flush()
+    csv = open_csv(args, name) if args.csv else None
     trace = TraceWriter(args.route_trace, name, L, args.experts, k, eng.size, args.seed) \
         if args.route_trace else None
     try:
@@ -487,30 +545,24 @@ def generate(args, eng, name, load_s):
         if trace:
             trace.end_prefill()
         eng.cache.hits = eng.cache.lookups = 0  # hit rate covers decode; the cache stays warm
-        # Sums are taken over the values as printed, so that re-deriving the trailer from the
-        # CSV rows gives the same numbers to the printed precision.
-        tot = dict(wall=0.0, io=0.0, comp=0.0, mgmt=0.0, read=0, majflt=0, cpu=0.0)
+        tot = dict.fromkeys(ROW_KEYS, 0)
+        hit = -1.0
         for step in range(1, n + 1):
-            f0, c0 = rusage()
-            t0 = time.perf_counter()
-            sets = router.route()
-            io, comp, mgmt, misses = eng.run_pass(sets)
-            wall = (time.perf_counter() - t0) * 1e3
-            f1, c1 = rusage()
-            hit = 100.0 * eng.cache.hits / eng.cache.lookups if eng.cache.slots else -1.0
-            row = (round(wall, 3), round(io, 3), round(comp, 3), misses * eng.size,
-                   f1 - f0, round(c1 - c0, 3), round(mgmt, 3))
-            for key, v in zip(("wall", "io", "comp", "read", "majflt", "cpu", "mgmt"), row):
+            sets, row, hit = decode_step(eng, router)
+            for key, v in zip(ROW_KEYS, row):
                 tot[key] += v
             if csv:
-                csv.write("%d,%d,%.3f,%.3f,%.3f,%d,%.2f,%.3f,%.3f,%d,%.3f\n" % (
-                    step, n, row[0], row[1], row[2], row[3], hit, row[1], row[6], row[4], row[5]))
+                csv.write(csv_row(step, n, row, hit))
                 csv.flush()  # the agent tails the live file
             sys.stdout.write(word_for(sets) + (" " if step < n else "\n"))
             sys.stdout.flush()
             if trace:  # step = absolute position: the prompt's tokens come first
                 trace.token(1, n_prompt + step - 1, sets, eng.missed)
-        report(args, eng, csv, tot, n_prompt, load_s, prefill_s, hit)
+        fig = figures(args, eng, tot, n, n_prompt, load_s, prefill_s, hit)
+        if csv:
+            csv.write(trailer_line(fig))
+            csv.flush()
+        print_summary(args, eng, fig)
     finally:
         if csv:
             csv.close()
@@ -519,42 +571,289 @@ def generate(args, eng, name, load_s):
     return 0
 
 
-def report(args, eng, csv, tot, n_prompt, load_s, prefill_s, hit):
-    n = args.tokens
-    s_tok = tot["wall"] / 1e3 / n
-    io_tok, mgmt_tok = tot["io"] / 1e3 / n, tot["mgmt"] / 1e3 / n
-    comp_tok = max(0.0, s_tok - io_tok - mgmt_tok)  # engine definition (no overlap)
-    read_mib, io_s = tot["read"] / MIB, tot["io"] / 1e3
-    prefill_tps = n_prompt / prefill_s if prefill_s > 0 else 0.0
-    resident = len(eng.cache.d) * eng.size / MIB
-    budget = eng.cache.slots * eng.size / MIB
+def figures(args, eng, tot, n, n_prompt, load_s, prefill_s, hit):
+    """A generation's summary figures, from its rows' sums (engine definitions, no overlap)."""
+    wall_s = tot["wall"] / 1e3
+    s_tok = wall_s / n if n else 0.0
+    io_tok, mgmt_tok = (tot["io"] / 1e3 / n, tot["mgmt"] / 1e3 / n) if n else (0.0, 0.0)
     demand = args.top_k * eng.size / MIB
-    if csv:
-        csv.write("# summary tokens=%d s/tok=%.3f tok/s=%.3f read_MiB=%.1f io_s=%.2f "
-                  "compute_s/tok=%.3f io_s/tok=%.3f cache_hit_pct=%.1f n_prompt=%d load_s=%.3f "
-                  "prefill_s=%.3f prefill_tps=%.2f stall_s/tok=%.3f mgmt_s/tok=%.3f "
-                  "cache_resident_MiB=%.1f cache_budget_MiB=%.1f cache_resizes=0 "
-                  "majflt/tok=%.2f cpu_s/tok=%.4f token_demand_MiB=%.1f layer_demand_MiB=%.1f\n"
-                  % (n, s_tok, n / (tot["wall"] / 1e3), read_mib, io_s, comp_tok, io_tok, hit,
-                     n_prompt, load_s, prefill_s, prefill_tps, io_tok, mgmt_tok, resident,
-                     budget, tot["majflt"] / n, tot["cpu"] / 1e3 / n, demand * args.layers,
-                     demand))
-        csv.flush()
-    cpu_tok = tot["cpu"] / 1e3 / n
+    return dict(
+        n=n, s_tok=s_tok, tok_s=n / wall_s if wall_s > 0 else 0.0, io_tok=io_tok,
+        mgmt_tok=mgmt_tok, comp_tok=max(0.0, s_tok - io_tok - mgmt_tok),
+        read_mib=tot["read"] / MIB, io_s=tot["io"] / 1e3, hit=hit, n_prompt=n_prompt,
+        load_s=load_s, prefill_s=prefill_s,
+        prefill_tps=n_prompt / prefill_s if prefill_s > 0 else 0.0,
+        resident=len(eng.cache.d) * eng.size / MIB, budget=eng.cache.slots * eng.size / MIB,
+        majflt_tok=tot["majflt"] / n if n else 0.0, cpu_tok=tot["cpu"] / 1e3 / n if n else 0.0,
+        token_demand=demand * args.layers, layer_demand=demand)
+
+
+def trailer_line(f):
+    return ("# summary tokens=%d s/tok=%.3f tok/s=%.3f read_MiB=%.1f io_s=%.2f "
+            "compute_s/tok=%.3f io_s/tok=%.3f cache_hit_pct=%.1f n_prompt=%d load_s=%.3f "
+            "prefill_s=%.3f prefill_tps=%.2f stall_s/tok=%.3f mgmt_s/tok=%.3f "
+            "cache_resident_MiB=%.1f cache_budget_MiB=%.1f cache_resizes=0 "
+            "majflt/tok=%.2f cpu_s/tok=%.4f token_demand_MiB=%.1f layer_demand_MiB=%.1f\n"
+            % (f["n"], f["s_tok"], f["tok_s"], f["read_mib"], f["io_s"], f["comp_tok"],
+               f["io_tok"], f["hit"], f["n_prompt"], f["load_s"], f["prefill_s"],
+               f["prefill_tps"], f["io_tok"], f["mgmt_tok"], f["resident"], f["budget"],
+               f["majflt_tok"], f["cpu_tok"], f["token_demand"], f["layer_demand"]))
+
+
+def print_summary(args, eng, f):
+    """The one-shot stdout summary lines (docs/formats.md section 3)."""
+    n, s_tok = f["n"], f["s_tok"]
+    read_mib, io_s = f["read_mib"], f["io_s"]
     out = ["",
-           "generation: %d tokens, %.3f s/token (%.3f tok/s)" % (n, s_tok, n / (tot["wall"] / 1e3)),
+           "generation: %d tokens, %.3f s/token (%.3f tok/s)" % (n, s_tok, f["tok_s"]),
            "compute: %.1f%% CPU occupancy (%.4f cpu-s/token over %d threads), %.2f major "
-           "faults/token" % (100 * cpu_tok / (s_tok * args.threads), cpu_tok, args.threads,
-                             tot["majflt"] / n),
+           "faults/token" % (100 * f["cpu_tok"] / (s_tok * args.threads), f["cpu_tok"],
+                             args.threads, f["majflt_tok"]),
            "prefill: %d tokens, %.3f s (%.1f tok/s) | model load %.3f s | TTFT %.3f s"
-           % (n_prompt, prefill_s, prefill_tps, load_s, load_s + prefill_s),
+           % (f["n_prompt"], f["prefill_s"], f["prefill_tps"], f["load_s"],
+              f["load_s"] + f["prefill_s"]),
            "moe-stream: read %.1f MiB (%.2f MiB/token), decode %.3f s/token (compute %.3f + "
            "cache mgmt %.3f + flash I/O %.3f s/token, %.0f MiB/s)"
-           % (read_mib, read_mib / n, s_tok, comp_tok, mgmt_tok, io_tok,
+           % (read_mib, read_mib / n, s_tok, f["comp_tok"], f["mgmt_tok"], f["io_tok"],
               read_mib / io_s if io_s > 0 else 0.0)]
     if eng.cache.slots:
-        out.append("moe-cache: %.1f%% hit, resident %.1f MiB" % (hit, resident))
+        out.append("moe-cache: %.1f%% hit, resident %.1f MiB" % (f["hit"], f["resident"]))
     print("\n".join(out), flush=True)
+
+
+# ---- session mode (bmoe-cli --session; docs/engines.md, "moe-probe's session mode") ---------
+
+NEW_CHAT_TOKENS = 6   # a new chat prefills a system preamble and role markers before the message
+NEXT_TURN_TOKENS = 2  # a continued chat only the next turn's role markers
+EOF_REQUEST = {"cmd": "eof"}
+
+
+def emit(tag, fields):
+    """One `BMOE_<TAG> {flat json}` line on stdout, flushed (the reader tails it live)."""
+    sys.stdout.write("BMOE_%s %s\n" % (tag, json.dumps(fields, separators=(",", ":"))))
+    sys.stdout.flush()
+
+
+def read_requests(out):
+    """The stdin reader thread: each line's JSON request (or the error that line is) into
+    `out`, then EOF_REQUEST. Raw reads on fd 0: a daemon thread blocked inside sys.stdin's
+    buffered reader would hold its lock through interpreter shutdown."""
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(0, 65536)
+        except OSError:
+            chunk = b""
+        lines = (pending + chunk).split(b"\n")
+        pending = lines.pop() if chunk else b""
+        for raw in lines:
+            if not raw.strip():
+                continue
+            try:
+                req = json.loads(raw.decode("utf-8"))
+                if not isinstance(req, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as e:
+                req = {"cmd": "invalid", "why": "bad request line (%s)" % e}
+            out.put(req)
+        if not chunk:
+            out.put(EOF_REQUEST)
+            return
+
+
+class Session:
+    """One loaded model serving generate requests until close or EOF. The expert cache stays
+    warm across turns; an idle gap before a request drops a share 1-exp(-idle/tau) of the
+    cached experts, least recently used first, and their page cache, as the OS reclaiming an
+    idle app's memory would, so the next turn re-warms."""
+
+    def __init__(self, args, eng, name, load_s):
+        self.args, self.eng, self.name, self.load_s = args, eng, name, load_s
+        self.requests = queue.Queue()
+        self.pending = []          # requests that arrived during a generation, in order
+        self.cancelled = False
+        self.turn = 0
+        self.n_past = 0
+        self.idle_since = time.perf_counter()
+        self.csv = open_csv(args, name, session=True) if args.csv else None
+        self.trace = TraceWriter(args.route_trace, name, args.layers, args.experts, args.top_k,
+                                 eng.size, args.seed) if args.route_trace else None
+        self.router = Router(args.seed, args.layers, args.experts, args.top_k, args.keep_frac,
+                             args.skew, args.seed)
+
+    def serve(self):
+        threading.Thread(target=read_requests, args=(self.requests,), daemon=True).start()
+        emit("READY", {"load_s": round(self.load_s, 6), "arch": "moe-probe",
+                       "n_ctx": self.args.n_ctx, "think_ctl": "template",
+                       "n_expert_used": self.args.top_k})
+        try:
+            while True:
+                req = self.pending.pop(0) if self.pending else self.wait_request()
+                cmd = req.get("cmd")
+                if cmd in ("close", "eof"):
+                    return 0
+                if cmd == "generate":
+                    rc = self.generate(req)
+                    if rc:
+                        return rc
+                elif cmd != "cancel":   # a cancel with nothing in flight does nothing
+                    # id null: no generate() was asked for, so no turn failed
+                    emit("ERROR", {"id": None, "fatal": False,
+                                   "msg": req.get("why") or "unknown cmd %r" % cmd})
+        finally:
+            if self.csv:
+                self.csv.close()
+            if self.trace:
+                self.trace.close()
+
+    def wait_request(self):
+        while True:   # a bounded wait, so SIGTERM's handler runs promptly
+            try:
+                return self.requests.get(timeout=0.5)
+            except queue.Empty:
+                pass
+
+    def poll(self):
+        """Between tokens: a cancel stops the generation in flight; anything else waits."""
+        while True:
+            try:
+                req = self.requests.get_nowait()
+            except queue.Empty:
+                return
+            if req.get("cmd") == "cancel":
+                self.cancelled = True
+            else:
+                self.pending.append(req)
+
+    def evict_idle(self, idle_s):
+        """Drop the share of the cache an idle gap of idle_s lets the OS reclaim; the share
+        dropped (0..1)."""
+        cache, tau = self.eng.cache, self.args.idle_evict_tau
+        held = len(cache.d)
+        if tau <= 0 or idle_s <= 0 or not held:
+            return 0.0
+        drop = int(round(held * (1.0 - math.exp(-idle_s / tau))))
+        fd = self.eng.reader.fd
+        for _ in range(drop):
+            (layer, e), _buf = cache.d.popitem(last=False)
+            if hasattr(os, "posix_fadvise") and not self.args.no_drop_cache:
+                off = (layer * self.eng.E + e) * self.eng.size
+                os.posix_fadvise(fd, off, self.eng.size, os.POSIX_FADV_DONTNEED)
+        return drop / held
+
+    def generate(self, req):
+        args, eng = self.args, self.eng
+        self.turn += 1
+        rid, prompt = req.get("id"), req.get("prompt")
+        # the idle gap since the last turn (or the load); a test may add a simulated one
+        simulated = req.get("simulate_idle_s")
+        simulated = simulated if isinstance(simulated, (int, float)) and simulated > 0 else 0
+        idle_s = time.perf_counter() - self.idle_since + simulated
+        evicted = self.evict_idle(idle_s)
+        shape = self.shape(req)
+        if isinstance(shape, str):
+            emit("ERROR", {"id": rid, "fatal": False, "msg": shape})
+            self.idle_since = time.perf_counter()
+            return 0
+        base, n_prompt, n = shape
+        self.cancelled = False
+        emit("BEGIN", {"id": rid})
+        prefill_s = self.prefill(prompt, base, n_prompt)
+        eng.cache.hits = eng.cache.lookups = 0   # the turn's hit rate covers its decode
+        tot, hit, words, done = dict.fromkeys(ROW_KEYS, 0), -1.0, [], 0
+        t_decode = time.perf_counter()
+        for step in range(1, n + 1):
+            self.poll()
+            if self.cancelled:
+                break
+            if self.turn == args.fail_at_turn and step > (n + 1) // 2:
+                emit("ERROR", {"id": rid, "fatal": True, "msg": "simulated fatal error at "
+                               "turn %d, token %d (--fail-at-turn)" % (self.turn, step)})
+                return 1
+            sets, row, hit = decode_step(eng, self.router)
+            for key, v in zip(ROW_KEYS, row):
+                tot[key] += v
+            if self.csv:
+                self.csv.write(csv_row(step, n, row, hit, self.turn))
+                self.csv.flush()
+            if self.trace:
+                self.trace.token(1, base + n_prompt + step - 1, sets, eng.missed)
+            words.append(word_for(sets))
+            self.token_lines(step, n, row, hit, (" " if step > 1 else "") + words[-1])
+            done = step
+        loop_s = time.perf_counter() - t_decode - tot["wall"] / 1e3
+        self.n_past = base + n_prompt + done
+        f = figures(args, eng, tot, done, n_prompt, self.load_s, prefill_s, hit)
+        if self.csv:
+            self.csv.write(trailer_line(f))
+            self.csv.flush()
+        emit("DONE", self.done_fields(rid, f, loop_s, idle_s, evicted, " ".join(words)))
+        self.idle_since = time.perf_counter()
+        return 0
+
+    def shape(self, req):
+        """(context kept, tokens to prefill, tokens to predict), or why the request is
+        rejected: an empty prompt, a bad n_predict, a context overflow."""
+        prompt, n = req.get("prompt"), req.get("n_predict", self.args.tokens)
+        if not isinstance(prompt, str) or not prompt.strip():
+            return "empty prompt"
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return "n_predict must be a positive integer, got %r" % (n,)
+        new_chat = bool(req.get("clear_kv", True)) or self.n_past == 0
+        n_prompt = len(prompt.split()) + (NEW_CHAT_TOKENS if new_chat else NEXT_TURN_TOKENS)
+        base = 0 if new_chat else self.n_past
+        if base + n_prompt + n > self.args.n_ctx:
+            return "context overflow: %d in context + %d prompt + %d to predict > n_ctx %d" % (
+                base, n_prompt, n, self.args.n_ctx)
+        return base, n_prompt, n
+
+    def prefill(self, prompt, base, n_prompt):
+        """The new tokens' passes (after `base` reused ones); its seconds."""
+        args, eng, trace = self.args, self.eng, self.trace
+        # The prompt steers the routing; the router keeps its last token's experts (locality).
+        self.router.rng = random.Random(args.seed * 1000003 + zlib.crc32(prompt.encode())
+                                        + self.turn)
+        if trace:
+            trace.turn = self.turn
+        t0 = time.perf_counter()
+        for position in range(n_prompt):
+            sets = self.router.route()
+            eng.run_pass(sets)
+            if trace:
+                trace.token(0, base + position, sets, eng.missed)
+        prefill_s = time.perf_counter() - t0
+        if trace:
+            trace.end_prefill()
+        return prefill_s
+
+    def token_lines(self, step, n, row, hit, delta):
+        if row[3]:
+            emit("LOAD", {"mb": round(row[3] / MIB, 3), "ms": row[1]})
+        emit("PROGRESS", {
+            "step": step, "steps": n, "wall_ms": row[0], "io_ms": row[1], "compute_ms": row[2],
+            "mgmt_ms": row[6], "stall_ms": row[1], "read_mb": round(row[3] / MIB, 3),
+            "cache_hit_pct": round(hit, 2), "majflt": row[4], "cpu_ms": row[5],
+            "dense_resident_frac": -1.0, "delta_reasoning": "", "delta_text": delta})
+
+    def done_fields(self, rid, f, loop_s, idle_s, evicted, text):
+        n = f["n"]   # seconds to the microsecond: a synthetic token takes about a millisecond
+        return {
+            "id": rid, "cancelled": self.cancelled, "tokens": n, "tok_s": round(f["tok_s"], 3),
+            "prefill_s": round(f["prefill_s"], 6), "prefill_tps": round(f["prefill_tps"], 2),
+            "load_s": round(f["load_s"], 6), "cache_hit_pct": round(f["hit"], 2),
+            "n_prompt": f["n_prompt"], "n_past": self.n_past,
+            "compute_s_tok": round(f["comp_tok"], 6), "io_s_tok": round(f["io_tok"], 6),
+            "cache_resident_mib": round(f["resident"], 1),
+            "cache_budget_mib": round(f["budget"], 1), "read_mib": round(f["read_mib"], 4),
+            "stall_s_tok": round(f["io_tok"], 6), "mgmt_s_tok": round(f["mgmt_tok"], 6),
+            "majflt_tok": round(f["majflt_tok"], 2), "cpu_s_tok": round(f["cpu_tok"], 6),
+            "token_demand_mib": round(f["token_demand"], 1), "mtp_drafted": 0,
+            "mtp_accepted": 0, "mtp_decodes": n, "mtp_draft_s_tok": 0.0, "drafted_steps": 0,
+            "loop_overhead_s_tok": round(max(0.0, loop_s) / n, 6) if n else 0.0,
+            # moe-probe's own keys: the idle gap it saw and the share of its cache that gap
+            # evicted (what makes this turn re-warm)
+            "turn": self.turn, "idle_s": round(idle_s, 3), "evicted_pct": round(100 * evicted, 1),
+            "reasoning": "", "text": text}
 
 
 def on_sigterm(signum, frame):

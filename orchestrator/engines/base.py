@@ -76,6 +76,11 @@ class RunParser(abc.ABC):
         """Engine-reported warnings worth surfacing (e.g. O_DIRECT unsupported)."""
         return []
 
+    def failure(self) -> str | None:
+        """The engine's own one-line account of why it failed (e.g. bmoe's fatal BMOE_ERROR),
+        which the runner makes the failed run's cause; None: it said nothing."""
+        return None
+
 
 class EngineAdapter(abc.ABC):
     name: str = "?"

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.engines.base import CellSpec, EngineAdapter, RunParser, TokenRow
 from orchestrator.engines.bmoe_format import BmoeCsvParser, parse_summary_lines
+from orchestrator.engines.bmoe_session import SessionLines, session_fields
 from orchestrator.record import RunRecord, trailer_fields
 
 STDERR_TAIL = 50
@@ -23,9 +24,15 @@ _NONE: list[TokenRow] = []
 
 
 class BmoeRunParser(RunParser):
-    def __init__(self, prompt: str | None = None) -> None:
+    """A bmoe run's lines: the CSV (token rows, preamble, trailers), stdout (summary lines;
+    in session mode the BMOE_* lines, engines/bmoe_session.py) and stderr."""
+
+    def __init__(self, prompt: str | None = None, expected_turns: int | None = None) -> None:
         self.csv = BmoeCsvParser()
         self.prompt = prompt
+        self.session = SessionLines()
+        # the requests a session run sends, when the caller knows it: fewer turns = incomplete
+        self.expected_turns = expected_turns
         self._stdout: deque[str] = deque(maxlen=MAX_STDOUT_LINES)
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL)
         self._warnings: list[str] = []
@@ -39,7 +46,10 @@ class BmoeRunParser(RunParser):
             row = self.csv.feed(text)
             return _NONE if row is None else [row]
         if tag == "O":
-            self._stdout.append(text)
+            # BMOE_* lines (session mode, or --progress) are the session's, not summary text;
+            # BMOE_PROGRESS, one per token, is counted only: the CSV carries the token rows
+            if "BMOE_" not in text or not self.session.feed(text):
+                self._stdout.append(text)
         elif tag == "E":
             self._stderr.append(text)
             if _WARNING.search(text) and len(self._warnings) < 20:
@@ -49,16 +59,48 @@ class BmoeRunParser(RunParser):
     def record(self) -> RunRecord:
         """The last `# summary` trailer's figures, filled from the stdout summary lines where
         the trailer is missing (a killed run) or older than a key. extra: the raw `trailer`
-        and the parsed summary `lines` (every figure they print, e.g. cpu_pct, mib_per_s)."""
+        and the parsed summary `lines` (every figure they print, e.g. cpu_pct, mib_per_s).
+        A session run (BMOE_* lines seen) is read from its turns instead (_session_record)."""
         lines = parse_summary_lines(self._stdout, prompt=self.prompt)
         text = lines.pop("text")
-        trailer = self.csv.trailers[-1] if self.csv.trailers else None
         settings = dict(self.csv.settings)
+        errors = list(self.csv.finish())
+        if self.session.seen:
+            return self._session_record(lines, settings, errors)
+        trailer = self.csv.trailers[-1] if self.csv.trailers else None
         return RunRecord(
-            complete=self.csv.complete, errors=list(self.csv.finish()), settings=settings,
+            complete=self.csv.complete, errors=errors, settings=settings,
             text=text, stderr_tail=list(self._stderr), engine_build=_engine_build(settings),
             extra={"trailer": trailer, "lines": lines},
             **trailer_fields(trailer, lines, settings))
+
+    def _session_record(self, lines: dict[str, Any], settings: dict[str, Any],
+                        errors: list[str]) -> RunRecord:
+        """A session run: its turns (one per BMOE_DONE), the run's figures over all of them
+        (session_fields: tokens summed, prompt and prefill of the first turn), never the last
+        turn's `# summary` alone; every trailer is kept in extra.trailers, one per turn."""
+        session = self.session
+        turns = session.turns()
+        if session.fatal is not None:
+            errors.insert(0, f"engine fatal error: {session.fatal}")
+        errors += session.errors
+        streaming = trailer_fields(None, None, settings)["streaming"]
+        fields = session_fields(turns)
+        if streaming is None and fields.get("read_mib"):
+            streaming = True
+        text = "\n\n".join(t.text for t in turns if t.text) or None
+        return RunRecord(
+            complete=session.complete(self.expected_turns), errors=errors, settings=settings,
+            text=text, stderr_tail=list(self._stderr), engine_build=_engine_build(settings),
+            streaming=streaming, turns=turns,
+            extra={"trailer": None, "trailers": list(self.csv.trailers), "lines": lines,
+                   "session": {"ready": session.ready}},
+            **fields)
+
+    def failure(self) -> str | None:
+        """The engine's own account of why the run failed: a fatal BMOE_ERROR's message."""
+        fatal = self.session.fatal
+        return None if fatal is None else f"engine fatal error: {fatal}"
 
     def warnings(self) -> list[str]:
         return list(self._warnings)

@@ -289,6 +289,10 @@ class DeviceRunner:
         except SQLAlchemyError as exc:
             raise self._store_failed(run_id, jobdir, exc) from exc
         status, cause = classify(recorder, self.mem_total_kb)
+        # the engine's own account of its failure (a fatal BMOE_ERROR) is the cause
+        failure = getattr(recorder.parser, "failure", lambda: None)()
+        if failure is not None and status in (Status.OK, Status.FAILED):
+            status, cause = Status.FAILED, failure + (f" ({cause})" if cause else "")
         if status != Status.OK and recorder.exit is None and recorder.protocol_errors:
             cause = f"{cause}; {recorder.protocol_errors[0]}"
         if watch.verdict is not None:   # orch gave up on the job (its X line, if any, is our kill's)
