@@ -15,6 +15,7 @@ from orchestrator.engines.bmoe_format import BOM, parse_kv_tokens, parse_metrics
 from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
 from orchestrator.ingest import sections as import_sections
 from orchestrator.ingest.checks import csv_reason, read_regular, text_reason
+from orchestrator.ingest.encoding import decode, has_wide_bom
 from orchestrator.ingest.lines import lines
 from orchestrator.ingest.scan import RunFiles, Scan
 from orchestrator.ingest.state import driver_log_entries, parse_state
@@ -25,14 +26,27 @@ Skip = Callable[[tuple[str, str]], None]
 
 def read_text(path: Path) -> tuple[str | None, str | None]:
     """(text, None) or (None, why it cannot be read as text)."""
+    text, _, why = read_decoded(path)
+    return text, why
+
+
+def read_decoded(path: Path) -> tuple[str | None, str, str | None]:
+    """(text, its encoding as ingest/encoding.py names it, None), or (None, "", why it cannot
+    be read as text). A UTF-16/32 file (its BOM says so) is decoded before it is checked."""
     try:
         data = read_regular(path)
     except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
-    reason = text_reason(data)
+        return None, "", f"unreadable: {exc.strerror or exc}"
+    if has_wide_bom(data):
+        text, encoding = decode(data)
+        reason = text_reason(text.encode("utf-8", errors="replace")) or \
+            ("binary (undecodable bytes)" if "\ufffd" in text[:65536] else None)
+    else:
+        reason = text_reason(data)
+        text, encoding = decode(data) if reason is None else ("", "")
     if reason:
-        return None, reason
-    return data.decode("utf-8", errors="replace").lstrip(BOM), None
+        return None, "", reason
+    return text.lstrip(BOM), encoding, None
 
 
 def _rel(found_path: Path, key: str) -> str:
@@ -117,7 +131,7 @@ def _plan_log(rel: str, path: Path, plans: list[Planned], skip: Skip, driver: bo
     """One log's sections: matched to CSV runs by content, else (a driver log's state-only
     sections) by name, else summary-only runs."""
     shown = f"{rel}/{path.name}" if rel else path.name
-    text, why = read_text(path)
+    text, encoding, why = read_decoded(path)
     if text is None:
         skip((shown, why or "unreadable"))
         return
@@ -144,7 +158,10 @@ def _plan_log(rel: str, path: Path, plans: list[Planned], skip: Skip, driver: bo
         if sec.name == import_sections.NO_NAME:
             key = f"{rel}/{path.stem}" if rel else path.stem
         summary_only = Planned(key, path, stdout=sec.lines, shown=f"{shown} [{sec.name}]",
-                               log_place=(shown, sec.index))
+                               log_place=(shown, sec.index), settings=dict(sec.settings),
+                               flags=sec.flags or None, encoding=encoding)
+        if sec.label:
+            summary_only.provenance["section"] = sec.label
         _entry(summary_only, sec, shown)
         plans.append(summary_only)
     if not used and driver:

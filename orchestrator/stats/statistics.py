@@ -262,6 +262,7 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
         return field[name].astype(float)        # None -> NaN
 
     n = np.asarray(tok["_n_all"], dtype=float)    # the record's totals are over every token
+    n = np.where(n == 0, _own_tokens(records), n)   # no token rows: the engine's own count
     n = np.where(n == 0, np.nan, n)
     hit = num("cache_hit_pct")
     hit = np.where(np.isnan(hit), np.asarray(tok["_last_hit"], dtype=float), hit)
@@ -320,6 +321,11 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
     return out
 
 
+def _own_tokens(records: list[RunRecord]) -> np.ndarray:
+    """Each record's own generated-token count (NaN where it has none)."""
+    return np.array([r.tokens for r in records] + [None], dtype=object)[:-1].astype(float)
+
+
 def _repetitions(record: RunRecord) -> tuple[float, ...] | None:
     """An engine's own per-repetition tok/s (llama-bench -r N: its samples_ts), finite ones."""
     reps = (record.extra or {}).get("repetitions")
@@ -357,9 +363,12 @@ def table(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
         tok = trimmed(tok, _token_stats(drop_first(tokens, trim), quantile_method), trim)
     ids = list(inputs)
     tok = tok.reindex(ids)
-    tok["n"] = tok["n"].fillna(0).astype(int)
     tok["_n_all"] = tok["_n_all"].fillna(0)
     runs = [inputs[rid] for rid in ids]
+    # a run without token rows (a summary-only import, llama-bench) generated the tokens its
+    # engine counted (the `generation:` line's N): that is its token count, not 0
+    own = np.nan_to_num(_own_tokens([r.record for r in runs]))
+    tok["n"] = np.where(tok["_n_all"].to_numpy() > 0, tok["n"].fillna(0), own).astype(int)
     measured = pressure_by_run(samples) if samples is not None else {}
     pressures: list[Mapping[str, Any] | None] = [measured.get(rid) or (i.record.pressure.__dict__ if i.record.pressure else None)
                  for rid, i in zip(ids, runs)]
