@@ -157,7 +157,8 @@ def _import_locked(store: Store, request: ImportRequest,
     given = request.given()
     opts, ignored = _options(row, given, request.replace)
     the_design = design_from_stored(opts.design)
-    found = scan(folder, request.max_bytes)
+    found = scan(folder, request.max_bytes,
+                 the_design.file_rule if the_design is not None else None)
     report = ImportReport(row.id if row is not None else None, ignored=ignored,
                           skipped=found.skipped)
     plans = planning.plan(found, report.skipped.append, refused)
