@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,7 +283,9 @@ def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,
                 planned.started, planned.time_source = day, "folder name"
         rel = _file_of(planned)
         members.append(Member(planned.key, planned.model, planned.settings, recorded,
-                              design.config_of(rel, planned.model) if design else None))
+                              design.config_of(rel, planned.model) if design else None,
+                              requested=_int(planned.settings.get("n_predict")),
+                              generated=_generated(planned)))
     named = name_configs(members)
     for planned in plans:
         planned.config = named[planned.key].config
@@ -297,6 +300,21 @@ def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,
         planned.model_size = model.size() if model is not None else None
     for index, planned in enumerate(sorted(plans, key=lambda p: _order(p, design))):
         planned.order = index
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _generated(planned: Planned) -> int | None:
+    """The tokens the run generated as its files say (trailer, turns, summary lines)."""
+    count = _int(planned.trailer.get("tokens"))
+    if count is None and planned.turns:
+        count = sum(t.tokens or 0 for t in planned.turns) or None
+    if count is None and planned.stdout:
+        found = re.findall(r"generation: (\d+) tokens", "\n".join(planned.stdout))
+        count = sum(int(n) for n in found) or None
+    return count
 
 
 def _order(planned: Planned, design: Design | None) -> tuple[Any, ...]:
