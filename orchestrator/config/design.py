@@ -318,7 +318,40 @@ def load_design(path: Path) -> Design:
         raise ConfigError(_bad_timestamp(path, exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1: expected a mapping with device, models, configs, ...")
-    return validate(Design, data, node, path)
+    try:
+        return validate(Design, data, node, path)
+    except ConfigError as exc:
+        hints = _bool_words(node, path)
+        if hints:
+            raise ConfigError("\n".join([str(exc), *hints])) from None
+        raise
+
+
+_BOOL_WORDS = {"off", "on", "yes", "no", "y", "n"}
+
+
+def _bool_words(node: Any, path: Path) -> list[str]:
+    """Where YAML read an unquoted off/on/yes/no as true/false: a config named `off` becomes
+    the key False, and the error it causes must say why (the first three are named)."""
+    found: list[str] = []
+
+    def walk(item: Any) -> None:
+        if isinstance(item, yaml.MappingNode):
+            for key, value in item.value:
+                walk(key)
+                walk(value)
+        elif isinstance(item, yaml.SequenceNode):
+            for value in item.value:
+                walk(value)
+        elif isinstance(item, yaml.ScalarNode) and item.tag == "tag:yaml.org,2002:bool" \
+                and item.style is None and item.value.lower() in _BOOL_WORDS:
+            word = item.value
+            found.append(f"{path}:{item.start_mark.line + 1}: {word!r} is read by YAML as "
+                         f"{word.lower() in ('on', 'yes', 'y')}: quote it ('{word}') to mean "
+                         f"the word")
+
+    walk(node)
+    return found[:3]
 
 
 def _bad_timestamp(path: Path, exc: ValueError) -> str:

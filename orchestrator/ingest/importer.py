@@ -263,9 +263,9 @@ def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,
     `folder`: the study folder, whose name's date (and its subfolders') dates runs whose
     files record no time (ingest/when.py)."""
     given = parse_measured(opts.measured) if opts.measured else None
-    fallback = (given, "option") if given is not None else \
-        (design.measured_at(), "design") if design is not None and design.measured_at() \
-        else (None, None)
+    fallback = (given, _measured_source("option", opts.measured)) if given is not None else \
+        (design.measured_at(), _measured_source("design", design.measured)) \
+        if design is not None and design.measured_at() else (None, None)
     members = []
     for planned in plans:
         planned.model = model_of(planned, opts.model, design)
@@ -344,7 +344,14 @@ def _written_that_day(planned: Planned, day: dt.datetime) -> bool:
     return abs((written.date() - day.date()).days) <= 1
 
 
-DAY_ONLY = ("design", "option", "folder name")   # one time for every run: never an order
+# one time for every run: never an order
+DAY_ONLY = ("design", "option", "folder name", "design date", "option date")
+
+
+def _measured_source(kind: str, text: str | None) -> str:
+    """`design` / `option` for a time of day, `design date` / `option date` for a date alone
+    (views then print the date, never a midnight no file holds)."""
+    return kind if text is not None and "T" in text.strip() else f"{kind} date"
 
 
 def _key_of(run: RunRow) -> str:
