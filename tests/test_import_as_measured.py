@@ -150,13 +150,16 @@ def test_repeats_by_name_and_configs_by_settings(db):
     pinned = by_file(imported(db + "2", PINNED))
     anon = [pinned[f] for f in ("bmoe-20260720-212009.csv", "bmoe-20260721-090406.csv",
                                 "bmoe-20260721-103724.csv")]
-    assert {r.config for r in anon} == {"dense_weights=anon"}
-    assert [r.repeat_index for r in anon] == [0, 1, 2]        # in time order
+    # one setting, three sittings (issue 35 item 7): another day with 1,581 tokens, 67 and
+    # 1,354 tokens on the 21st are three configs, never three repeats of one
+    assert [r.config for r in anon] == ["dense_weights=anon-2026-07-20-1581tok",
+                                        "dense_weights=anon-67tok", "dense_weights=anon-1354tok"]
+    assert [r.repeat_index for r in anon] == [0, 0, 0]
     gpt = pinned["bmoe-20260721-091455.csv"]
     assert gpt.config == "cache_mb=1000,force_cache=1,dense_weights=ahwb"
     code, out = orch("table", "--db", db + "2", "-t", "ab")
     assert code == 0, out
-    assert "dense_weights=ahwb" in out and "n=3/2" in out
+    assert "dense_weights=ahwb-67tok" in out and "n=3/2" not in out
 
 
 def test_grouping_rules():
