@@ -60,8 +60,8 @@ def _run(store: Store) -> int:
 def _row(run_id: int, seq: int, wall: Any, stall: Any = 1.25, read: Any = 4096,
          hit: Any = 50.0, majflt: Any = 0.5) -> tuple[Any, ...]:
     # TOKEN_KEYS: run_id, seq, step, wall_ms, io_ms, compute_ms, stall_ms, mgmt_ms,
-    # read_bytes, cache_hit_pct, majflt, cpu_ms, extra
-    return (run_id, seq, seq + 1, wall, 1.0, 2.0, stall, 0.5, read, hit, majflt, 3.0, None)
+    # read_bytes, cache_hit_pct, majflt, cpu_ms, turn, extra
+    return (run_id, seq, seq + 1, wall, 1.0, 2.0, stall, 0.5, read, hit, majflt, 3.0, None, None)
 
 
 def _watched(store: Store, batches: list[list[tuple[Any, ...]]]) -> TokenColumns:

@@ -17,8 +17,9 @@ from orchestrator.errors import Failed, Interrupted
 # "model" (facts), report/table/runs.py TABLES, "ab" (results/ab.py); a literal here, since
 # importing them would load pandas at every CLI start
 TABLE_KINDS = ("model", "throughput", "detail", "latency", "pressure", "adaptive", "variants",
-               "energy", "ab")
-DEFAULT_TABLES = ("model", "throughput", "detail", "latency", "pressure", "adaptive")
+               "energy", "ab", "turns")
+# "turns": the per-turn tables of session runs (none for one-shot runs)
+DEFAULT_TABLES = ("model", "throughput", "detail", "latency", "pressure", "adaptive", "turns")
 
 
 def column_keys(columns: str | None, surface: str) -> list[str] | None:

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from orchestrator.stats.statistics import RunInput
 
 # the token columns the figures read (stats/statistics.py table), in (run_id, seq) order
-TOKEN_COLUMNS = ("run_id", "seq", "wall_ms", "stall_ms", "majflt", "read_bytes", "cache_hit_pct")
+TOKEN_COLUMNS = ("run_id", "seq", "wall_ms", "stall_ms", "majflt", "read_bytes", "cache_hit_pct",
+                 "turn")
 SAMPLE_COLUMNS = ("run_id", "seq", "t_ms", "hwm_kb", "rss_kb", "mem_avail_kb", "cpu_temp_mC",
                   "batt_temp_dC")
 CHUNK_ROWS = 65536          # token rows per fetchmany: bounded Python objects whatever the run

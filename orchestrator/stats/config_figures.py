@@ -15,7 +15,11 @@ change points, the pivot tables, the regressions section and the adaptive-repeat
   except the extremes and device pressure, which take the worst run (a report must not hide
   the hottest or fullest run: `WORST`); `n` sums the runs' tokens;
 - a run that had not settled says so for the config (`settle_note`);
-- the stall of a serial run is not measured (stats/overlap.py), so a serial config has none.
+- the stall of a serial run is not measured (stats/overlap.py), so a serial config has none;
+- a session config's turn comparisons (stats/turns.py, Δ% of the after-idle and first turns
+  against the warm ones) over two or more runs are the mean of the runs' Δ with its 95%
+  Student-t interval over them (between-run noise, as for the mean); one run keeps its own
+  within-run bootstrap interval. Intervals are never averaged.
 """
 from __future__ import annotations
 
@@ -147,6 +151,7 @@ def combine(runs: Sequence[RunResult]) -> ConfigFigures:
         # a config with a run that had not settled says so where the steady state would be
         values["settle_note"] = next((r.figures.settle_note for r in good
                                       if r.figures.settle_note), None)
+        _turn_comparisons(values, good)
     means = [r.figures.mean for r in good]
     interval = mean_interval(means)
     values["mean_ci_low"], values["mean_ci_high"] = interval.low, interval.high
@@ -154,6 +159,21 @@ def combine(runs: Sequence[RunResult]) -> ConfigFigures:
     shown = spread(reps, REPETITIONS) if reps and len(reps) >= 2 else spread(means)
     return ConfigFigures(tuple(runs), values, interval, shown,
                          dict(Counter(str(r.status) for r in runs)))
+
+
+TURN_COMPARISONS = ("after_idle_vs_warm", "first_vs_warm")
+
+
+def _turn_comparisons(values: dict[str, Any], good: Sequence[RunResult]) -> None:
+    """The config's turn comparisons over its ok runs (see the module doc), in `values`."""
+    for key in TURN_COMPARISONS:
+        deltas = [r.figures.get(f"{key}_pct") for r in good]
+        deltas = [d for d in deltas if not is_missing(d)]
+        if len(deltas) < 2:
+            continue
+        iv = mean_interval(deltas)
+        values[f"{key}_pct"], values[f"{key}_ci_low"], values[f"{key}_ci_high"] = (
+            iv.mean, iv.low, iv.high)
 
 
 def combine_all(groups: Mapping[Any, Sequence[RunResult]]) -> dict[Any, ConfigFigures]:

@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.stats.turns import TurnFigures
+
 # Bump when a figure is added, removed or computed differently: stored figures of another
 # version are recomputed by a migration (db/migrations: one per version) and, until then,
 # computed when read.
-FIGURES_VERSION = 1
+FIGURES_VERSION = 2
 
 
 
@@ -98,6 +100,21 @@ class RunFigures:
     settled: bool | None = None          # None: too short to tell
     trend_pct: float | None = None
     settle_note: str | None = None
+    # -- a session run's turns (stats/turns.py; docs/sessions.md): each turn's figures, and
+    #    the first and after-idle turns' decode rate against the warm turns' (Δ% with a 95%
+    #    interval); None for a one-shot run
+    turns: tuple[TurnFigures, ...] | None = None
+    first_turn_tps: float | None = None
+    warm_turn_tps: float | None = None
+    after_idle_turn_tps: float | None = None
+    first_turn_ttft_s: float | None = None
+    warm_turn_ttft_s: float | None = None
+    after_idle_vs_warm_pct: float | None = None
+    after_idle_vs_warm_ci_low: float | None = None
+    after_idle_vs_warm_ci_high: float | None = None
+    first_vs_warm_pct: float | None = None
+    first_vs_warm_ci_low: float | None = None
+    first_vs_warm_ci_high: float | None = None
 
     # ---- reading ------------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:
@@ -125,6 +142,8 @@ class RunFigures:
             value = getattr(self, name)
             if isinstance(value, float) and not math.isfinite(value):
                 value = None
+            elif name == "turns" and value is not None:
+                value = [t.stored() for t in value]
             elif isinstance(value, tuple):
                 value = list(value)
             out[name] = value
@@ -150,7 +169,10 @@ class RunFigures:
             if isinstance(value, float) and math.isnan(value):
                 continue
             kind = _KINDS[name]
-            if kind is int and not isinstance(value, bool):
+            if name == "turns":
+                value = tuple(t if isinstance(t, TurnFigures) else TurnFigures.of(t)
+                              for t in value)
+            elif kind is int and not isinstance(value, bool):
                 value = int(value)
             elif kind is float and not isinstance(value, bool):
                 value = float(value)
@@ -163,7 +185,7 @@ class RunFigures:
 FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RunFigures))
 # each figure's Python type, for `of` (int counts, float measures, bool flags, str notes)
 _KINDS: dict[str, type] = {
-    f.name: next(kind for word, kind in (("tuple", tuple), ("bool", bool), ("int", int),
+    f.name: next(kind for word, kind in (("TurnFigures", object), ("tuple", tuple), ("bool", bool), ("int", int),
                                          ("float", float), ("str", str)) if word in str(f.type))
     for f in dataclasses.fields(RunFigures)}
 # the figures a trim changes (the per-token ones); the rest describe the whole run

@@ -382,7 +382,37 @@ def table(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
         from orchestrator.stats.within_run import with_within_run
 
         out = with_within_run(out, tokens, trim)
+    out = _with_turns(out, tokens, inputs)
     return out.reindex(columns=list(FIELDS))
+
+
+def _with_turns(out: pd.DataFrame, tokens: pd.DataFrame,
+                inputs: Mapping[Any, RunInput]) -> pd.DataFrame:
+    """The session runs' turn figures (stats/turns.py) over all their tokens (never trimmed):
+    runs whose record has turns or whose token rows carry a turn number from 1."""
+    from orchestrator.stats.turns import run_turn_figures, turns_of
+
+    walls: dict[Any, dict[int, np.ndarray]] = {}
+    if "turn" in tokens and len(tokens):
+        turned = tokens[tokens["turn"].to_numpy(dtype=float, na_value=np.nan) >= 1]
+        for (rid, turn), group in turned.groupby(["run_id", "turn"], sort=False):
+            if "seq" in group and not group["seq"].is_monotonic_increasing:
+                group = group.sort_values("seq", kind="stable")
+            walls.setdefault(rid, {})[int(turn)] = group["wall_ms"].to_numpy(
+                dtype=float, na_value=np.nan)
+    values: dict[Any, dict[str, Any]] = {}
+    for rid, run in inputs.items():
+        turns = turns_of(run.record.turns, list(walls.get(rid, {})))
+        if turns:
+            values[rid] = run_turn_figures(turns, walls.get(rid, {}))
+    if not values:
+        return out
+    out = out.copy()
+    for key in {k for v in values.values() for k in v}:
+        column = np.array([values.get(rid, {}).get(key) for rid in out.index] + [None],
+                          dtype=object)[:-1]
+        out[key] = column
+    return out
 
 
 def compute(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],

@@ -150,3 +150,44 @@ def _split(run_ids: np.ndarray, x: np.ndarray, cols: dict[str, np.ndarray]) -> l
     bounds = np.flatnonzero(run_ids[1:] != run_ids[:-1]) + 1
     return [Series(int(run_ids[a]), x[a:b], {k: v[a:b] for k, v in cols.items()})
             for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(run_ids)])]
+
+
+# ---- session runs (report/document/session_plots.py) ------------------------------------
+
+# where a sample's swap figure may be: the agent's `swap_kb` key (in `extra`), an imported
+# series' `VmSwap` (kB) or swap used
+_EXTRA_ALIASES = {"swap_kb": ("swap_kb", "vmswap_kb", "VmSwap_kb", "swap_used_kb")}
+
+
+def sample_column(samples: pd.DataFrame, column: str) -> np.ndarray | None:
+    """A sample quantity in kB as floats (NaN where not measured): the store's column, else the
+    same key in the samples' `extra`; None when neither has it."""
+    if column in samples and samples[column].notna().any():
+        return pd.to_numeric(samples[column], errors="coerce").to_numpy(float)
+    if "extra" not in samples:
+        return None
+    keys = _EXTRA_ALIASES.get(column, (column,))
+    values = np.array([_first(e, keys) for e in samples["extra"].to_list()], dtype=float)
+    return values if np.isfinite(values).any() else None
+
+
+def _first(extra: object, keys: tuple[str, ...]) -> float:
+    if not isinstance(extra, dict):
+        return float("nan")
+    for key in keys:
+        if key in extra:
+            return _number(extra, key)
+    return float("nan")
+
+
+def turn_spans(turns: list, samples: pd.DataFrame) -> list[tuple[int, float, float]]:
+    """(turn, start s, end s) of each turn from its recorded times (Turn.started_ms/ended_ms);
+    without them, (turn, start, start) at the first sample taken in it (the samples' `turn`):
+    a turn's samples run on through the idle gap after it, so where it ended is not known."""
+    spans = [(t.turn, t.started_ms / 1000.0, t.ended_ms / 1000.0) for t in turns
+             if t.started_ms is not None and t.ended_ms is not None]
+    if spans or "turn" not in samples:
+        return spans
+    s = samples[pd.to_numeric(samples["turn"], errors="coerce") >= 1]
+    firsts = s.groupby("turn")["t_ms"].min().sort_index() / 1000.0
+    return [(int(turn), float(start), float(start)) for turn, start in firsts.items()]

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import base64
 import io
-import textwrap
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,9 @@ from urllib.parse import quote
 import numpy as np
 import pandas as pd
 
-from orchestrator.report.document import plot_data
+from orchestrator.report.document import plot_data, session_plots
+from orchestrator.report.document.plot_text import legend_outside as _legend_outside
+from orchestrator.report.document.plot_text import wrap
 from orchestrator.report.format.labels import group_title
 from orchestrator.results.report_data import Group, ReportData
 
@@ -72,25 +72,12 @@ def styles(n: int) -> list[Style]:
             for i, (r, g, b, a) in enumerate(rgba)]
 
 
-def wrap(text: str, width: int) -> str:
-    """Wrapped, never cut; "$" escaped (mathtext would read "$...$" in a name as a formula)."""
-    text = " ".join(str(text).split()).replace("$", r"\$")
-    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)) or text
-
-
 def _png(fig: Any, plt: Any) -> bytes:
     buf = io.BytesIO()
     # "tight" grows the canvas to what is drawn: legends outside the axes and long labels
     fig.savefig(buf, format="png", dpi=96, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
-
-
-def _legend_outside(ax: Any, handles: Sequence[Any] | None = None, **kw: Any) -> None:
-    if handles is not None:
-        kw["handles"] = handles
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0,
-              fontsize="small", frameon=False, **kw)
 
 
 def _labels(data: ReportData) -> dict[str, str]:
@@ -331,6 +318,7 @@ def figures(data: ReportData, group: Group) -> list[tuple[str, Any, str]]:
     # dropped, say) gets no panel; with none measured there is no device figure at all
     if any(np.isfinite(v).any() for s in series for v in s.values.values()):
         out.append(("device", *_device(group, series, by_token, names, style_of, plt)))
+    out += session_plots.figures(group, data.samples, plt)
     return out
 
 

@@ -31,6 +31,7 @@ from orchestrator.report.document import (
     quality,
     regressions,
     routing,
+    turns,
     warnings,
 )
 from orchestrator.report.document.request import SectionRequest
@@ -57,6 +58,7 @@ SECTIONS: tuple[Section, ...] = (
     Section(group_tables.TEMPLATE, context=group_tables.context,
             group_context=group_tables.group_context),
     Section(ceilings.TEMPLATE, group_context=ceilings.group_context),
+    Section(turns.TEMPLATE, group_context=turns.group_context),
     Section(warnings.TEMPLATE, group_context=warnings.group_context),
     Section(ab.TEMPLATE, group_context=ab.group_context),
     Section(quality.TEMPLATE, group_context=quality.group_context),

@@ -1,5 +1,5 @@
 """`orch export`: a stored session as files, runs.<ext> (with the per-run statistics),
-tokens.<ext> and samples.<ext>, in csv, json or parquet. Structured run columns (argv,
+tokens.<ext> and samples.<ext> (and turns.<ext>, one row per turn, for session runs), in csv, json or parquet. Structured run columns (argv,
 summary, warnings, temp_start, settings) are JSON text in every format, so each file holds
 one flat table.
 
@@ -19,7 +19,7 @@ from orchestrator.results.export import SessionExport
 
 def export_session(data: SessionExport, out_dir: Path, fmt: str,
                    full: bool = False) -> list[Path]:
-    """Write the session's three tables (results/export.py) to `out_dir`; returns the paths
+    """Write the session's tables (results/export.py) to `out_dir`; returns the paths
     written. `full`: absolute paths as stored (`--provenance full`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = data.rows
@@ -28,7 +28,9 @@ def export_session(data: SessionExport, out_dir: Path, fmt: str,
     # come with the stored columns
     run_frame = pd.DataFrame([{**_shown(r.as_dict(), paths, base), "settings": r.settings}
                               for r in rows])
-    stats = data.figures.add_prefix("stat_")
+    # a session run's turns go to a table of their own (turns.<ext>, one row per turn)
+    turns = data.figures["turns"] if "turns" in data.figures else pd.Series(dtype=object)
+    stats = data.figures.drop(columns=["turns"], errors="ignore").add_prefix("stat_")
     if len(run_frame):
         run_frame = run_frame.merge(stats, left_on="id", right_index=True, how="left")
         for column in ("argv", "summary", "warnings", "temp_start", "settings"):
@@ -36,6 +38,10 @@ def export_session(data: SessionExport, out_dir: Path, fmt: str,
                 run_frame[column] = run_frame[column].map(
                     lambda v: None if v is None else json.dumps(v, ensure_ascii=False))
     frames = {"runs": run_frame, "tokens": data.tokens, "samples": data.samples}
+    turn_rows = [{"run_id": rid, **t.stored()} for rid, ts in turns.items()
+                 if isinstance(ts, tuple) for t in ts]
+    if turn_rows:
+        frames["turns"] = pd.DataFrame(turn_rows)
     written = []
     for name, frame in frames.items():
         if "extra" in frame:

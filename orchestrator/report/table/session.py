@@ -20,6 +20,7 @@ from orchestrator.config.design import Design
 from orchestrator.report.format import ab_rows as ab_table
 from orchestrator.report.format import design_notes, grid
 from orchestrator.report.table import runs as tables
+from orchestrator.report.format import turn_tables
 from orchestrator.report.format.formatters import records
 from orchestrator.report.format.labels import failure_line, row_labels
 from orchestrator.report.format.markdown import md_escape, md_prose
@@ -59,6 +60,13 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
                 continue                       # the facts line above
             if kind == "ab":     # each model against its own baseline (results/ab.py)
                 parts.append(ab_table.group_markdown(data.ab_groups, model, device))
+                continue
+            if kind == "turns":  # session runs only: nothing for one-shot runs
+                combined = [(c, f) for c, f in data.configs[model, device].items()]
+                text = turn_tables.markdown([(i, labels.get(i, str(i))) for i in ids],
+                                            data.figures, combined)
+                if text:
+                    parts.append(text)
                 continue
             caption = tables.spec_of(kind, columns).caption
             if kind in PER_TOKEN_TABLES:
@@ -107,6 +115,12 @@ def session_tables(data: TableData | None, session_id: int, kinds: list[str],
     for kind in kinds:
         if kind == "ab":
             frames.append(ab_table.frame(data.ab_groups))
+            continue
+        if kind == "turns":
+            found = turn_tables.rows([(r.id, labels.get(r.id, str(r.id))) for r in ordered],
+                                     data.figures)
+            if found:
+                frames.append(pd.DataFrame(found).assign(table="turns"))
             continue
         if kind == "model":
             frames.append(pd.DataFrame([

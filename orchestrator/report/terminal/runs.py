@@ -16,6 +16,7 @@ from orchestrator.escape import visible
 from orchestrator.record_versions import entry_state
 from orchestrator.report.format.columns import LISTING, SESSION, SHOW
 from orchestrator.report.format.formatters import when
+from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
 
@@ -126,6 +127,8 @@ def print_run(console: Console, detail: RunDetail) -> None:
         if not is_missing(stats.get(col.key)):
             table.add_row(col.name, col.text(stats))
     console.print(table)
+    if stats.turns:
+        print_turns(console, stats)
     for warning in row.warnings or []:
         console.print(visible(f"[yellow]warning:[/] {warning}"))
     if row.status != Status.OK:
@@ -226,3 +229,22 @@ def failure_details(detail: RunDetail) -> list[str]:
         lines.append(f"engine stderr (last {len(tail)} lines):")
         lines += [f"  {line}" for line in tail]
     return lines
+
+
+def print_turns(console: Console, stats: RunFigures) -> None:
+    """A session run's turns (report/format/turn_columns.py TURNS, the columns any turn
+    measured), then its turn comparison one figure a line."""
+    from orchestrator.report.format.turn_columns import TURN_COMPARISON, TURNS
+
+    turns = stats.turns or ()
+    shown = [c for c in TURNS.columns if any(c.text(t) not in (DASH, "") for t in turns)]
+    table = Table(title="turns", title_justify="left")
+    for c in shown:
+        table.add_column(c.header, justify=c.justify)
+    for t in turns:
+        table.add_row(*(c.text(t) for c in shown))
+    console.print(table)
+    for c in TURN_COMPARISON.columns:
+        text = c.text(stats)
+        if text != DASH:
+            console.print(visible(f"{c.name}: {text}"), highlight=False, markup=False)

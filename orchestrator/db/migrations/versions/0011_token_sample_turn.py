@@ -1,6 +1,8 @@
 """token.turn and sample.turn: the session turn a token or a sample belongs to (docs/sessions.md).
-NULL for the rows of one-shot runs and of runs stored before this revision (an imported
-22-column CSV's `turn` value stays in the row's `extra`).
+NULL for the rows of one-shot runs. Token rows stored before this revision kept the CSV's
+`turn` column in `extra`: it is copied into the new column (and stays in `extra`), so a
+session CSV imported before gets its turns when its figures are recomputed after this
+migration (FIGURES_VERSION 2).
 
 Revision ID: 0011
 Revises: 0010
@@ -19,6 +21,13 @@ def upgrade() -> None:
     for table in ('token', 'sample'):
         with op.batch_alter_table(table) as batch:
             batch.add_column(sa.Column('turn', sa.Integer(), nullable=True))
+    bind = op.get_bind()
+    if bind.dialect.name == 'postgresql':
+        op.execute("UPDATE token SET turn = (extra->>'turn')::numeric::integer "
+                   "WHERE extra IS NOT NULL AND (extra->>'turn') IS NOT NULL")
+    else:
+        op.execute("UPDATE token SET turn = CAST(json_extract(extra, '$.turn') AS INTEGER) "
+                   "WHERE extra IS NOT NULL AND json_extract(extra, '$.turn') IS NOT NULL")
 
 
 def downgrade() -> None:
