@@ -109,8 +109,8 @@ def test_cell_summary_log_with_a_preamble_is_one_run_per_cell(db, tmp_path):
     assert figures["cpu_occupancy_pct"] == 350.0
     assert figures["gpu_slots"] == {"slots": 24, "hits": 1834, "hits_pct": 62.1,
                                     "uploaded_mib": 812.4}
-    assert a.figures.n == 24                           # not "0 tokens"
-    assert a.figures.read_mib_per_token == pytest.approx(100.0)
+    assert a.stored_figures.n == 24                           # not "0 tokens"
+    assert a.stored_figures.read_mib_per_token == pytest.approx(100.0)
     code, listing = orch("runs", "--db", db)
     assert code == 0 and "│ 24 " in listing
     # file order is the run order (no times): A (GPU) before B (CPU)
@@ -164,16 +164,19 @@ def test_turn_records_in_any_bom_encoding_are_one_session_run(db, tmp_path, bom,
     assert turns[0].ttft_s == pytest.approx(15.5)
     assert turns[0].extra["majflt_per_token"] == 0.02
     assert run.record.extra["import"]["encoding"] == name
-    assert run.record.tokens == 15 and run.figures.n == 15
+    assert run.record.tokens == 15 and run.stored_figures.n == 15
 
 
 def test_two_processes_in_one_file_are_two_session_runs(db, tmp_path):
     folder = tmp_path / "two"
     folder.mkdir()
     (folder / "turns.log").write_text("\n".join(PROTOCOL + PROTOCOL[:4]) + "\n")
-    _, runs = imported(db, folder)
-    assert {k: len(r.record.turns) for k, r in runs.items()} == {
-        "turns/session-1": 2, "turns/session-2": 1}
+    imported(db, folder)
+    runs = Runs(Store.open(db)).current()
+    assert {r.source_file: len(r.record.turns) for r in runs} == {
+        "turns.log [session 1]": 2, "turns.log [session 2]": 1}
+    # one file, one setting, lengths within a factor 2: repeats of one session config
+    assert {r.config for r in runs} == {"turns/session"}
 
 
 def test_mem_series_is_the_sessions_samples_with_the_idle_turn(db, tmp_path):
@@ -259,7 +262,8 @@ def test_a_design_that_pools_them_gets_a_confound_warning(db, tmp_path):
     assert {r.config for r in runs.values()} == {"anon", "ahwb"}
     code, out = orch("table", "--db", db)
     assert code == 0, out
-    assert "confound" in out and "tokens generated" in out and "day" in out
+    assert "not all set up alike (tokens generated 1581 vs 67 vs 1354; day 2026-07-20 vs " \
+        "2026-07-21)" in out
 
 
 def test_date_only_measured_prints_no_time_of_day(db, tmp_path):
