@@ -127,8 +127,9 @@ def test_table_ab_never_compares_two_models(db):
         code, out = orch("table", session, "--db", db, "-t", "ab", "--format", "json")
         assert code == 0, out
         rows += json.loads(out)
-    # every config of a model that has another: 2 + 4 (pinned), 3 + 2 + 2 (warm-up), 6 (replay)
-    assert len(rows) == 6 + 7 + 6
+    # every config of a model that has another: 5 + 4 (pinned: anon is three sittings, ahwb
+    # two lengths), 3 + 2 + 2 (warm-up), 6 (replay)
+    assert len(rows) == 9 + 7 + 6
     for row in rows:      # a row and its baseline are configs of the row's model
         assert (row["model"], row["config"]) in ran and (row["model"], row["baseline"]) in ran
 

@@ -16,6 +16,7 @@ import fnmatch
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from orchestrator.ingest.encoding import read_decoded
 from orchestrator.ingest.series import mem_series, sample_csv
 from orchestrator.ingest.write import Planned
 
@@ -27,8 +28,6 @@ Skip = Callable[[tuple[str, str]], None]
 
 def attach_series(series: list[Series], plans: list[Planned], skip: Skip) -> None:
     """Each series' rows onto its run (module doc), or skipped with why."""
-    from orchestrator.ingest.planning import read_decoded
-
     for item in sorted(series, key=lambda s: (s.folder, s.path.name)):
         shown = f"{item.folder}/{item.path.name}" if item.folder else item.path.name
         owner, why = owner_of(item, plans)

@@ -9,6 +9,10 @@ as the wrong encoding would import as nothing, silently.
 from __future__ import annotations
 
 import codecs
+from pathlib import Path
+
+from orchestrator.engines.bmoe_format import BOM
+from orchestrator.ingest.checks import read_regular, text_reason
 
 # longest first: the UTF-32-LE BOM starts with the UTF-16-LE one
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32-LE"),
@@ -38,3 +42,22 @@ def has_wide_bom(data: bytes) -> bool:
     """A UTF-16 or UTF-32 BOM: the NUL bytes that follow are text, not binary."""
     return data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE,
                             codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE))
+
+
+def read_decoded(path: Path) -> tuple[str | None, str, str | None]:
+    """(text, its encoding as ingest/encoding.py names it, None), or (None, "", why it cannot
+    be read as text). A UTF-16/32 file (its BOM says so) is decoded before it is checked."""
+    try:
+        data = read_regular(path)
+    except OSError as exc:
+        return None, "", f"unreadable: {exc.strerror or exc}"
+    if has_wide_bom(data):
+        text, encoding = decode(data)
+        reason = text_reason(text.encode("utf-8", errors="replace")) or \
+            ("binary (undecodable bytes)" if "\ufffd" in text[:65536] else None)
+    else:
+        reason = text_reason(data)
+        text, encoding = decode(data) if reason is None else ("", "")
+    if reason:
+        return None, "", reason
+    return text.lstrip(BOM), encoding, None

@@ -11,13 +11,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engines.bmoe_format import BOM, parse_kv_tokens, parse_metrics_sidecar
+from orchestrator.engines.bmoe_format import parse_kv_tokens, parse_metrics_sidecar
 from orchestrator.engines.bmoe_turns import protocol_lines, sessions_from_lines
 from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
 from orchestrator.ingest.attach import attach_series
 from orchestrator.ingest import sections as import_sections
 from orchestrator.ingest.checks import csv_reason, read_regular, text_reason
-from orchestrator.ingest.encoding import decode, has_wide_bom
+from orchestrator.ingest.encoding import read_decoded
 from orchestrator.ingest.lines import lines
 from orchestrator.ingest.scan import RunFiles, Scan
 from orchestrator.ingest.state import driver_log_entries, parse_state
@@ -30,25 +30,6 @@ def read_text(path: Path) -> tuple[str | None, str | None]:
     """(text, None) or (None, why it cannot be read as text)."""
     text, _, why = read_decoded(path)
     return text, why
-
-
-def read_decoded(path: Path) -> tuple[str | None, str, str | None]:
-    """(text, its encoding as ingest/encoding.py names it, None), or (None, "", why it cannot
-    be read as text). A UTF-16/32 file (its BOM says so) is decoded before it is checked."""
-    try:
-        data = read_regular(path)
-    except OSError as exc:
-        return None, "", f"unreadable: {exc.strerror or exc}"
-    if has_wide_bom(data):
-        text, encoding = decode(data)
-        reason = text_reason(text.encode("utf-8", errors="replace")) or \
-            ("binary (undecodable bytes)" if "\ufffd" in text[:65536] else None)
-    else:
-        reason = text_reason(data)
-        text, encoding = decode(data) if reason is None else ("", "")
-    if reason:
-        return None, "", reason
-    return text.lstrip(BOM), encoding, None
 
 
 def _rel(found_path: Path, key: str) -> str:

@@ -77,7 +77,7 @@ def _pool(record: RunRecord) -> None:
     """The run's figures over its turns (module doc)."""
     turns = record.turns
     counted = [t for t in turns if t.tokens]
-    total = sum(t.tokens or 0 for t in counted)
+    total: int = sum(t.tokens or 0 for t in counted)
     record.tokens = total or record.tokens
     timed = [t for t in counted if t.decode_tps]
     if timed and len(timed) == len(counted):
@@ -86,7 +86,8 @@ def _pool(record: RunRecord) -> None:
     record.read_mib = sum(reads) if reads else None
     for name in ("compute_s_per_token", "io_s_per_token", "stall_s_per_token",
                  "mgmt_s_per_token"):
-        pairs = [(getattr(t, name), t.tokens) for t in counted if getattr(t, name) is not None]
+        pairs = [(float(getattr(t, name)), t.tokens or 0) for t in counted
+                 if getattr(t, name) is not None]
         setattr(record, name, sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
                 if pairs and len(pairs) == len(counted) else None)
     first = turns[0]
@@ -157,7 +158,7 @@ def turns_record(turns: list[Turn]) -> RunRecord:
         _pool(record)
         record.text = "\n\n".join(t.text for t in turns if t.text) or None
         for name in ("majflt_per_token", "cpu_s_per_token"):
-            pairs = [(t.extra.get(name), t.tokens) for t in turns
+            pairs = [(float(t.extra[name]), t.tokens or 0) for t in turns
                      if t.extra.get(name) is not None and t.tokens]
             if pairs:
                 setattr(record, name, sum(v * n for v, n in pairs) / sum(n for _, n in pairs))

@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.plan import Cell
-from orchestrator.db import schema
 from orchestrator.db.runs import Runs
-from orchestrator.db.schema import SAMPLE_FIELDS
-from orchestrator.db.store import Store, bulk_insert
+from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
+from orchestrator.db.store import Store
 from orchestrator.engines.base import TOKEN_COLUMNS
 from orchestrator.ingest.summaries import summary_run_record, turns_record
 from orchestrator.engines.bmoe_format import (
@@ -189,7 +188,7 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     record = parser.record() if plan.csv_text is not None else \
         turns_record(plan.turns) if plan.turns else summary_run_record(plan.stdout)
     if plan.samples:
-        _store_samples(store, run_id, plan.samples)
+        _store_samples(store, recorder, plan.samples)
     if sidecar is not None:
         # the device pressure a measured run gets from the agent's samples
         record.pressure = Pressure.from_sidecar(sidecar)
@@ -238,12 +237,12 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     return [e for e in record.errors if "no '# summary' trailer" not in e]
 
 
-def _store_samples(store: Store, run_id: int, samples: list[dict[str, Any]]) -> None:
-    """A device series' rows as the run's samples (ingest/series.py made them store rows)."""
+def _store_samples(store: Store, recorder: RunRecorder, samples: list[dict[str, Any]]) -> None:
+    """A device series' rows as the run's samples (ingest/series.py made them store rows),
+    through the recorder's write path (its stored line count unchanged)."""
     rows = [{**dict.fromkeys(SAMPLE_FIELDS), "turn": None, "extra": None, **row,
-             "run_id": run_id, "seq": seq} for seq, row in enumerate(samples)]
-    with store.writing() as conn:
-        bulk_insert(conn, schema.sample, rows)
+             "run_id": recorder.run_id, "seq": seq} for seq, row in enumerate(samples)]
+    write_batch(store, recorder.run_id, [], rows, [], recorder.stored_lines)
 
 
 _KNOWN_COLUMNS = frozenset(TOKEN_COLUMNS) | {"steps"}    # what a TokenRow holds no extra for
