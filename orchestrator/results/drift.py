@@ -268,8 +268,9 @@ def _sittings_differ(runs: list[RunRow]) -> dict[str, list[str]]:
     counts = [n for n in (load_record(r.summary).tokens for r in runs) if n]
     if counts and max(counts) > 2 * min(counts):
         out["tokens generated"] = [str(n) for n in dict.fromkeys(counts)]
-    days = [f"{r.started_at:%Y-%m-%d}" for r in runs
-            if r.started_at is not None and r.clock == "local"]
+    days = [f"{started:%Y-%m-%d}" for r in runs
+            if (started := getattr(r, "started_at", None)) is not None
+            and getattr(r, "clock", None) == "local"]
     if len(set(days)) > 1:
         out["day"] = list(dict.fromkeys(days))
     return out

@@ -322,8 +322,11 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
 
 
 def _own_tokens(records: list[RunRecord]) -> np.ndarray:
-    """Each record's own generated-token count (NaN where it has none)."""
-    return np.array([r.tokens for r in records] + [None], dtype=object)[:-1].astype(float)
+    """Each summary-only record's own generated-token count (an imported log section or turn
+    records: `extra["summary_only"]`); NaN for every other record (llama-bench's `n` stays
+    its token rows, 0)."""
+    return np.array([r.tokens if (r.extra or {}).get("summary_only") else None
+                     for r in records] + [None], dtype=object)[:-1].astype(float)
 
 
 def _repetitions(record: RunRecord) -> tuple[float, ...] | None:
@@ -365,8 +368,8 @@ def table(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
     tok = tok.reindex(ids)
     tok["_n_all"] = tok["_n_all"].fillna(0)
     runs = [inputs[rid] for rid in ids]
-    # a run without token rows (a summary-only import, llama-bench) generated the tokens its
-    # engine counted (the `generation:` line's N): that is its token count, not 0
+    # a summary-only run (an imported log section, turn records) has no token rows: it
+    # generated the tokens its engine counted (the `generation:` line's N), not 0
     own = np.nan_to_num(_own_tokens([r.record for r in runs]))
     tok["n"] = np.where(tok["_n_all"].to_numpy() > 0, tok["n"].fillna(0), own).astype(int)
     measured = pressure_by_run(samples) if samples is not None else {}
