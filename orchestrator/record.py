@@ -113,6 +113,7 @@ class RunRecord(BaseModel):
     # generation
     tokens: int | None = None           # generated tokens as the engine counts them
     decode_tps: float | None = None     # the engine's own decode tok/s
+    s_per_token: float | None = None    # the engine's own decode s/token (Σ wall / n)
     prompt_tokens: int | None = None
     prefill_tps: float | None = None
     prefill_s: float | None = None
@@ -128,6 +129,7 @@ class RunRecord(BaseModel):
     # expert streaming and its cache
     streaming: bool | None = None       # weights streamed from flash (else plain mmap)
     read_mib: float | None = None       # total flash reads of the generation
+    read_mib_per_token: float | None = None   # as the engine printed it (moe-stream line)
     cache_hit_pct: float | None = None  # as the engine gives it: -1 = no cache
     cache_budget_mib: float | None = None
     cache_resident_mib: float | None = None
@@ -164,15 +166,34 @@ def load_record(stored: Mapping[str, Any] | None) -> RunRecord:
         return RunRecord()
     if "schema_version" in stored:
         if (stored.get("schema_version") or 0) < 2:
-            return RunRecord.model_validate(v1_as_v2(stored))
-        return RunRecord.model_validate(stored)
+            return _with_later_fields(RunRecord.model_validate(v1_as_v2(stored)))
+        return _with_later_fields(RunRecord.model_validate(stored))
     return _from_v0(stored)
+
+
+# typed after records were first stored: a stored record without them has them from the
+# trailer and summary lines it kept in `extra` (the same reading as a new record's)
+_LATER_FIELDS = ("s_per_token", "read_mib_per_token")
+
+
+def _with_later_fields(record: RunRecord) -> RunRecord:
+    if all(getattr(record, f) is not None for f in _LATER_FIELDS):
+        return record
+    trailer, lines = record.extra.get("trailer"), record.extra.get("lines")
+    if not isinstance(trailer, Mapping) and not isinstance(lines, Mapping):
+        return record
+    found = trailer_fields(trailer if isinstance(trailer, Mapping) else None,
+                           lines if isinstance(lines, Mapping) else None)
+    for field in _LATER_FIELDS:
+        if getattr(record, field) is None and found.get(field) is not None:
+            setattr(record, field, found[field])
+    return record
 
 
 # ---- the `# summary` trailer vocabulary (docs/formats.md §2, §3) -----------------------------
 
 _NUMBER_KEYS = {
-    "tok/s": "decode_tps", "prefill_tps": "prefill_tps", "prefill_s": "prefill_s",
+    "tok/s": "decode_tps", "s/tok": "s_per_token", "prefill_tps": "prefill_tps", "prefill_s": "prefill_s",
     "load_s": "load_s", "read_MiB": "read_mib", "compute_s/tok": "compute_s_per_token",
     "io_s/tok": "io_s_per_token", "stall_s/tok": "stall_s_per_token",
     "mgmt_s/tok": "mgmt_s_per_token", "cpu_s/tok": "cpu_s_per_token",
@@ -186,10 +207,12 @@ _COUNT_KEYS = {"tokens": "tokens", "n_prompt": "prompt_tokens", "cache_resizes":
 # (killed) or older than the key (the 2026-07-12 trailers have no spec_* keys; the lines do):
 # line kind -> ((record field, line field), ...)
 _FROM_LINES: dict[str, tuple[tuple[str, str], ...]] = {
-    "generation": (("tokens", "tokens"), ("decode_tps", "tok_per_s")),
+    "generation": (("tokens", "tokens"), ("decode_tps", "tok_per_s"),
+                   ("s_per_token", "s_per_token")),
     "prefill": (("prompt_tokens", "tokens"), ("prefill_tps", "tok_per_s"), ("load_s", "load_s"),
                 ("prefill_s", "s")),
-    "moe_stream": (("read_mib", "read_mib"), ("compute_s_per_token", "compute_s_per_token"),
+    "moe_stream": (("read_mib", "read_mib"), ("read_mib_per_token", "mib_per_token"),
+                   ("compute_s_per_token", "compute_s_per_token"),
                    ("mgmt_s_per_token", "mgmt_s_per_token"), ("io_s_per_token", "io_s_per_token")),
     "moe_overlap": (("stall_s_per_token", "stall_s_per_token"),),
     "moe_cache": (("cache_hit_pct", "hit_pct"), ("cache_budget_mib", "budget_mib"),

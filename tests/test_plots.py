@@ -7,6 +7,8 @@ import re
 import textwrap
 from types import SimpleNamespace
 
+from orchestrator.stats.figures import NOT_MEASURED
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -42,7 +44,8 @@ def fake_data(n_configs: int, tokens: int = 80, repeats: int = 2, temperature: b
         for rep in range(repeats + (1 if failed and i == 0 else 0)):
             rid += 1
             status = "ok" if rep < repeats else "timeout"
-            run = SimpleNamespace(id=rid, ok=status == "ok",
+            # one-shot runs: their figures have no turns (no session figure)
+            run = SimpleNamespace(id=rid, ok=status == "ok", figures=NOT_MEASURED,
                                   row=SimpleNamespace(id=rid, config=name, status=status))
             runs.append(run)
             if run.ok:

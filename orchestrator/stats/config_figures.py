@@ -148,6 +148,9 @@ def combine(runs: Sequence[RunResult]) -> ConfigFigures:
             else:
                 values[key] = xs[0]
         values["n"] = sum(r.figures.n for r in good)
+        values["tokens"] = sum(r.figures.tokens or 0 for r in good) or None
+        # the engine's printed precision only where every figure is the engine's summary
+        values["summary_only"] = all(r.figures.summary_only for r in good)
         # a config with a run that had not settled says so where the steady state would be
         values["settle_note"] = next((r.figures.settle_note for r in good
                                       if r.figures.settle_note), None)

@@ -28,7 +28,7 @@ from orchestrator.stats.turns import TurnFigures
 # Bump when a figure is added, removed or computed differently: stored figures of another
 # version are recomputed by a migration (db/migrations: one per version) and, until then,
 # computed when read.
-FIGURES_VERSION = 2
+FIGURES_VERSION = 3
 
 
 
@@ -40,6 +40,8 @@ class RunFigures:
     #    the distribution of per-token tok/s (1000 / wall_ms), linear interpolation
     n: int = 0                           # token rows (after the trim)
     mean: float | None = None            # tok/s; a run without token rows: the engine's own
+    s_per_token: float | None = None     # decode s/token over the same tokens (Σ wall / n);
+                                         # a run without token rows: the engine's own
     min: float | None = None
     max: float | None = None
     median: float | None = None
@@ -51,6 +53,9 @@ class RunFigures:
     steady_from_token: int | None = None  # MSER-5's first steady token (1-based, every token)
     steady_mean: float | None = None     # tok/s from there on; None when the run had not settled
     # -- the engine's whole-run figures (never trimmed)
+    tokens: int | None = None            # generated: every token row, else the engine's count
+    summary_only: bool | None = None     # no token rows: the figures are the engine's summary
+                                         # lines' (printed at its precision: formatters.py)
     prefill_tps: float | None = None
     ttft_s: float | None = None
     cache_hit_pct: float | None = None
@@ -189,7 +194,7 @@ _KINDS: dict[str, type] = {
                                          ("float", float), ("str", str)) if word in str(f.type))
     for f in dataclasses.fields(RunFigures)}
 # the figures a trim changes (the per-token ones); the rest describe the whole run
-PER_TOKEN: tuple[str, ...] = ("n", "mean", "min", "max", "median", "p5", "p95",
+PER_TOKEN: tuple[str, ...] = ("n", "mean", "s_per_token", "min", "max", "median", "p5", "p95",
                               "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
                               "steady_from_token", "steady_mean")
 NOT_MEASURED = RunFigures()

@@ -125,9 +125,10 @@ def _token_stats(tokens: pd.DataFrame, q_method: str) -> pd.DataFrame:
 
     with np.errstate(divide="ignore", invalid="ignore"):
         mean = np.where(wall_sum > 0, n / (wall_sum / 1000.0), np.nan)
+        s_per_token = np.where((n > 0) & (wall_sum > 0), wall_sum / 1000.0 / n, np.nan)
     steady_from, steady_mean = _steady_state(n, w)
     out = pd.DataFrame({
-        "n": n, "mean": mean,
+        "n": n, "mean": mean, "s_per_token": s_per_token,
         "min": np.where(has, at(np.zeros(g, np.int64)), np.nan),
         "max": np.where(has, at(np.maximum(cnt - 1, 0)), np.nan),
         # the median is always the true median (the published tables agree with it even where
@@ -241,7 +242,8 @@ class RunInput:
 
 
 # The record fields the tables read, fetched from every record in one pass.
-_FIELDS = ("decode_tps", "prefill_tps", "ttft_s", "cache_hit_pct", "read_mib",
+_FIELDS = ("decode_tps", "s_per_token", "tokens", "prefill_tps", "ttft_s", "cache_hit_pct",
+           "read_mib", "read_mib_per_token",
            "compute_s_per_token", "io_s_per_token", "stall_s_per_token", "majflt_per_token",
            "cache_budget_mib", "cache_resident_mib",
            "cache_resizes", "spec_read_mib", "spec_experts", "spec_useful", "spec_recall_pct",
@@ -261,14 +263,21 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
     def num(name: str) -> np.ndarray:
         return field[name].astype(float)        # None -> NaN
 
-    n = np.asarray(tok["_n_all"], dtype=float)    # the record's totals are over every token
-    n = np.where(n == 0, _own_tokens(records), n)   # no token rows: the engine's own count
-    n = np.where(n == 0, np.nan, n)
+    rows = np.asarray(tok["_n_all"], dtype=float)   # the record's totals are over every token
+    # a run without token rows (a summary-only import, llama-bench): the engine's own count
+    summary = rows == 0
+    n = np.where(summary, num("tokens"), rows)
+    n = np.where(n > 0, n, np.nan)
     hit = num("cache_hit_pct")
     hit = np.where(np.isnan(hit), np.asarray(tok["_last_hit"], dtype=float), hit)
     rb = np.asarray(tok["_read_bytes"], dtype=float)
     read = num("read_mib")
     read = np.where(np.isnan(read), rb / 1048576, read)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # a run without token rows: the MiB/token its summary line printed (more digits than
+        # its total over its count gives back: 15381.7 MiB / 24 is 640.90, printed 640.91)
+        read_per_token = np.where(summary & ~np.isnan(num("read_mib_per_token")),
+                                  num("read_mib_per_token"), read / n)
     # streaming: what the record says, else whether the rows read anything; plain mmap runs
     # have no meaningful compute/I/O split (docs/formats.md §1)
     streaming = field["streaming"].copy()
@@ -293,7 +302,7 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
         out = {
             "prefill_tps": num("prefill_tps"), "ttft_s": num("ttft_s"),
             "cache_hit_pct": np.where(hit < 0, np.nan, hit),
-            "read_mib_per_token": np.where(mmap, np.nan, read / n),
+            "read_mib_per_token": np.where(mmap, np.nan, read_per_token),
             "stall_ms_per_token": np.where(mmap | serial, np.nan, stall),
             "majflt_per_token": majflt,
             "compute_s_per_token": np.where(is_stream, num("compute_s_per_token"), np.nan),
@@ -301,6 +310,15 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
             "streaming": streaming, "complete": field["complete"],
             "overlapped": np.array([i.overlapped for i in inputs], dtype=object),
             "_decode_tps": num("decode_tps"),
+            "_s_per_token": np.where(np.isnan(num("s_per_token")),
+                                     np.where(num("decode_tps") > 0, 1.0 / num("decode_tps"),
+                                              np.nan), num("s_per_token")),
+            "tokens": np.where(summary, num("tokens"), rows),
+            # a summary-only import (engines/bmoe.py summary_record): no token rows, every
+            # figure as the engine printed it
+            "summary_only": np.array([bool(r.extra.get("summary_only")) and bool(s)
+                                      for r, s in zip(records, summary)] + [None],
+                                     dtype=object)[:-1],
             "cache_budget_mib": num("cache_budget_mib"),
             "cache_resident_mib": num("cache_resident_mib"),
             "cache_resizes": num("cache_resizes"),
@@ -313,6 +331,11 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
         }
     for key in PRESSURE_FIELDS:     # a key a run's pressure lacks, or None: NaN
         out[key] = np.array([(p or {}).get(key) for p in pressures], dtype=object).astype(float)
+    # the CPU temperature at the start, where neither samples nor a sidecar had one: the
+    # entry state the study's driver log recorded for the run (what `orch show` prints)
+    entry = np.array([_entry_cpu_temp_c(r) for r in records], dtype=object).astype(float)
+    out["cpu_temp_start_c"] = np.where(np.isnan(out["cpu_temp_start_c"]), entry,
+                                       out["cpu_temp_start_c"])
     # energy over the decode phase (stats/energy.py): None (not measured) stays NaN, never 0
     energies = [r.energy or {} for r in records]
     for key in ENERGY_FIELDS:
@@ -327,6 +350,16 @@ def _own_tokens(records: list[RunRecord]) -> np.ndarray:
     its token rows, 0)."""
     return np.array([r.tokens if (r.extra or {}).get("summary_only") else None
                      for r in records] + [None], dtype=object)[:-1].astype(float)
+
+
+def _entry_cpu_temp_c(record: RunRecord) -> float | None:
+    """The CPU temperature (°C) of an imported run's recorded entry state (its driver log's
+    `ENTRY STATE: cpu=N mC`), None when it has none."""
+    driver = (record.entry_state.driver or {}) if record.entry_state else {}
+    value = driver.get("cpu_temp_mC")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return value / 1000.0
+    return None
 
 
 def _repetitions(record: RunRecord) -> tuple[float, ...] | None:
@@ -381,6 +414,7 @@ def table(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
     # engines without per-token rows (llama-bench, llama-cli): the engine's own tok/s; a run
     # whose every token was trimmed away is not measured, not the engine's figure
     out["mean"] = out["mean"].where(out["_n_all"] > 0, scal["_decode_tps"])
+    out["s_per_token"] = out["s_per_token"].where(out["_n_all"] > 0, scal["_s_per_token"])
     if within_run:
         from orchestrator.stats.within_run import with_within_run
 

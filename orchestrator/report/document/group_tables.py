@@ -80,8 +80,10 @@ def _rows(group: Group) -> list[Row]:
 
 
 def _table(group: Group, spec: TableSpec, mark_overlap: bool = False) -> Table:
-    cols = spec.columns
-    table = Table(["Config"] + spec.headers + [RUN_IDS],
+    summary = any(values.get("summary_only") for _, values, _, _, _ in _rows(group))
+    # s/token: the figure of a summary-only run's row (columns.THROUGHPUT), only beside one
+    cols = tuple(c for c in spec.columns if summary or not c.summary)
+    table = Table(["Config"] + [c.header for c in cols] + [RUN_IDS],
                   ["---"] + [c.align for c in cols] + ["---"])
     marked = False
     for label, values, spread, ids, overlapped in _rows(group):

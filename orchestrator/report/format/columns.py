@@ -29,6 +29,7 @@ from orchestrator.report.format.formatters import (
     number,
     split,
     temp_range,
+    token_count,
     useful,
 )
 from orchestrator.report.format.within_cells import (
@@ -69,6 +70,10 @@ class Column:
     note: str = ""                  # what it holds, for a caption naming the columns shown
     label: str = ""                 # a longer name for one-value-per-line views (`orch show`)
     data: tuple[str, ...] = ()      # csv/json keys, where a derived cell's inputs are others
+    printed: CellFormatter | None = None   # a summary-only run's cell: the engine's digits
+                                    # (formatters.Stat.printed)
+    summary: bool = False           # shown only in a table with a summary-only run's row (the
+                                    # figure the study lays such rows out by: s/token)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -89,8 +94,12 @@ class Column:
         return _JUSTIFY[self.align]
 
     def text(self, rec: Record | None) -> str:
-        """The formatted cell, plain (the terminal)."""
-        return self.fmt(*(None if rec is None else rec.get(k) for k in self.keys))
+        """The formatted cell, plain (the terminal). A summary-only run's figures are the
+        numbers its engine printed, written with the engine's digits (formatters.py)."""
+        values = (None if rec is None else rec.get(k) for k in self.keys)
+        if self.printed is not None and rec is not None and rec.get("summary_only"):
+            return self.printed(*values)
+        return self.fmt(*values)
 
     def cell(self, rec: Record | None, headline: bool = True) -> str:
         """The markdown cell: a headline figure in bold, unless `headline` is False (a run
@@ -119,11 +128,11 @@ class TableSpec:
 
 
 def stat(key: str, *, header: str | None = None, headline: bool = False, align: str = "---:",
-         optional: bool = False, note: str = "") -> Column:
+         optional: bool = False, note: str = "", summary: bool = False) -> Column:
     """A column of one statistic with its shared header, formatter and label."""
     s = STATS[key]
     return Column(key, header or s.header, s.fmt, align, headline, optional=optional,
-                  note=note, label=s.label)
+                  note=note, label=s.label, printed=s.printed, summary=summary)
 
 
 def stats(*keys: str) -> tuple[Column, ...]:
@@ -176,8 +185,12 @@ _ENERGY_KEYS = ("energy_j", "power_w", "tokens_per_j", "net_j_per_token")
 # ---- `orch table` (report/table/runs.py): the published columns first, with their headers and
 # cells unchanged (the 2026-07-13 oracle), p5 where the phone study prints it ---------------
 
+# A summary-only run (no token rows) has no per-token distribution: a table of such runs only
+# leaves min..p95 out, and one with any such run shows s/token beside the mean, the figures the
+# study lays these runs out by (tok/s, s/token, compute, flash read/token, cache hit)
 THROUGHPUT = TableSpec(
-    (_MEAN, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT,
+    (_MEAN, stat("s_per_token", summary=True),
+     *(stat(c.key, optional=True) for c in _DISTRIBUTION), *_FLASH, DECODE_SPLIT,
      # only where some run measured energy: the default table stays narrow
      *(stat(k, optional=True) for k in _ENERGY_KEYS[:2]),
      Column(J_PER_TOKEN.key, J_PER_TOKEN.header, J_PER_TOKEN.fmt, also=J_PER_TOKEN.also,
@@ -250,7 +263,7 @@ CPU_RANGE = Column("cpu_temp_start_c", "CPU start → max", temp_range, also=("c
                    note="CPU temperature at the start → its maximum")
 
 REPORT_THROUGHPUT = TableSpec(
-    (_MEAN, MEAN_CI, *_DISTRIBUTION, *_FLASH, DECODE_SPLIT,
+    (_MEAN, MEAN_CI, stat("s_per_token", summary=True), *_DISTRIBUTION, *_FLASH, DECODE_SPLIT,
      # energy (mean over a config's ok runs), where some run measured it: as orch table's
      *(c for c in THROUGHPUT.columns if c.key in (*_ENERGY_KEYS, J_PER_TOKEN.key))),
     "**Throughput** (tok/s; mean = aggregate decode n / Σ decode time, in bold; min/max = "
@@ -293,13 +306,17 @@ def column_keys(specs: Iterable[TableSpec]) -> list[str]:
 # ---- the terminal (report/terminal/runs.py) -----------------------------------------------------
 
 # the per-run columns of `orch run`'s closing table
-SESSION = TableSpec(stats("n", "mean", "median", "p5", "p95", "min", "max",
-                          "read_mib_per_token", "cache_hit_pct", "peak_rss_gib"))
+# tokens: generated (token rows, else the engine's count: a summary-only import's is its
+# generation line's)
+TOKENS = Column("tokens", "tokens", token_count, align="---", label="generated tokens")
+SESSION = TableSpec((Column(TOKENS.key, TOKENS.header, token_count),
+                     *stats("mean", "median", "p5", "p95", "min", "max", "read_mib_per_token",
+                            "cache_hit_pct", "peak_rss_gib")))
 # the figures of `orch runs`' listing, after the run's facts (left-aligned, as it always was)
-LISTING = TableSpec((stat("n", align="---"), stat("mean", header="mean tok/s", align="---")))
+LISTING = TableSpec((TOKENS, stat("mean", header="mean tok/s", align="---")))
 # what `orch show` lists, one statistic a line under its label (those the run measured)
 SHOW = TableSpec(stats(
-    "mean", "steady_mean", "steady_from_token", "median", "p5", "p95", "min", "max",
+    "mean", "s_per_token", "steady_mean", "steady_from_token", "median", "p5", "p95", "min", "max",
     "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "prefill_tps", "ttft_s",
     "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
     "io_s_per_token", "majflt_per_token", "cache_budget_mib", "cache_resizes",

@@ -8,12 +8,27 @@ report/format/columns.py. CSV and JSON carry the same statistics unformatted, un
 their unit (peak_rss_gib, read_mib_per_token, ...), with null for not measured (`records`).
 
 %-formatting rounds the binary value correctly and an exact half to even (76.5 -> "76%"), as
-the published tables do. Memory is GiB (kB / 1024²) and is written "GiB": the published
+the published tables do.
+
+Precision, one rule (docs/formats.md "Display"): a figure is printed with the decimals of the
+published tables, except that
+- a value that is not zero never prints as zero: where those decimals would show no digit but
+  0 ("0.0" for 0.0213 major faults/token), it prints three significant figures (`number`);
+- the decode rate and s/token, which the engine itself prints with three decimals, keep three
+  significant figures where the published two decimals would drop one (0.687 tok/s, not 0.69:
+  `significant`); orch's own per-token distribution (min, median, p5, ...) keeps the published
+  decimals (the 2026-07-13 table's 0.07 and 0.30);
+- a summary-only run's figures are the numbers the engine printed (no token rows to compute
+  them from): they print with the engine's digits (`Stat.printed`, bmoe-cli's summary lines:
+  tok/s and s/token 3 decimals, MiB/token 2, cache hit 1), 535.75 MiB and 20.4%, not 536 MiB
+  and 20%. Memory is GiB (kB / 1024²) and is written "GiB": the published
 phone-study tables wrote "GB" for the same quantity.
 """
 from __future__ import annotations
 
 import datetime as dt
+import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,10 +39,57 @@ Formatter = Callable[[Any], str]
 MINUS = "−"                    # the published documents print deltas with a real minus sign
 
 
+_FIXED = re.compile(r"%\.(\d+)f")
+SIGNIFICANT = 3       # the significant figures a widened number keeps
+
+
+def decimals_for(value: float, figures: int = SIGNIFICANT) -> int:
+    """The decimals that show `figures` significant figures of a non-zero value (0.0213: 4)."""
+    return max(0, figures - 1 - math.floor(math.log10(abs(value))))
+
+
+def _widened(pattern: str, value: float) -> str:
+    """`pattern` with its fixed decimals raised to show three significant figures of value."""
+    found = _FIXED.search(pattern)
+    if found is None:
+        return pattern % value
+    wide = max(int(found.group(1)), decimals_for(value))
+    return (pattern[:found.start()] + f"%.{wide}f" + pattern[found.end():]) % value
+
+
+def _shows_nothing(text: str) -> bool:
+    """The number in `text` is all zeros ("0.0", "0%", "-0.00 MiB")."""
+    digits = [c for c in text if c.isdigit()]
+    return bool(digits) and not any(c != "0" for c in digits)
+
+
+def _measured_nonzero(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value != 0)
+
+
 def number(pattern: str) -> Formatter:
-    """`pattern % value`, or "—" when the value was not measured."""
+    """`pattern % value`, or "—" when the value was not measured; a value that is not zero
+    but would print as zero at `pattern`'s decimals prints three significant figures
+    (0.0213, not 0.0)."""
     def cell(value: Any) -> str:
-        return DASH if is_missing(value) else pattern % value
+        if is_missing(value):
+            return DASH
+        text = pattern % value
+        if _measured_nonzero(value) and _shows_nothing(text):
+            return _widened(pattern, value)
+        return text
+    return cell
+
+
+def significant(pattern: str) -> Formatter:
+    """`pattern`, its decimals raised where they would show fewer than three significant
+    figures (a rate the engine prints with three decimals: 0.687 tok/s, not 0.69; 4.702
+    stays 4.70)."""
+    def cell(value: Any) -> str:
+        if is_missing(value):
+            return DASH
+        return _widened(pattern, value) if _measured_nonzero(value) else pattern % value
     return cell
 
 
@@ -54,10 +116,11 @@ def _with_small(pattern: str, below: float, small: Callable[[float], str]) -> Fo
     """`pattern`, but values in (0, below) through `small`: at the published precision they
     would print a false zero (a synthetic moe-probe reads well under a MiB per token and its
     process stays under 0.1 GiB). The unit stays the column's own."""
+    shown = number(pattern)
     def cell(value: Any) -> str:
         if is_missing(value):
             return DASH
-        return small(value) if 0 < value < below else pattern % value
+        return small(value) if 0 < value < below else shown(value)
     return cell
 
 
@@ -67,8 +130,15 @@ def gib(value: Any) -> str:
     return _GIB(value)
 
 
-_GIB = _with_small("%.2f GiB", 0.1, lambda v: "%.3f GiB" % v)
-_READ_MIB = _with_small("%.0f MiB", 10.0, lambda v: "%.2f MiB" % v)
+_GIB = _with_small("%.2f GiB", 0.1, number("%.3f GiB"))
+_READ_MIB = _with_small("%.0f MiB", 10.0, number("%.2f MiB"))
+
+
+# under a throughput table with a plain mmap run (report/table/session.py): why its flash read
+# is "—" where the study printed "0 (page cache)"
+PAGE_CACHE_NOTE = ("flash read/token is — for a plain mmap run: its weights are read through "
+                   "the page cache, which nothing counts (the engine's own read counter is 0 "
+                   "by construction), so it was not measured, not 0.")
 
 
 def _positive(pattern: str) -> Formatter:
@@ -93,6 +163,7 @@ class Stat:
     header: str          # the column header of the published tables (unit in the header or cell)
     fmt: Formatter
     label: str = ""      # a longer name for one-value-per-line views (`orch show`)
+    printed: Formatter | None = None   # a summary-only run's value: the engine's digits
 
     @property
     def name(self) -> str:
@@ -103,25 +174,32 @@ _TPS = number("%.2f")
 _CELSIUS = number("%.1f °C")
 _S_PER_TOKEN = number("%.3f")
 _MS = number("%.1f")
+# the precision bmoe-cli prints its summary lines with (docs/formats.md §3): a summary-only
+# run's figures are those printed numbers
+_PRINTED_3 = number("%.3f")
 
 # Every statistic a view shows (keys of stats/statistics.py: STAT_COLUMNS), with its shared
 # header; which tables show it, in which order: report/format/columns.py.
 STATS: dict[str, Stat] = {
     "n": Stat("tokens", number("%d")),
-    "mean": Stat("decode mean", _TPS, "mean tok/s (n / decode s)"),
+    "mean": Stat("decode mean", significant("%.2f"), "mean tok/s (n / decode s)", _PRINTED_3),
+    "s_per_token": Stat("s/token", significant("%.3f"), "decode s/token (decode s / n)",
+                        _PRINTED_3),
     "median": Stat("median", _TPS, "median tok/s"),
     "p5": Stat("p5", _TPS, "p5 tok/s"),
     "p95": Stat("p95", _TPS, "p95 tok/s"),
     "min": Stat("min", _TPS, "min tok/s (slowest token)"),
     "max": Stat("max", _TPS, "max tok/s (fastest token)"),
-    "prefill_tps": Stat("prefill tok/s", _TPS),
+    "prefill_tps": Stat("prefill tok/s", _TPS, printed=number("%.1f")),
     "ttft_s": Stat("TTFT (s)", number("%.1f")),
-    "cache_hit_pct": Stat("cache hit", number("%.0f%%")),
-    "read_mib_per_token": Stat("flash read/token", _READ_MIB),
-    "stall_ms_per_token": Stat("stall ms/tok", number("%.1f")),
+    "cache_hit_pct": Stat("cache hit", number("%.0f%%"), printed=number("%.1f%%")),
+    "read_mib_per_token": Stat("flash read/token", _READ_MIB, printed=number("%.2f MiB")),
+    # the engine prints the stall in s/token with three decimals: whole ms
+    "stall_ms_per_token": Stat("stall ms/tok", number("%.1f"), printed=number("%.0f")),
     "compute_s_per_token": Stat("compute s/tok", _S_PER_TOKEN),
     "io_s_per_token": Stat("I/O s/tok", _S_PER_TOKEN),
-    "majflt_per_token": Stat("majflt/token", number("%.1f"), "major page faults per token"),
+    "majflt_per_token": Stat("majflt/token", number("%.1f"), "major page faults per token",
+                             number("%.2f")),
     "latency_p50_ms": Stat("p50 ms", _MS, "per-token latency p50 (ms)"),
     "latency_p90_ms": Stat("p90 ms", _MS, "per-token latency p90 (ms)"),
     "latency_p99_ms": Stat("p99 ms", _MS, "per-token latency p99 (ms)"),
@@ -148,6 +226,11 @@ STATS: dict[str, Stat] = {
     "net_j_per_token": Stat("net J/token", number("%.3f"),
                             "energy per token above the idle power (J)"),
 }
+
+
+def token_count(value: Any) -> str:
+    """A run's generated tokens (RunFigures.tokens: its token rows, else the engine's count)."""
+    return DASH if is_missing(value) else "%d" % value
 
 
 def energy_cell(value: Any, note: Any = None) -> str:

@@ -85,9 +85,12 @@ def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = Non
         data.append(row)
     table = pd.DataFrame(data, columns=["Config"] + [c.header for c in spec]
                          + ([RUN_IDS] if run_ids else []))
-    # a picked column the data lacks is left out, as an optional one is
-    empty = [c.header for c in spec if (c.optional or columns is not None)
-             and (table[c.header] == DASH).all()]
+    # a picked column the data lacks is left out, as an optional one is; a summary-only
+    # run's column only where such a run has a row
+    summary = any((rec or {}).get("summary_only") for _, rec, _ in rows)
+    empty = [c.header for c in spec if ((c.optional or columns is not None)
+                                        and (table[c.header] == DASH).all())
+             or (c.summary and columns is None and not summary)]
     return table.drop(columns=empty)
 
 

@@ -21,7 +21,7 @@ from orchestrator.report.format import ab_rows as ab_table
 from orchestrator.report.format import design_notes, grid
 from orchestrator.report.table import runs as tables
 from orchestrator.report.format import turn_tables
-from orchestrator.report.format.formatters import records
+from orchestrator.report.format.formatters import PAGE_CACHE_NOTE, records
 from orchestrator.report.format.labels import failure_line, row_labels
 from orchestrator.report.format.markdown import md_escape, md_prose
 from orchestrator.report.format.markdown import render as md_render
@@ -76,6 +76,8 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
             # the throughput table names each row's run (the json/csv `run_id`)
             parts.append(tables.markdown(stats.loc[ids], kind, labels, columns=columns,
                                          run_ids=kind == "throughput"))
+            if kind == "throughput" and (stats.loc[ids, "streaming"] == False).any():  # noqa: E712
+                parts.append(PAGE_CACHE_NOTE + "\n")
             means = {c: f.mean.mean for c, f in data.configs[model, device].items()}
             pivot = grid.pivot(matrix, means) if kind == "throughput" else None
             if pivot is not None and matrix is not None:     # a grid implies its matrix

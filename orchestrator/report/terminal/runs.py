@@ -15,7 +15,7 @@ from orchestrator.results.listings import DATE_ONLY, Listing, RunDetail, RunRow
 from orchestrator.escape import visible
 from orchestrator.record_versions import entry_state
 from orchestrator.report.format.columns import LISTING, SESSION, SHOW
-from orchestrator.report.format.formatters import when
+from orchestrator.report.format.formatters import token_count, when
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
@@ -104,7 +104,7 @@ def runs_json(listing: Listing) -> list[dict[str, Any]]:
              "started_at": _iso(row.started_at, row), "ended_at": _iso(row.ended_at, row),
              "time_source": row.time_source, "source_file": row.source_file,
              "settings": row.settings, "flags": row.flags, "engine_build": row.engine_build,
-             "tokens": plain(stats[row.id].n),
+             "tokens": plain(stats[row.id].tokens),
              "mean_tok_s": plain(stats[row.id].mean)}
             for row in rows]
 
@@ -114,7 +114,7 @@ def print_run(console: Console, detail: RunDetail) -> None:
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
                   f"config {row.config} (repeat {row.repeat_index + 1})"))
     console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
-                  + f", {stats.n} tokens, engine {row.engine}"))
+                  + f", {token_count(stats.tokens)} tokens, engine {row.engine}"))
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
     for line in when_lines(row):
         console.print(visible(line), highlight=False, markup=False)
