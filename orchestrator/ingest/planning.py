@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.engines.bmoe_format import parse_kv_tokens, parse_metrics_sidecar
-from orchestrator.engines.bmoe_turns import protocol_lines, sessions_from_lines
+from orchestrator.engines.bmoe_session import sessions_from_lines
 from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
 from orchestrator.ingest.attach import attach_series
 from orchestrator.ingest import sections as import_sections
@@ -57,7 +57,7 @@ def plan(found: Scan, skip: Skip, refused: Mapping[Path, str] | None = None) -> 
 
 def _plan_turns(rel: str, path: Path, plans: list[Planned], skip: Skip) -> None:
     """A file of turn records: one session run per process in it (a `BMOE_READY` starts the
-    next), one Turn per `BMOE_DONE` (engines/bmoe_turns.py)."""
+    next), one Turn per `BMOE_DONE` (engines/bmoe_session.py, the live runs' reader too)."""
     shown = f"{rel}/{path.name}" if rel else path.name
     text, encoding, why = read_decoded(path)
     if text is None:
@@ -67,15 +67,14 @@ def _plan_turns(rel: str, path: Path, plans: list[Planned], skip: Skip) -> None:
     if not sessions:
         skip((shown, "turn records without a BMOE_DONE or BMOE_ERROR line"))
         return
-    ready = [payload for tag, payload in protocol_lines(text.splitlines()) if tag == "READY"]
     base = f"{rel}/{path.stem}" if rel else path.stem
     taken = {p.key for p in plans}
-    for index, turns in enumerate(sessions):
+    for index, (ready, turns) in enumerate(sessions):
         key = base if len(sessions) == 1 else f"{base}/session-{index + 1}"
         if key in taken:
             key = f"{key}.turns"
         where = shown if len(sessions) == 1 else f"{shown} [session {index + 1}]"
-        settings = {k: v for k, v in (ready[index] if index < len(ready) else {}).items()
+        settings = {k: v for k, v in ready.items()
                     if k in ("arch", "n_ctx", "n_expert_used", "think_ctl")}
         plans.append(Planned(key, path, shown=where, turns=turns, encoding=encoding,
                              settings=settings, log_place=(shown, index),

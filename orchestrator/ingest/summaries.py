@@ -22,6 +22,7 @@ from typing import Any
 
 from orchestrator.engines.bmoe import summary_record
 from orchestrator.engines.bmoe_format import match_summary_line, parse_summary_lines
+from orchestrator.engines.bmoe_session import session_fields
 from orchestrator.record import RunRecord, Turn, trailer_fields
 
 _OTHER_LINE = re.compile(r"^\s*(?P<kind>[a-z][a-z0-9_-]{1,30}):\s+(?P<rest>.*\d.*)$")
@@ -74,26 +75,10 @@ def _turn(number: int, parsed: dict[str, Any]) -> Turn:
 
 
 def _pool(record: RunRecord) -> None:
-    """The run's figures over its turns (module doc)."""
-    turns = record.turns
-    counted = [t for t in turns if t.tokens]
-    total: int = sum(t.tokens or 0 for t in counted)
-    record.tokens = total or record.tokens
-    timed = [t for t in counted if t.decode_tps]
-    if timed and len(timed) == len(counted):
-        record.decode_tps = total / sum((t.tokens or 0) / (t.decode_tps or 1) for t in timed)
-    reads = [t.read_mib for t in turns if t.read_mib is not None]
-    record.read_mib = sum(reads) if reads else None
-    for name in ("compute_s_per_token", "io_s_per_token", "stall_s_per_token",
-                 "mgmt_s_per_token"):
-        pairs = [(float(getattr(t, name)), t.tokens or 0) for t in counted
-                 if getattr(t, name) is not None]
-        setattr(record, name, sum(v * n for v, n in pairs) / sum(n for _, n in pairs)
-                if pairs and len(pairs) == len(counted) else None)
-    first = turns[0]
-    record.prompt_tokens, record.prefill_s = first.prompt_tokens, first.prefill_s
-    record.prefill_tps, record.load_s, record.ttft_s = first.prefill_tps, first.load_s, first.ttft_s
-    record.cache_hit_pct = turns[-1].cache_hit_pct
+    """The run's figures over its turns: the rule a live session's record follows
+    (engines/bmoe_session.py session_fields), so an imported session reads as a live one."""
+    for name, value in session_fields(record.turns).items():
+        setattr(record, name, value)
 
 
 def _figures(parsed: dict[str, Any]) -> dict[str, Any]:
@@ -157,10 +142,5 @@ def turns_record(turns: list[Turn]) -> RunRecord:
     if turns:
         _pool(record)
         record.text = "\n\n".join(t.text for t in turns if t.text) or None
-        for name in ("majflt_per_token", "cpu_s_per_token"):
-            pairs = [(float(t.extra[name]), t.tokens or 0) for t in turns
-                     if t.extra.get(name) is not None and t.tokens]
-            if pairs:
-                setattr(record, name, sum(v * n for v, n in pairs) / sum(n for _, n in pairs))
         record.streaming = (record.read_mib or 0) > 0 if record.read_mib is not None else None
     return record
