@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """moe-probe: orch's built-in synthetic expert-streaming engine.
-(One file of ~850 lines on purpose: it is pushed to a device alone and runs there with
+(One file of ~880 lines on purpose: it is pushed to a device alone and runs there with
 nothing of orch beside it; the session mode below, bmoe-cli's second way of running, needs the
 engine's cache and routing state, so it cannot live in a second file that is pushed apart.)
 
@@ -683,7 +683,7 @@ class Session:
 
     def serve(self):
         threading.Thread(target=read_requests, args=(self.requests,), daemon=True).start()
-        emit("READY", {"load_s": round(self.load_s, 4), "arch": "moe-probe",
+        emit("READY", {"load_s": round(self.load_s, 6), "arch": "moe-probe",
                        "n_ctx": self.args.n_ctx, "think_ctl": "template",
                        "n_expert_used": self.args.top_k})
         try:
@@ -697,7 +697,8 @@ class Session:
                     if rc:
                         return rc
                 elif cmd != "cancel":   # a cancel with nothing in flight does nothing
-                    emit("ERROR", {"id": req.get("id"), "fatal": False,
+                    # id null: no generate() was asked for, so no turn failed
+                    emit("ERROR", {"id": None, "fatal": False,
                                    "msg": req.get("why") or "unknown cmd %r" % cmd})
         finally:
             if self.csv:
@@ -745,7 +746,9 @@ class Session:
         self.turn += 1
         rid, prompt = req.get("id"), req.get("prompt")
         # the idle gap since the last turn (or the load); a test may add a simulated one
-        idle_s = time.perf_counter() - self.idle_since + float(req.get("simulate_idle_s") or 0)
+        simulated = req.get("simulate_idle_s")
+        simulated = simulated if isinstance(simulated, (int, float)) and simulated > 0 else 0
+        idle_s = time.perf_counter() - self.idle_since + simulated
         evicted = self.evict_idle(idle_s)
         shape = self.shape(req)
         if isinstance(shape, str):

@@ -42,16 +42,19 @@ def test_no_config_in_common_exits_2_listing_each_sides_configs(two):
 
 
 def test_match_pairs_configs_of_other_names(two):
-    match = ("--match", "anon-long=dense_weights=anon", "--match", "ahwb-long=dense_weights=ahwb")
+    # without a design the same-setting runs are split by sitting (docs/import.md, "No silent
+    # pooling"): the long pair is dense_weights=anon-1354tok / dense_weights=ahwb-1354tok
+    match = ("--match", "anon-long=dense_weights=anon-1354tok",
+             "--match", "ahwb-long=dense_weights=ahwb-1354tok")
     code, out = orch("compare", "-s", "1", "-s", "2", "--db", two, "--format", "json", *match)
     assert code == 0, out
     rows = {r["config"]: r for r in json.loads(out) if r["kind"] == "config"}
-    assert rows["anon-long"]["other_config"] == "dense_weights=anon"
+    assert rows["anon-long"]["other_config"] == "dense_weights=anon-1354tok"
     assert rows["anon-long"]["model"] == QWEN
-    assert (rows["anon-long"]["n_reference"], rows["anon-long"]["n_other"]) == (1, 3)
-    assert rows["ahwb-long"]["ratio"] is not None and rows["ahwb-long"]["n_other"] == 2
+    assert (rows["anon-long"]["n_reference"], rows["anon-long"]["n_other"]) == (1, 1)
+    assert rows["ahwb-long"]["ratio"] is not None and rows["ahwb-long"]["n_other"] == 1
     code, out = orch("compare", "-s", "1", "-s", "2", "--db", two, "--format", "md", *match)
-    assert "anon-long ↔ dense_weights=anon" in out
+    assert "anon-long ↔ dense_weights=anon-1354tok" in out
     # sessions by name (with the id), and the ids column says what it holds
     assert "nodesign (session 2)/2026-07-21-pinned-dense-ab (session 1) ratio" in out
     assert "2026-07-21-pinned-dense-ab (session 1) run ids" in out

@@ -127,8 +127,9 @@ def test_table_ab_never_compares_two_models(db):
         code, out = orch("table", session, "--db", db, "-t", "ab", "--format", "json")
         assert code == 0, out
         rows += json.loads(out)
-    # every config of a model that has another: 2 + 4 (pinned), 3 + 2 + 2 (warm-up), 6 (replay)
-    assert len(rows) == 6 + 7 + 6
+    # every config of a model that has another: 5 + 4 (pinned: anon is three sittings, ahwb
+    # two lengths), 3 + 2 + 2 (warm-up), 6 (replay)
+    assert len(rows) == 9 + 7 + 6
     for row in rows:      # a row and its baseline are configs of the row's model
         assert (row["model"], row["config"]) in ran and (row["model"], row["baseline"]) in ran
 
@@ -150,13 +151,16 @@ def test_repeats_by_name_and_configs_by_settings(db):
     pinned = by_file(imported(db + "2", PINNED))
     anon = [pinned[f] for f in ("bmoe-20260720-212009.csv", "bmoe-20260721-090406.csv",
                                 "bmoe-20260721-103724.csv")]
-    assert {r.config for r in anon} == {"dense_weights=anon"}
-    assert [r.repeat_index for r in anon] == [0, 1, 2]        # in time order
+    # one setting, three sittings (issue 35 item 7): another day with 1,581 tokens, 67 and
+    # 1,354 tokens on the 21st are three configs, never three repeats of one
+    assert [r.config for r in anon] == ["dense_weights=anon-2026-07-20-1581tok",
+                                        "dense_weights=anon-67tok", "dense_weights=anon-1354tok"]
+    assert [r.repeat_index for r in anon] == [0, 0, 0]
     gpt = pinned["bmoe-20260721-091455.csv"]
     assert gpt.config == "cache_mb=1000,force_cache=1,dense_weights=ahwb"
     code, out = orch("table", "--db", db + "2", "-t", "ab")
     assert code == 0, out
-    assert "dense_weights=ahwb" in out and "n=3/2" in out
+    assert "dense_weights=ahwb-67tok" in out and "n=3/2" not in out
 
 
 def test_grouping_rules():

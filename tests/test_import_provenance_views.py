@@ -169,7 +169,8 @@ def test_report_header_local_times(tmp_path):
 def test_report_header_file_times_only(tmp_path):
     store = Store.open(str(tmp_path / "r.db"))
     sid = import_session(store, [("a", "mtime", MTIME_START), ("b", None, MTIME_START)])
-    assert period(store, sid) == "times unknown (file times); imported 2026-12-01 08:00:00 UTC"
+    assert period(store, sid) == ("times unknown (file times); order from the file order; "
+                                  "imported 2026-12-01 08:00:00 UTC")
 
 
 def test_report_header_mixed(tmp_path):

@@ -17,7 +17,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -122,6 +122,21 @@ class ConfigInfo(_Strict):
         return not any(_GLOB_CHARS.search(p) for p in self.files)
 
 
+FILE_KINDS = ("runs", "turns", "samples", "summary-log")
+
+
+class FileRule(_Strict):
+    """How to read files that match a glob (`files:`): what they are and, for a sample CSV,
+    what its columns mean (docs/import.md, "files")."""
+
+    kind: Literal["runs", "turns", "samples", "summary-log"]
+    columns: dict[str, str] = Field(default_factory=dict)   # CSV column -> sample column
+    units: dict[str, str] = Field(default_factory=dict)     # CSV column -> kB, MB, GB, s, ms
+    time: str | None = None                                 # the time column
+    delimiter: str | None = Field(default=None, min_length=1, max_length=1)
+    run: str | None = None          # samples: the run (file stem or glob) they belong to
+
+
 class Design(_Strict):
     """A study folder's design file (docs/import.md)."""
 
@@ -134,6 +149,7 @@ class Design(_Strict):
     baseline: str | dict[str, str] | None = None
     order: list[str] = Field(default_factory=list)   # globs in the order the runs were measured
     notes: Notes | None = None
+    files: dict[str, FileRule] = Field(default_factory=dict)   # glob -> how to read it
     trim: int = Field(default=0, ge=0, strict=True)  # first tokens left out (stats/trim.py)
 
     @field_validator("measured", mode="before")
@@ -202,6 +218,11 @@ class Design(_Strict):
             if any(_matches(rel_path, p) for p in info.files):
                 return name
         return None
+
+    def file_rule(self, rel_path: str) -> FileRule | None:
+        """The `files:` rule of the first glob (written order) that matches the file."""
+        return next((rule for glob, rule in self.files.items() if _matches(rel_path, glob)),
+                    None)
 
     def order_key(self, rel_path: str) -> int | None:
         """The position of the first `order` entry that matches the file (None: unlisted)."""
@@ -297,7 +318,40 @@ def load_design(path: Path) -> Design:
         raise ConfigError(_bad_timestamp(path, exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}:1: expected a mapping with device, models, configs, ...")
-    return validate(Design, data, node, path)
+    try:
+        return validate(Design, data, node, path)
+    except ConfigError as exc:
+        hints = _bool_words(node, path)
+        if hints:
+            raise ConfigError("\n".join([str(exc), *hints])) from None
+        raise
+
+
+_BOOL_WORDS = {"off", "on", "yes", "no", "y", "n"}
+
+
+def _bool_words(node: Any, path: Path) -> list[str]:
+    """Where YAML read an unquoted off/on/yes/no as true/false: a config named `off` becomes
+    the key False, and the error it causes must say why (the first three are named)."""
+    found: list[str] = []
+
+    def walk(item: Any) -> None:
+        if isinstance(item, yaml.MappingNode):
+            for key, value in item.value:
+                walk(key)
+                walk(value)
+        elif isinstance(item, yaml.SequenceNode):
+            for value in item.value:
+                walk(value)
+        elif isinstance(item, yaml.ScalarNode) and item.tag == "tag:yaml.org,2002:bool" \
+                and item.style is None and item.value.lower() in _BOOL_WORDS:
+            word = item.value
+            found.append(f"{path}:{item.start_mark.line + 1}: {word!r} is read by YAML as "
+                         f"{word.lower() in ('on', 'yes', 'y')}: quote it ('{word}') to mean "
+                         f"the word")
+
+    walk(node)
+    return found[:3]
 
 
 def _bad_timestamp(path: Path, exc: ValueError) -> str:

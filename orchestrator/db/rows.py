@@ -29,8 +29,12 @@ SESSION_COLUMNS = tuple(c.name for c in schema.session.columns)
 # FILE_TIME is the file's modification time in UTC, a guess when the files said nothing. A live
 # run has none: orch's clock timed it, in UTC.
 LOCAL_TIME_SOURCES = ("file name", "preamble", "trailer", "metrics", "log", "state", "design",
-                      "option", "folder name")
+                      "option", "folder name", "design date", "option date")
 DATE_ONLY = "folder name"   # only the day is known: shown as a date, never as midnight
+# every source that knows only the day (a design's or --measured's date without a time too):
+# source -> how a view names it
+DATE_ONLY_SOURCES = {"folder name": "folder date", "design date": "design's date",
+                     "option date": "--measured date"}
 NO_TIME = "unknown"       # an imported summary-only run whose log records no time
 FILE_TIME = "mtime"
 
@@ -152,6 +156,16 @@ class RunRow:
         if self.time_source is not None:
             return "local"
         return "file" if self.imported else "orch"
+
+    @property
+    def date_only(self) -> bool:
+        """Only the day it ran is known (DATE_ONLY_SOURCES): shown as a date, never a time."""
+        return self.time_source in DATE_ONLY_SOURCES
+
+    @property
+    def date_note(self) -> str:
+        """Where the day came from, as a view says it (`folder date`, `design's date`)."""
+        return DATE_ONLY_SOURCES.get(self.time_source or "", "date")
 
     @property
     def settings(self) -> dict[str, Any] | None:

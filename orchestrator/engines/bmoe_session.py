@@ -133,7 +133,10 @@ class SessionLines:
             self._open, self._progress, self._steps = obj, [], 0
         elif tag == "DONE":
             self.seen = True
-            self._turns.append(turn_from_done(len(self._turns) + 1, obj, not self._loaded))
+            first = not self._loaded
+            if first and "load_s" not in obj and self.ready and "load_s" in self.ready:
+                obj = {**obj, "load_s": self.ready["load_s"]}   # the load READY reported
+            self._turns.append(turn_from_done(len(self._turns) + 1, obj, first))
             self._loaded = True
             self._open = None
         elif tag == "ERROR":
@@ -258,3 +261,26 @@ def _weighted(turns: list[Turn], get: Any) -> float | None:
     pairs = [(t.tokens, get(t)) for t in turns if t.tokens and get(t) is not None]
     total = sum(n for n, _ in pairs)
     return sum(n * v for n, v in pairs) / total if total else None
+
+
+def sessions_from_lines(lines: Iterable[str]) -> list[tuple[dict[str, Any], list[Turn]]]:
+    """Each process's (BMOE_READY object, turns) in a file of turn records: a `BMOE_READY`
+    after a turn began starts the next process (its turns numbered from 1 again); a process
+    without a turn is left out."""
+    out: list[tuple[dict[str, Any], list[Turn]]] = []
+    session = SessionLines()
+
+    def close() -> None:
+        turns = session.turns()
+        if turns:
+            out.append((session.ready or {}, turns))
+
+    for raw in lines:
+        line = raw.lstrip("\ufeff")
+        parts = split_line(line)
+        if parts is not None and parts[0] == "READY" and (session.turns() or session.in_flight):
+            close()
+            session = SessionLines()
+        session.feed(line)
+    close()
+    return out

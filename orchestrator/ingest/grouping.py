@@ -12,6 +12,13 @@ config), in this order:
    `bmoe-20260721-090406`) are named by the settings in which the model's runs differ
    (`dense_weights=anon`), and those named alike are repeats in time order;
 4. every other run is its own config, named by its file.
+Rules 2 and 3 never pool silently: runs are repeats only when they were measured alike, in one
+sitting (`same_sitting`): requested tokens equal (when both known; else generated counts within
+a factor of 2: 67 and 1,354 tokens are two measurements, not one), and recorded start times
+(when both known) on the same day and within SITTING_HOURS of the repeat before. Runs that
+fail it become separate configs, named so a reader sees why: `NAME-2026-07-20` (another day
+than most), `NAME-67tok` (another length). A design's configs are never split: the A/B row then carries a
+confound warning (results/drift.py confounds).
 Pure: no store, no files.
 """
 from __future__ import annotations
@@ -38,6 +45,12 @@ class Member:
     settings: Mapping[str, Any] = field(default_factory=dict)   # {} = the files gave none
     when: dt.datetime | None = None        # a recorded start (not a file time)
     design: tuple[str, int] | None = None  # (config, position of its first matching pattern)
+    requested: int | None = None           # tokens asked for (-n), when the files say
+    generated: int | None = None           # tokens generated, when the files say
+
+
+SITTING_HOURS = 4          # a repeat started within this many hours of the one before
+LENGTH_FACTOR = 2.0        # generated counts this far apart are two lengths, not one
 
 
 @dataclass(frozen=True)
@@ -80,10 +93,76 @@ def _name_model(members: list[Member]) -> dict[str, Named]:
         else:
             put(m.key, (0, _time_key(m)), m)
     out: dict[str, Named] = {}
+    designed = {m.design[0] for m in members if m.design is not None}
     for config, pairs in configs.items():
-        for index, (_, m) in enumerate(sorted(pairs, key=lambda p: (p[0], p[1].key))):
-            out[m.key] = Named(config, index)
+        ordered = [m for _, m in sorted(pairs, key=lambda p: (p[0], p[1].key))]
+        parts = [ordered] if config in designed else sittings(ordered)
+        for name, part in zip(_split_names(config, parts), parts):
+            for index, m in enumerate(part):
+                out[m.key] = Named(name, index)
     return out
+
+
+def same_sitting(a: Member, b: Member) -> bool:
+    """Whether b repeats a (module doc): same requested tokens (else similar generated
+    counts), and, when both start times are recorded, the same day within SITTING_HOURS."""
+    if a.requested is not None and b.requested is not None:
+        if a.requested != b.requested:
+            return False
+    elif a.generated and b.generated and \
+            max(a.generated, b.generated) > LENGTH_FACTOR * min(a.generated, b.generated):
+        return False
+    if a.when is not None and b.when is not None:
+        if a.when.date() != b.when.date():
+            return False
+        if abs((b.when - a.when).total_seconds()) > SITTING_HOURS * 3600:
+            return False
+    return True
+
+
+def sittings(members: list[Member]) -> list[list[Member]]:
+    """The members (in repeat order) cut into groups of repeats: each joins the first group
+    whose last member it repeats (same_sitting), else starts a group."""
+    groups: list[list[Member]] = []
+    for m in members:
+        home = next((g for g in groups if same_sitting(g[-1], m)), None)
+        if home is None:
+            groups.append([m])
+        else:
+            home.append(m)
+    return groups
+
+
+def _split_names(config: str, parts: list[list[Member]]) -> list[str]:
+    """One name per group: the config's own when it is one group, else the config with what
+    sets each group apart: its day when not the day most groups ran on, its token count."""
+    if len(parts) < 2:
+        return [config]
+    days = [_day(p) for p in parts]
+    lengths = [_length(p) for p in parts]
+    known = [d for d in days if d is not None]
+    usual = max(known, key=known.count) if known else None   # the day most groups ran on
+    names = []
+    for day, length in zip(days, lengths):
+        bits = [day] if day is not None and day != usual else []
+        if length is not None and len(set(lengths)) > 1:
+            bits.append(f"{length}tok")
+        names.append("-".join([config, *bits]))
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:                 # two groups alike even so: numbered
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if names.count(name) == 1 else f"{name}-{seen[name]}")
+    return unique
+
+
+def _day(group: list[Member]) -> str | None:
+    return next((f"{m.when:%Y-%m-%d}" for m in group if m.when is not None), None)
+
+
+def _length(group: list[Member]) -> int | None:
+    return next((m.requested or m.generated for m in group
+                 if (m.requested or m.generated)), None)
 
 
 def _time_key(m: Member) -> tuple[int, dt.datetime]:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,7 +158,8 @@ def _import_locked(store: Store, request: ImportRequest,
     given = request.given()
     opts, ignored = _options(row, given, request.replace)
     the_design = design_from_stored(opts.design)
-    found = scan(folder, request.max_bytes)
+    found = scan(folder, request.max_bytes,
+                 the_design.file_rule if the_design is not None else None)
     report = ImportReport(row.id if row is not None else None, ignored=ignored,
                           skipped=found.skipped)
     plans = planning.plan(found, report.skipped.append, refused)
@@ -261,9 +263,9 @@ def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,
     `folder`: the study folder, whose name's date (and its subfolders') dates runs whose
     files record no time (ingest/when.py)."""
     given = parse_measured(opts.measured) if opts.measured else None
-    fallback = (given, "option") if given is not None else \
-        (design.measured_at(), "design") if design is not None and design.measured_at() \
-        else (None, None)
+    fallback = (given, _measured_source("option", opts.measured)) if given is not None else \
+        (design.measured_at(), _measured_source("design", design.measured)) \
+        if design is not None and design.measured_at() else (None, None)
     members = []
     for planned in plans:
         planned.model = model_of(planned, opts.model, design)
@@ -281,7 +283,9 @@ def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,
                 planned.started, planned.time_source = day, "folder name"
         rel = _file_of(planned)
         members.append(Member(planned.key, planned.model, planned.settings, recorded,
-                              design.config_of(rel, planned.model) if design else None))
+                              design.config_of(rel, planned.model) if design else None,
+                              requested=_int(planned.settings.get("n_predict")),
+                              generated=_generated(planned)))
     named = name_configs(members)
     for planned in plans:
         planned.config = named[planned.key].config
@@ -296,6 +300,21 @@ def decide(plans: list[Planned], opts: ImportOptions, design: Design | None,
         planned.model_size = model.size() if model is not None else None
     for index, planned in enumerate(sorted(plans, key=lambda p: _order(p, design))):
         planned.order = index
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _generated(planned: Planned) -> int | None:
+    """The tokens the run generated as its files say (trailer, turns, summary lines)."""
+    count = _int(planned.trailer.get("tokens"))
+    if count is None and planned.turns:
+        count = sum(t.tokens or 0 for t in planned.turns) or None
+    if count is None and planned.stdout:
+        found = re.findall(r"generation: (\d+) tokens", "\n".join(planned.stdout))
+        count = sum(int(n) for n in found) or None
+    return count
 
 
 def _order(planned: Planned, design: Design | None) -> tuple[Any, ...]:
@@ -325,7 +344,14 @@ def _written_that_day(planned: Planned, day: dt.datetime) -> bool:
     return abs((written.date() - day.date()).days) <= 1
 
 
-DAY_ONLY = ("design", "option", "folder name")   # one time for every run: never an order
+# one time for every run: never an order
+DAY_ONLY = ("design", "option", "folder name", "design date", "option date")
+
+
+def _measured_source(kind: str, text: str | None) -> str:
+    """`design` / `option` for a time of day, `design date` / `option date` for a date alone
+    (views then print the date, never a midnight no file holds)."""
+    return kind if text is not None and "T" in text.strip() else f"{kind} date"
 
 
 def _key_of(run: RunRow) -> str:

@@ -11,10 +11,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engines.bmoe_format import BOM, parse_kv_tokens, parse_metrics_sidecar
+from orchestrator.engines.bmoe_format import parse_kv_tokens, parse_metrics_sidecar
+from orchestrator.engines.bmoe_session import sessions_from_lines
 from orchestrator.engines.route_trace import RouteTrace, parse_route_trace
+from orchestrator.ingest.attach import attach_series
 from orchestrator.ingest import sections as import_sections
 from orchestrator.ingest.checks import csv_reason, read_regular, text_reason
+from orchestrator.ingest.encoding import read_decoded
 from orchestrator.ingest.lines import lines
 from orchestrator.ingest.scan import RunFiles, Scan
 from orchestrator.ingest.state import driver_log_entries, parse_state
@@ -25,14 +28,8 @@ Skip = Callable[[tuple[str, str]], None]
 
 def read_text(path: Path) -> tuple[str | None, str | None]:
     """(text, None) or (None, why it cannot be read as text)."""
-    try:
-        data = read_regular(path)
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror or exc}"
-    reason = text_reason(data)
-    if reason:
-        return None, reason
-    return data.decode("utf-8", errors="replace").lstrip(BOM), None
+    text, _, why = read_decoded(path)
+    return text, why
 
 
 def _rel(found_path: Path, key: str) -> str:
@@ -52,7 +49,36 @@ def plan(found: Scan, skip: Skip, refused: Mapping[Path, str] | None = None) -> 
     logs += list(found.stdouts)
     for rel, path in sorted(logs, key=lambda item: (item[0], item[1].name)):
         _plan_log(rel, path, plans, skip, driver=path.name.startswith("driver"))
+    for rel, path in sorted(found.turn_files, key=lambda item: (item[0], item[1].name)):
+        _plan_turns(rel, path, plans, skip)
+    attach_series(found.series, plans, skip)
     return plans
+
+
+def _plan_turns(rel: str, path: Path, plans: list[Planned], skip: Skip) -> None:
+    """A file of turn records: one session run per process in it (a `BMOE_READY` starts the
+    next), one Turn per `BMOE_DONE` (engines/bmoe_session.py, the live runs' reader too)."""
+    shown = f"{rel}/{path.name}" if rel else path.name
+    text, encoding, why = read_decoded(path)
+    if text is None:
+        skip((shown, why or "unreadable"))
+        return
+    sessions = sessions_from_lines(text.splitlines())
+    if not sessions:
+        skip((shown, "turn records without a BMOE_DONE or BMOE_ERROR line"))
+        return
+    base = f"{rel}/{path.stem}" if rel else path.stem
+    taken = {p.key for p in plans}
+    for index, (ready, turns) in enumerate(sessions):
+        key = base if len(sessions) == 1 else f"{base}/session-{index + 1}"
+        if key in taken:
+            key = f"{key}.turns"
+        where = shown if len(sessions) == 1 else f"{shown} [session {index + 1}]"
+        settings = {k: v for k, v in ready.items()
+                    if k in ("arch", "n_ctx", "n_expert_used", "think_ctl")}
+        plans.append(Planned(key, path, shown=where, turns=turns, encoding=encoding,
+                             settings=settings, log_place=(shown, index),
+                             provenance={"kind": "turn records"}))
 
 
 def _plan_run(files: RunFiles, skip: Skip, refused: Mapping[Path, str]) -> Planned | None:
@@ -117,7 +143,7 @@ def _plan_log(rel: str, path: Path, plans: list[Planned], skip: Skip, driver: bo
     """One log's sections: matched to CSV runs by content, else (a driver log's state-only
     sections) by name, else summary-only runs."""
     shown = f"{rel}/{path.name}" if rel else path.name
-    text, why = read_text(path)
+    text, encoding, why = read_decoded(path)
     if text is None:
         skip((shown, why or "unreadable"))
         return
@@ -144,7 +170,10 @@ def _plan_log(rel: str, path: Path, plans: list[Planned], skip: Skip, driver: bo
         if sec.name == import_sections.NO_NAME:
             key = f"{rel}/{path.stem}" if rel else path.stem
         summary_only = Planned(key, path, stdout=sec.lines, shown=f"{shown} [{sec.name}]",
-                               log_place=(shown, sec.index))
+                               log_place=(shown, sec.index), settings=dict(sec.settings),
+                               flags=sec.flags or None, encoding=encoding)
+        if sec.label:
+            summary_only.provenance["section"] = sec.label
         _entry(summary_only, sec, shown)
         plans.append(summary_only)
     if not used and driver:

@@ -8,7 +8,10 @@ checked when it is read, ingest/checks.py); every other entry gets a reason:
 - `driver*.log`: a matrix driver's log, read for each run's ENTRY STATE line;
 - a `.out` / `.log` without a CSV of its stem: a matrix driver's stdout, whose
   `==== NAME ====` sections may be summary-only runs (decided when read);
-- `<tag>.state`: device state before/after the run `<tag>`.
+- `<tag>.state`: device state before/after the run `<tag>`;
+- by content, whatever the name (ingest/sniff.py): turn records (`BMOE_DONE` lines), device
+  series (`.mem`-style, sample CSVs with a time column) and summary logs (`.txt` ...).
+A design file's `files:` rules (glob -> kind) come before all of these.
 Nothing that is not a regular file is opened (a FIFO would block the import forever), so the
 type is taken from stat() first; symlinked folders are not followed (no loops), a symlink loop
 (a -> b, b -> a) is skipped as such, and a symlink to a file outside the folder is skipped with
@@ -20,10 +23,18 @@ import errno
 import os
 import stat
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.ingest.sniff import sniff
+
+if TYPE_CHECKING:
+    from orchestrator.config.design import FileRule
 
 ROUTE_SUFFIX = ".route.csv"   # bmoe-cli --route-trace; its run's per-token CSV is <tag>.metrics
 SIDECAR_SUFFIXES = (".metrics", ".log", ".out")
+CSV_HEAD = 64 * 1024      # a CSV's header is read to tell a sample CSV from a per-token one
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
 
@@ -40,8 +51,21 @@ class RunFiles:
 
 
 @dataclass
+class Series:
+    """A device series file: its subfolder, path, kind (`series`: .mem-style, `samples`: a
+    CSV) and the design's rule for it (None: read by its header)."""
+
+    folder: str
+    path: Path
+    kind: str
+    rule: FileRule | None = None
+
+
+@dataclass
 class Scan:
     runs: list[RunFiles] = field(default_factory=list)
+    turn_files: list[tuple[str, Path]] = field(default_factory=list)   # (subfolder, file)
+    series: list[Series] = field(default_factory=list)
     stdouts: list[tuple[str, Path]] = field(default_factory=list)   # (subfolder, file)
     driver_logs: dict[str, list[Path]] = field(default_factory=dict)  # subfolder -> logs
     skipped: list[tuple[str, str]] = field(default_factory=list)     # (relative path, reason)
@@ -51,14 +75,18 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
-def scan(folder: Path, max_bytes: int) -> Scan:
-    """Every file under `folder`, classified (see the module doc)."""
+Rules = Callable[[str], "FileRule | None"]
+
+
+def scan(folder: Path, max_bytes: int, rules: Rules | None = None) -> Scan:
+    """Every file under `folder`, classified (see the module doc). `rules`: a design's
+    `files:` rule of a path relative to the folder (Design.file_rule)."""
     out = Scan()
-    _walk(folder, folder, out, max_bytes)
+    _walk(folder, folder, out, max_bytes, rules or (lambda _rel: None))
     return out
 
 
-def _walk(top: Path, folder: Path, out: Scan, max_bytes: int) -> None:
+def _walk(top: Path, folder: Path, out: Scan, max_bytes: int, rules: Rules) -> None:
     rel = folder.relative_to(top).as_posix()
     rel = "" if rel == "." else rel
     files: dict[str, Path] = {}
@@ -75,7 +103,7 @@ def _walk(top: Path, folder: Path, out: Scan, max_bytes: int) -> None:
                 out.skipped.append((name, reason))
                 continue
         if entry.is_dir(follow_symlinks=False):
-            _walk(top, Path(entry.path), out, max_bytes)
+            _walk(top, Path(entry.path), out, max_bytes, rules)
             continue
         try:
             info = os.stat(entry.path)       # follows a symlink to what would be opened
@@ -91,7 +119,7 @@ def _walk(top: Path, folder: Path, out: Scan, max_bytes: int) -> None:
             out.skipped.append((name, "unreadable: permission denied"))
         else:
             files[entry.name] = Path(entry.path)
-    _classify(rel, files, out)
+    _classify(rel, files, out, rules)
 
 
 def _symlink_reason(top: Path, path: str) -> str | None:
@@ -111,8 +139,9 @@ def _symlink_reason(top: Path, path: str) -> str | None:
     return None
 
 
-def _classify(rel: str, files: dict[str, Path], out: Scan) -> None:
+def _classify(rel: str, files: dict[str, Path], out: Scan, rules: Rules) -> None:
     used: set[str] = set()
+    _ruled(rel, files, out, used, rules)
     runs = _runs(rel, files, out, used)
     _attach(runs, files, used)
     _leftovers(rel, files, used, out)
@@ -128,6 +157,8 @@ def _runs(rel: str, files: dict[str, Path], out: Scan, used: set[str]) -> dict[s
     CSV or .metrics (a trace without either is skipped)."""
     runs: dict[str, RunFiles] = {}
     for fname, path in files.items():
+        if fname in used:
+            continue
         if fname.endswith(ROUTE_SUFFIX):
             tag = fname[:-len(ROUTE_SUFFIX)]
             metrics = f"{tag}.metrics"
@@ -141,10 +172,30 @@ def _runs(rel: str, files: dict[str, Path], out: Scan, used: set[str]) -> dict[s
                                                          "(the traced run's per-token CSV)")))
                 continue
             used.add(fname)
+        elif fname.endswith(".csv") and sniff(path, CSV_HEAD) == "samples":
+            out.series.append(Series(rel, path, "samples"))
+            used.add(fname)
         elif fname.endswith(".csv"):
             runs.setdefault(path.stem, RunFiles(_named(rel, path.stem), path)).csv = path
             used.add(fname)
     return runs
+
+
+def _ruled(rel: str, files: dict[str, Path], out: Scan, used: set[str], rules: Rules) -> None:
+    """The files a design's `files:` rule says what they are, before any recognition."""
+    for fname, path in files.items():
+        rule = rules(_named(rel, fname))
+        if rule is None or (rule.kind == "runs" and fname.endswith(".csv")):
+            continue                   # a per-token CSV: _runs takes it by its stem
+        if rule.kind == "runs":
+            out.runs.append(RunFiles(_named(rel, path.stem), path))
+        elif rule.kind == "turns":
+            out.turn_files.append((rel, path))
+        elif rule.kind == "samples":
+            out.series.append(Series(rel, path, "samples", rule))
+        else:
+            out.stdouts.append((rel, path))
+        used.add(fname)
 
 
 def _attach(runs: dict[str, RunFiles], files: dict[str, Path], used: set[str]) -> None:
@@ -166,9 +217,14 @@ def _leftovers(rel: str, files: dict[str, Path], used: set[str], out: Scan) -> N
     for fname, path in files.items():
         if fname in used:
             continue
-        if fname.startswith("driver") and fname.endswith(".log"):
+        kind = sniff(path)
+        if kind == "turns":
+            out.turn_files.append((rel, path))
+        elif kind in ("series", "samples"):
+            out.series.append(Series(rel, path, kind))
+        elif fname.startswith("driver") and fname.endswith(".log"):
             out.driver_logs.setdefault(rel, []).append(path)
-        elif path.suffix in (".out", ".log"):
+        elif path.suffix in (".out", ".log") or kind == "summary-log":
             out.stdouts.append((rel, path))
         elif path.suffix == ".metrics":
             out.skipped.append((_named(rel, fname),
@@ -179,4 +235,6 @@ def _leftovers(rel: str, files: dict[str, Path], used: set[str], out: Scan) -> N
         else:
             out.skipped.append((_named(rel, fname), ("unknown kind (not a per-token .csv, a "
                                                      "sidecar .metrics/.log/.out, a driver "
-                                                     "log, a matrix stdout or a .state file)")))
+                                                     "log, a summary log, turn records, a "
+                                                     "device series or a .state file; a "
+                                                     "design's `files:` can say what it is)")))

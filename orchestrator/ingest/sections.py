@@ -1,5 +1,7 @@
-"""Driver logs and matrix stdouts (`qwen-ab-run1.log`, `gptoss-matrix.out`, `driver-k2.log`):
-`==== NAME ====` sections, each the stdout of one engine run.
+"""Driver logs and matrix stdouts (`qwen-ab-run1.log`, `gptoss-matrix.out`, `driver-k2.log`,
+a console summary `cells.txt`): sections, each the stdout of one engine run. Where a section
+starts and what its header and the file's preamble say (name, flags, model, prompt, tokens)
+is ingest/headers.py's.
 
 A section with engine summary lines is matched to a per-token CSV of its folder **by
 content**, whatever the names: it is that CSV's stdout when its `generation:` line gives the
@@ -21,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.engines.bmoe_format import (
+    BOM,
     match_summary_line,
     parse_kv_tokens,
     parse_summary_lines,
-    split_sections,
 )
+from orchestrator.ingest.headers import Header, command_header, preamble_settings, rule_header
 
 _STATE = re.compile(r"^(ENTRY|EXIT)(?:\s+STATE)?\s*:\s*(.*)$")
 _ITEM = re.compile(r"(\w+)=(-?\d+(?:\.\d+)?)\s*(dC|mC|kB|s|%)?")
@@ -43,6 +46,9 @@ class Section:
     lines: list[str]           # without state lines
     entry: dict[str, Any] = field(default_factory=dict)
     exit: dict[str, Any] = field(default_factory=dict)
+    flags: str | None = None   # the flags its header (or the preamble) gives; None: none
+    label: str | None = None   # its header's description or command line
+    settings: dict[str, Any] = field(default_factory=dict)   # preamble + header: model, ...
 
     @property
     def parsed(self) -> dict[str, Any]:
@@ -56,13 +62,60 @@ class Section:
 def sections(source: Path, text: str) -> list[Section]:
     """Every section of a log (tagged or not) with something in it, in file order."""
     out = []
-    for index, (tag, body) in enumerate(split_sections(text)):
-        lines, entry, exit_ = split_state(body.splitlines())
+    pieces = split_headed(text)
+    preamble = pieces[0][1] if pieces and pieces[0][0] is None else []
+    settings, common = preamble_settings(preamble) if len(pieces) > 1 else ({}, None)
+    names: dict[str, int] = {}
+    for header, _ in pieces:
+        if header is not None:
+            names[header.name] = names.get(header.name, 0) + 1
+    seen: dict[str, int] = {}
+    for index, (header, body) in enumerate(pieces):
+        lines, entry, exit_ = split_state(body)
+        tag = header.name if header is not None else ""
         if tag.upper() == "DONE" and not any(l.strip() for l in lines):
             continue
-        if tag or any(l.strip() for l in lines):
-            out.append(Section(tag or NO_NAME, source, index, lines, entry, exit_))
+        if not (tag or any(l.strip() for l in lines)):
+            continue
+        if header is None:
+            out.append(Section(NO_NAME, source, index, lines, entry, exit_))
+            continue
+        if names[tag] > 1:               # two sections named alike: repeats of the name
+            seen[tag] = seen.get(tag, 0) + 1
+            tag = f"{tag}_{seen[tag]}"
+        flags = " ".join(f for f in (common, header.flags) if f) \
+            if common or header.flags is not None else None
+        out.append(Section(tag, source, index, lines, entry, exit_, flags=flags,
+                           label=header.label, settings={**settings, **header.settings}))
     return out
+
+
+def split_headed(text: str) -> list[tuple[Header | None, list[str]]]:
+    """The text's lines cut at each header (ingest/headers.py): [(header, its lines)], the
+    lines before the first header under None."""
+    pieces: list[tuple[Header | None, list[str]]] = [(None, [])]
+    commands = 0
+    for line in text.lstrip(BOM).splitlines():
+        header = rule_header(line)
+        if header is None and line.lstrip().startswith("$"):
+            commands += 1
+            header = command_header(line, commands)
+            current, body = pieces[-1]
+            if header is not None and current is not None and current.label is None \
+                    and not any(match_summary_line(l) for l in body):
+                # the command a rule header's section ran: its flags, not a new section
+                current.label = header.label
+                if current.flags is None:
+                    current.flags = header.flags
+                current.settings = {**header.settings, **current.settings}
+                continue
+        if header is not None:
+            pieces.append((header, []))
+        else:
+            pieces[-1][1].append(line)
+    if not pieces[0][1] and len(pieces) > 1:
+        pieces.pop(0)
+    return pieces
 
 
 def split_state(lines: list[str]) -> tuple[list[str], dict[str, Any], dict[str, Any]]:

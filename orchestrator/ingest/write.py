@@ -20,9 +20,10 @@ from typing import Any
 
 from orchestrator.config.plan import Cell
 from orchestrator.db.runs import Runs
+from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
 from orchestrator.db.store import Store
 from orchestrator.engines.base import TOKEN_COLUMNS
-from orchestrator.engines.bmoe import summary_record
+from orchestrator.ingest.summaries import summary_run_record, turns_record
 from orchestrator.engines.bmoe_format import (
     SIDECAR_KEY,
     BmoeCsvParser,
@@ -34,7 +35,7 @@ from orchestrator.ingest.checks import Refused, impossible_reason
 from orchestrator.db.figures import compute_run
 from orchestrator.ingest.figures import watch
 from orchestrator.ingest.lines import lines
-from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord
+from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord, Turn
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.stats import energy
 from orchestrator.stats.status import Status
@@ -71,6 +72,11 @@ class Planned:
     engine_build: str | None = None      # the design's, for files that name no build
     model_size: int | None = None        # the design's model file size in bytes
     warnings: list[str] = field(default_factory=list)
+    encoding: str = "UTF-8"              # its file's, as ingest/encoding.py names it
+    provenance: dict[str, Any] = field(default_factory=dict)   # record.extra["import"]
+    turns: list[Turn] = field(default_factory=list)   # a session run's (turn records)
+    samples: list[dict[str, Any]] = field(default_factory=list)   # device series rows
+    samples_from: list[str] = field(default_factory=list)   # the series files they came from
 
 
 class _TokenMemory:
@@ -179,7 +185,10 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     for line in out_lines:
         recorder.handle("O\t" + line)
     recorder.flush()
-    record = parser.record() if plan.csv_text is not None else summary_record(plan.stdout)
+    record = parser.record() if plan.csv_text is not None else \
+        turns_record(plan.turns) if plan.turns else summary_run_record(plan.stdout)
+    if plan.samples:
+        _store_samples(store, recorder, plan.samples)
     if sidecar is not None:
         # the device pressure a measured run gets from the agent's samples
         record.pressure = Pressure.from_sidecar(sidecar)
@@ -201,6 +210,8 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
         record.route_trace = plan.trace.meta()
         store.insert_route(run_id, plan.trace.rows)
     record.extra["import_key"] = plan.key
+    record.extra["import"] = {"encoding": plan.encoding, **plan.provenance,
+                              **({"samples_from": plan.samples_from} if plan.samples_from else {})}
     status, cause = _status(plan, record)
     started, ended, source = _times(plan, record)
     temps, free_kb = start(sidecar, plan.entry, plan.state)
@@ -224,6 +235,14 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
                      temp_start=temps, mem_avail_start_kb=free_kb, warnings=warnings or None,
                      cooldown_s=(plan.entry or {}).get("waited_s"))
     return [e for e in record.errors if "no '# summary' trailer" not in e]
+
+
+def _store_samples(store: Store, recorder: RunRecorder, samples: list[dict[str, Any]]) -> None:
+    """A device series' rows as the run's samples (ingest/series.py made them store rows),
+    through the recorder's write path (its stored line count unchanged)."""
+    rows = [{**dict.fromkeys(SAMPLE_FIELDS), "turn": None, "extra": None, **row,
+             "run_id": recorder.run_id, "seq": seq} for seq, row in enumerate(samples)]
+    write_batch(store, recorder.run_id, [], rows, [], recorder.stored_lines)
 
 
 _KNOWN_COLUMNS = frozenset(TOKEN_COLUMNS) | {"steps"}    # what a TokenRow holds no extra for

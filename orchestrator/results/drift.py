@@ -248,6 +248,7 @@ def confounds(rows: Iterable[RunRow]) -> list[Caveat]:
         keys = list(dict.fromkeys(k for got in seen for k in got))
         values = {k: [got.get(k, "not given") for got in seen] for k in keys}
         differ = {k: list(dict.fromkeys(vs)) for k, vs in values.items() if len(set(vs)) > 1}
+        differ.update(_sittings_differ(runs))
         if differ:
             what = "; ".join(f"{k} {' vs '.join(vs)}" for k, vs in differ.items())
             out.append(Caveat("confound", device, model, (config,),
@@ -256,6 +257,22 @@ def confounds(rows: Iterable[RunRow]) -> list[Caveat]:
                               f"its figures average over them",
                               "split the config by that setting (a design file's `configs`, "
                               "docs/import.md) or re-run it with one setting"))
+    return out
+
+
+def _sittings_differ(runs: list[RunRow]) -> dict[str, list[str]]:
+    """What says a config's runs were not one sitting (ingest/grouping.py same_sitting): their
+    generated tokens more than a factor 2 apart, their recorded starts on different days. A
+    design may name such runs one config; the rows then say so."""
+    out: dict[str, list[str]] = {}
+    counts = [n for n in (load_record(r.summary).tokens for r in runs) if n]
+    if counts and max(counts) > 2 * min(counts):
+        out["tokens generated"] = [str(n) for n in dict.fromkeys(counts)]
+    days = [f"{started:%Y-%m-%d}" for r in runs
+            if (started := getattr(r, "started_at", None)) is not None
+            and getattr(r, "clock", None) == "local"]
+    if len(set(days)) > 1:
+        out["day"] = list(dict.fromkeys(days))
     return out
 
 

@@ -344,6 +344,14 @@ def _scalars(inputs: list[RunInput], pressures: list[Mapping[str, Any] | None],
     return out
 
 
+def _own_tokens(records: list[RunRecord]) -> np.ndarray:
+    """Each summary-only record's own generated-token count (an imported log section or turn
+    records: `extra["summary_only"]`); NaN for every other record (llama-bench's `n` stays
+    its token rows, 0)."""
+    return np.array([r.tokens if (r.extra or {}).get("summary_only") else None
+                     for r in records] + [None], dtype=object)[:-1].astype(float)
+
+
 def _entry_cpu_temp_c(record: RunRecord) -> float | None:
     """The CPU temperature (°C) of an imported run's recorded entry state (its driver log's
     `ENTRY STATE: cpu=N mC`), None when it has none."""
@@ -391,9 +399,12 @@ def table(tokens: pd.DataFrame, inputs: Mapping[Any, RunInput],
         tok = trimmed(tok, _token_stats(drop_first(tokens, trim), quantile_method), trim)
     ids = list(inputs)
     tok = tok.reindex(ids)
-    tok["n"] = tok["n"].fillna(0).astype(int)
     tok["_n_all"] = tok["_n_all"].fillna(0)
     runs = [inputs[rid] for rid in ids]
+    # a summary-only run (an imported log section, turn records) has no token rows: it
+    # generated the tokens its engine counted (the `generation:` line's N), not 0
+    own = np.nan_to_num(_own_tokens([r.record for r in runs]))
+    tok["n"] = np.where(tok["_n_all"].to_numpy() > 0, tok["n"].fillna(0), own).astype(int)
     measured = pressure_by_run(samples) if samples is not None else {}
     pressures: list[Mapping[str, Any] | None] = [measured.get(rid) or (i.record.pressure.__dict__ if i.record.pressure else None)
                  for rid, i in zip(ids, runs)]

@@ -41,13 +41,19 @@ def _measured_from_files(rows: Sequence[Any]) -> str:
     local = [r for r in rows if r.clock == "local"]
     times = [t for r in local for t in (r.started_at, r.ended_at) if t is not None]
     file_only = len(rows) - len(local)
+    order = "; order from the file order" if len(rows) > 1 else ""
     if not times:
-        return "times unknown (file times)"
-    if all(r.time_source == DATE_ONLY for r in local):
+        return "times unknown (file times)" + order
+    if all(r.date_only for r in local):
         days = sorted({f"{r.started_at:%Y-%m-%d}" for r in local if r.started_at is not None})
-        text = (f"measured {' → '.join(dict.fromkeys([days[0], days[-1]]))} (the folder "
-                f"name's date; the files do not record the times of day)")
-        return text + (f"; {file_only} run(s) with file times only" if file_only else "")
+        whose = "the folder name's date" if all(r.time_source == DATE_ONLY for r in local) \
+            else "a date only"
+        text = (f"measured {' → '.join(dict.fromkeys([days[0], days[-1]]))} ({whose}; "
+                f"the files do not record the times of day)")
+        # runs without a time of day keep the design's or the driver log's order, else the
+        # files' (ingest/importer.py _order)
+        return text + (f"; {file_only} run(s) with file times only" if file_only else "") \
+            + order
     text = f"measured {when(min(times))} → {when(max(times))} (local time, from the files)"
     return text + (f"; {file_only} run(s) with file times only" if file_only else "")
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.results.listings import DATE_ONLY, RunRow
+from orchestrator.results.listings import RunRow
 from orchestrator import __version__
 from orchestrator.record import load_record
 from orchestrator.report.document.request import SectionRequest
@@ -205,8 +205,8 @@ def _started(row: RunRow) -> str:
     time as it wrote it; a file's mtime is marked, as it is when the file was last written."""
     if row.started_at is not None and row.clock == "file":
         return f"{when(row.started_at)} (file time)"
-    if row.started_at is not None and row.time_source == DATE_ONLY:
-        return f"{row.started_at:%Y-%m-%d} (folder date)"
+    if row.started_at is not None and row.date_only:
+        return f"{row.started_at:%Y-%m-%d} ({row.date_note})"
     return when(row.started_at)
 
 

@@ -57,8 +57,8 @@ def _listed_start(row: RunRow) -> str:
     before its file was last written."""
     if row.started_at is None:
         return DASH
-    if row.time_source == DATE_ONLY:
-        return row.started_at.strftime("%Y-%m-%d") + " (folder date)"
+    if row.date_only:
+        return row.started_at.strftime("%Y-%m-%d") + f" ({row.date_note})"
     text = row.started_at.strftime("%Y-%m-%d %H:%M")
     return f"{text} (file time)" if row.clock == "file" else text
 
@@ -205,8 +205,9 @@ def when_lines(row: RunRow) -> list[str]:
         return [f"started {start} UTC" if row.started_at else f"started {DASH}"]
     if row.started_at is None:
         lines = ["started: not recorded in the files"]
-    elif row.time_source == DATE_ONLY:
-        lines = [f"started {row.started_at:%Y-%m-%d} (the folder name's date: the files do not "
+    elif row.date_only:
+        whose = "the folder name's date" if row.time_source == DATE_ONLY else f"the {row.date_note}"
+        lines = [f"started {row.started_at:%Y-%m-%d} ({whose}: the files do not "
                  f"record the time of day)"]
     elif row.clock == "local":
         words = _SOURCE_WORDS.get(row.time_source or "", f"the {row.time_source}")
