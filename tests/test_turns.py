@@ -203,3 +203,16 @@ def test_a_config_of_two_session_runs_gets_a_row_over_its_runs(tmp_path):
     row = next(line for line in table.splitlines() if "| all 2 |" in line)
     assert ("%+.1f%%" % iv.mean).replace("-", "−") in row
     assert ("%+.1f%%" % iv.low).replace("-", "−") in row
+
+
+def test_other_turns_under_one_config_name_are_another_config():
+    """A session's requests are part of what a config measured (stats/config_key.py): runs
+    of one name and flags with other turns are not compared as one config."""
+    from orchestrator.stats.config_key import ConfigKey
+
+    chat = [{"cmd": "generate", "id": 1, "prompt": "hi", "n_predict": 32, "idle_s": 0}]
+    idle = [{**chat[0], "idle_s": 240}]
+    a = ConfigKey.of("m", "chat", "-t 4", session=chat)
+    assert a.comparable(ConfigKey.of("m", "chat", "-t 4", session=[dict(chat[0])]))
+    assert not a.comparable(ConfigKey.of("m", "chat", "-t 4", session=idle))
+    assert not a.comparable(ConfigKey.of("m", "chat", "-t 4"))      # a one-shot run

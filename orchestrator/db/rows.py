@@ -137,7 +137,16 @@ class RunRow:
     @property
     def config_key(self) -> ConfigKey:
         """What config it measured (stats/config_key.py: model, name, settings, build)."""
-        return ConfigKey.of(self.model, self.config, self.flags, self.model_sha256, self.build)
+        return ConfigKey.of(self.model, self.config, self.flags, self.model_sha256, self.build,
+                            session=self.session_requests)
+
+    @property
+    def session_requests(self) -> Any:
+        """A session run's requests as its record keeps them (docs/sessions.md); None for a
+        one-shot run. Read from the stored summary as it is (no record model)."""
+        summary = self.summary if isinstance(self.summary, dict) else {}
+        extra = summary.get("extra")
+        return extra.get("session") if isinstance(extra, dict) else None
 
     @property
     def imported(self) -> bool:

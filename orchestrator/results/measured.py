@@ -19,15 +19,19 @@ from orchestrator.stats.config_key import UNKNOWN, Settings
 
 def settings_of(row: RunRow) -> Settings:
     """A run's settings beyond its name (stats/config_key.py Settings)."""
-    return Settings.of(getattr(row, "flags", None), getattr(row, "model_sha256", None))
+    return Settings.of(getattr(row, "flags", None), getattr(row, "model_sha256", None),
+                       getattr(row, "session_requests", None))
 
 
-def _variant_text(s: Settings, flags_differ: bool, models_differ: bool) -> str:
+def _variant_text(s: Settings, flags_differ: bool, models_differ: bool,
+                  sessions_differ: bool = False) -> str:
     parts = []
     if flags_differ:
         parts.append(f"flags {s.flags}" if s.flags else "no flags")
     if models_differ:
         parts.append(f"model {s.model_sha256[:8]}" if s.model_sha256 else "model unknown")
+    if sessions_differ:
+        parts.append(f"session {s.session[:8]}" if s.session else "one-shot")
     return ", ".join(parts)
 
 
@@ -46,9 +50,10 @@ def config_labels(rows: Iterable[RunRow],
         flags = {s.flags for s in seen}
         models = {s.model_sha256 for s in seen if s.model_sha256 != UNKNOWN}
         flags_differ, models_differ = len(flags) > 1, len(models) > 1
-        if not (flags_differ or models_differ):
+        sessions_differ = len({s.session for s in seen}) > 1
+        if not (flags_differ or models_differ or sessions_differ):
             out[r.id] = name
             continue
-        text = _variant_text(settings_of(r), flags_differ, models_differ)
+        text = _variant_text(settings_of(r), flags_differ, models_differ, sessions_differ)
         out[r.id] = f"{name} ({text})" if text else name
     return out

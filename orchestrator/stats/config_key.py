@@ -43,17 +43,35 @@ class Settings:
 
     flags: str = ""
     model_sha256: str = UNKNOWN
+    # a session run's requests (docs/sessions.md), as a digest: "" for a one-shot run. Two runs
+    # of one name and flags with other turns (prompts, idle gaps, lengths) measured another
+    # workload, so they are another config
+    session: str = ""
 
     @classmethod
-    def of(cls, flags: str | None, model_sha256: str | None) -> Settings:
-        return cls(" ".join(str(flags or "").split()), str(model_sha256 or ""))
+    def of(cls, flags: str | None, model_sha256: str | None,
+           session: Any = None) -> Settings:
+        return cls(" ".join(str(flags or "").split()), str(model_sha256 or ""),
+                   session_digest(session))
 
     def matches(self, other: Settings) -> bool:
-        """The comparability rule's part for settings: the same flags, and model files that
-        are the same or of which one is unknown."""
-        return self.flags == other.flags and (
+        """The comparability rule's part for settings: the same flags and session, and model
+        files that are the same or of which one is unknown."""
+        return self.flags == other.flags and self.session == other.session and (
             self.model_sha256 == other.model_sha256
             or UNKNOWN in (self.model_sha256, other.model_sha256))
+
+
+def session_digest(requests: Any) -> str:
+    """A short digest of a session run's stored requests (RunRecord.extra["session"]); "" for
+    none (a one-shot run)."""
+    if not requests:
+        return ""
+    import hashlib
+    import json
+
+    text = json.dumps(requests, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def build_label(binary_path: str | None, engine_build: str | None) -> str | None:
@@ -88,9 +106,10 @@ class ConfigKey:
     @classmethod
     def of(cls, model: str | None, config: str, flags: str | None = None,
            model_sha256: str | None = None, build: str | None = None,
-           label: str = "") -> ConfigKey:
-        return cls(model or NO_MODEL, base_name(config, build), Settings.of(flags, model_sha256),
-                   build, label or base_name(config, build))
+           label: str = "", session: Any = None) -> ConfigKey:
+        return cls(model or NO_MODEL, base_name(config, build),
+                   Settings.of(flags, model_sha256, session), build,
+                   label or base_name(config, build))
 
     def comparable(self, other: ConfigKey) -> bool:
         """THE rule: the same model, name and settings (builds may differ)."""
