@@ -41,6 +41,10 @@ def print_session_table(console: Console, listing: Listing) -> None:
                       str(row.repeat_index + 1), _status(row),
                       *(col.text(s) for col in SESSION.columns))
     console.print(table)
+    for row in rows:       # a session run: its turns in one line (orch show N: the table)
+        s = stats.get(row.id)
+        if s is not None and s.turns:
+            console.print(visible(turns_line(row.id, s)), markup=False, highlight=False)
     for row in rows:
         if row.status != Status.OK:
             console.print(visible(failure_line(row)), markup=False, highlight=False)
@@ -229,6 +233,20 @@ def failure_details(detail: RunDetail) -> list[str]:
         lines.append(f"engine stderr (last {len(tail)} lines):")
         lines += [f"  {line}" for line in tail]
     return lines
+
+
+def turns_line(run_id: int, stats: RunFigures) -> str:
+    """A session run's turns in one line: each turn's decode tok/s by kind, then the after-idle
+    turns against the warm ones."""
+    from orchestrator.report.format.turn_columns import TURN_COMPARISON, TURNS
+
+    mean = next(c for c in TURNS.columns if c.key == "mean")
+    turns = ", ".join(f"{t.turn} {t.kind} {mean.text(t)}" for t in stats.turns or ())
+    delta = next(c for c in TURN_COMPARISON.columns if c.key == "after_idle_vs_warm_pct")
+    after = delta.text(stats)
+    return (f"run {run_id} turns (decode tok/s): {turns}"
+            + (f"; after idle vs warm {after}" if after != DASH else "")
+            + f" (orch show {run_id})")
 
 
 def print_turns(console: Console, stats: RunFigures) -> None:
