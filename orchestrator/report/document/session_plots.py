@@ -50,20 +50,25 @@ def session_figure(run: RunView, samples: pd.DataFrame, plt: Any) -> tuple[Any, 
                 ax.axvspan(start, end, color="tab:orange", alpha=0.18, lw=0)
             else:       # only where the turn began is known
                 ax.axvline(start, color="tab:orange", lw=1.0, ls="--")
+        if not top > 0:        # none used (swap): a flat line on 0, not an axis around it
+            ax.set_ylim(0, 1)
         ax.set_ylabel(wrap(f"{name} ({unit})", 20), fontsize="small")
         ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         ax.grid(alpha=0.3)
     top_ax = axes[0, 0]
-    for turn, start, end in spans:
-        top_ax.annotate(f"turn {turn}", ((start + end) / 2, 1.0), xycoords=("data", "axes fraction"),
-                        ha="center", va="bottom", fontsize="x-small")
+    for i, (turn, start, end) in enumerate(spans):
+        # turn numbers over their spans, every other one a line higher: short turns close
+        # together would otherwise print over each other
+        top_ax.annotate(f"turn {turn}", ((start + end) / 2, 1.0 + 0.07 * (i % 2)),
+                        xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                        fontsize="x-small")
     from matplotlib.patches import Patch
 
     legend_outside(top_ax, [Patch(color="tab:orange", alpha=0.3, label="a turn (generating)"),
                              Patch(facecolor="white", edgecolor="0.6", label="idle between turns")])
     axes[-1, 0].set_xlabel("seconds since the run started")
     title = f"Session run {run.id} ({run.config_label}): memory over its turns"
-    top_ax.set_title(wrap(title, 70), fontsize="medium", pad=14)
+    top_ax.set_title(wrap(title, 70), fontsize="medium", pad=22)
     shown = ", ".join(name for _, name, _ in panels)
     idle = [t for t in run.figures.turns or () if t.idle_before_s]
     gaps = ("; idle gaps before turn " + ", ".join(f"{t.turn} ({t.idle_before_s:.0f} s)"
