@@ -522,9 +522,11 @@ sample() {
     case $k in
       State:) st=$v ;;
       VmHWM:) hwm=$v ;;
-      VmRSS:) rss=$v ;;
-      # VmSwap: how much of the engine the kernel swapped out (an idle session's cache);
-      # Threads follows it, so a kernel without VmSwap stops there, not at the file's end
+      # State and VmHWM come before VmRSS: a one-shot job stops reading here; a session job
+      # reads on to VmSwap, how much of the engine the kernel swapped out (an idle session's
+      # cache): nine more lines a sample, only where the question is asked
+      VmRSS:) rss=$v; [ -n "$SESSION" ] || break ;;
+      # Threads follows VmSwap, so a kernel without VmSwap stops there, not at the file's end
       VmSwap:) swp=$v; break ;;
       Threads:) break ;;
     esac

@@ -405,10 +405,14 @@ def test_sample_line(shell, tmp_path, procs):
 
     t_ms, keys, gone_flag = sample(engine.pid)
     assert t_ms == "250" and gone_flag == "gone="
-    assert {k: keys.pop(k) for k in ("rss_kb", "hwm_kb", "swap_kb", "majflt", "cpu_ticks")}
+    # a one-shot job reads the status file up to VmRSS: no swap_kb (a session job's has it)
+    assert {k: keys.pop(k) for k in ("rss_kb", "hwm_kb", "majflt", "cpu_ticks")}
     assert keys == {"threads": "1", "mem_avail_kb": "4242", "tz0_mC": "45000",
                     "tz1_mC": "52000", "cpu_temp_mC": "45000", "load1_x100": "150",
                     "cpu_khz": "1804800", "batt_temp_dC": "312", "batt_charging": "1"}
+    # a session job reads on to VmSwap: the engine's swap over an idle gap (docs/sessions.md)
+    line, _ = lib(shell, "SESSION=session " + script, env, [str(engine.pid)])
+    assert "\tswap_kb=" in line
     # an unreadable file gives no key (no load1_x100=0); an ended engine gives no engine keys
     loadavg.unlink()
     t_ms, keys, gone_flag = sample(gone.pid)
