@@ -222,3 +222,23 @@ def test_resume_sees_a_changed_session():
     assert session_changed(same, ())
     interrupted = SimpleNamespace(argv=["e", "--session"], record=RunRecord())
     assert not session_changed(interrupted, asked)
+
+
+def test_a_lab_batch_carries_session_prompt_files_to_another_host(tmp_path):
+    """A lab worker rebuilds the matrix from the batch's stored text on its own host, where the
+    prompt files may not exist: the batch keeps their texts as read on the submitting host."""
+    from types import SimpleNamespace
+
+    from orchestrator.config.session import session_prompt_texts
+    from orchestrator.lab.cell_task import loaded_from_batch
+
+    (tmp_path / "q2.txt").write_text("second, from a file")
+    loaded = load_matrix(write(tmp_path, BASE + "session:\n  - prompt: first\n"
+                                          "  - prompt_file: q2.txt\n"))
+    texts = session_prompt_texts(loaded.matrix)
+    assert texts == {"q2.txt": "second, from a file"}
+    (tmp_path / "q2.txt").unlink()               # the worker's host has no such file
+    batch = SimpleNamespace(matrix_text=loaded.text, matrix_path="/elsewhere/m.yaml",
+                            prompt_text=loaded.prompt_text, session_prompts=texts)
+    (cell,) = plan_cells(loaded_from_batch(batch).matrix)
+    assert [r.prompt for r in cell.session] == ["first", "second, from a file"]

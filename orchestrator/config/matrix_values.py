@@ -291,6 +291,11 @@ class SessionTurn(BaseModel):
         """Keep `prompt_file`'s text (config/session.py read_session_files)."""
         self._file_text = text
 
+    @property
+    def file_text(self) -> str | None:
+        """`prompt_file`'s text once read (None before)."""
+        return self._file_text
+
 
 class ConfigSpec(BaseModel):
     """A config in its mapping form, `name: {flags: "--flags", route_trace: true}`; the string

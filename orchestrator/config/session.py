@@ -135,6 +135,22 @@ def read_session_files(matrix: SessionSource, base: Path) -> list[tuple[tuple[st
     return problems
 
 
+def session_prompt_texts(matrix: SessionSource) -> dict[str, str]:
+    """{prompt_file: text} of every turn whose prompt file was read (read_session_files): what
+    a lab batch stores so a worker on another host sends the same turns."""
+    return {turn.prompt_file: text for _, turns in all_sessions(matrix) for turn in turns
+            if turn.prompt_file is not None and (text := turn.file_text) is not None}
+
+
+def apply_session_prompt_texts(matrix: SessionSource, texts: dict[str, str]) -> None:
+    """The prompt files' texts as stored with a lab batch, into the matrix's turns (files the
+    batch did not store stay unread: planning says so)."""
+    for _, turns in all_sessions(matrix):
+        for turn in turns:
+            if turn.prompt_file is not None and turn.prompt_file in texts:
+                turn.with_file_text(texts[turn.prompt_file])
+
+
 def session_problems(matrix: SessionSource) -> list[tuple[tuple[str | int, ...], str]]:
     """A `session:` block needs an engine that speaks the session protocol, and idle times
     that leave the cell's timeout room to run the turns (Matrix's cross-key rules)."""

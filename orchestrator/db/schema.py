@@ -264,6 +264,8 @@ lab_batch = Table(
     Column("matrix_path", Text),
     Column("matrix_text", Text),
     Column("prompt_text", Text),
+    # the `session:` turns' prompt files as read on the submitting host: {prompt_file: text}
+    Column("session_prompts", JSON),
     Column("command", Text),
     Column("submitted_from", String(200)),
     Column("created_at", DateTime(timezone=True)),

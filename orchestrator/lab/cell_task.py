@@ -18,6 +18,7 @@ import yaml
 from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix, Matrix
 from orchestrator.config.plan import Cell, plan_cells
+from orchestrator.config.session import apply_session_prompt_texts
 from orchestrator.db import lab as lab_db
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store, now
@@ -65,6 +66,8 @@ def loaded_from_batch(batch: Any) -> LoadedMatrix:
     (paths in it, a model's `local:` say, are resolved on this host)."""
     data = yaml.safe_load(batch.matrix_text)
     matrix = Matrix.model_validate(data)
+    # `session:` prompt files as read on the submitting host (this host may not have them)
+    apply_session_prompt_texts(matrix, getattr(batch, "session_prompts", None) or {})
     return LoadedMatrix(matrix=matrix, path=batch.matrix_path, text=batch.matrix_text,
                         sha256=hashlib.sha256(batch.matrix_text.encode()).hexdigest(),
                         prompt_text=batch.prompt_text or "")

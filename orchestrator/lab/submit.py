@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import plan_cells
+from orchestrator.config.session import session_prompt_texts
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store, now
 from orchestrator.lab.app import TASK, LabError, check_broker, queue_name
@@ -68,6 +69,7 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
     provenance = SessionProvenance.collect(command)
     batch_id = lab_db.create_batch(store, matrix_name=matrix.name, matrix_path=loaded.path,
                                    matrix_text=loaded.text, prompt_text=loaded.prompt_text,
+                                   session_prompts=session_prompt_texts(loaded.matrix) or None,
                                    command=provenance.command,
                                    submitted_from=provenance.controller_host)
     result = Submission(batch_id)
