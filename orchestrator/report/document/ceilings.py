@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.cells import id_list
+from orchestrator.report.format.formatters import STATS
 from orchestrator.report.format.markdown import Table, md_escape
 from orchestrator.results.ceilings import (
     COMPUTE_BOUND_SHARE,
@@ -24,6 +25,10 @@ from orchestrator.stats.values import DASH, is_missing
 
 def _f(value: Any, pattern: str) -> str:
     return DASH if is_missing(value) else pattern % value
+
+
+# tok/s as every table prints it (formatters.STATS: three significant figures under 1 tok/s)
+_TPS = STATS["mean"].fmt
 
 
 def _share(value: float | None) -> str:
@@ -66,9 +71,9 @@ def table(group: Group, row: Any) -> Table:
         if not agg.runs:
             continue
         j = group.judgements[agg.config]
-        out.rows.append([md_escape(agg.label or agg.config), _f(j.decode_tps, "%.2f"),
+        out.rows.append([md_escape(agg.label or agg.config), _TPS(j.decode_tps),
                          _share(j.compute_share), _f(j.read_mibps, "%.1f"), _share(j.io_share),
-                         _f(j.ideal_tps, "%.2f"), verdict_words(j.bounds), id_list(agg.ids)])
+                         _TPS(j.ideal_tps), verdict_words(j.bounds), id_list(agg.ids)])
     for note in row.notes or []:
         out.notes.append(f"⚠ {md_escape(note)}")
     return out
