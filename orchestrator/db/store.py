@@ -11,6 +11,8 @@ import json
 import os
 import threading
 import time
+from itertools import repeat
+from operator import is_not, itemgetter
 from pathlib import Path
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
@@ -186,7 +188,10 @@ def bulk_insert(conn: Connection, table: Table, rows: Sequence[Any],
         _COMPILED[cache_key] = (str(compiled), order)
     sql, order = _COMPILED[cache_key]
     json_at = [i for i, k in enumerate(keys) if isinstance(table.c[k].type, JSON)]
-    if json_at and any(r[i] is not None for r in rows for i in json_at):
+    # any JSON value to encode: a scan in C (map/is_not), not a generator per row (a 2M-row
+    # import paid 0.26 s for the generator)
+    if json_at and any(any(map(is_not, map(itemgetter(i), rows), repeat(None)))
+                       for i in json_at):
         dumps = json.dumps
         rows = [tuple(dumps(v) if i in json_at and v is not None else v for i, v in enumerate(r))
                 for r in rows]
