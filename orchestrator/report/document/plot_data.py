@@ -7,12 +7,17 @@ rolling line levels off at the steady-state mean a reader finds in the table.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from orchestrator.stats import energy
 from orchestrator.stats.statistics import rates
+from orchestrator.stats.trim import drop_first
+
+if TYPE_CHECKING:
+    from orchestrator.results.report_data import Group, ReportData
 
 KIB_PER_MIB = 1024.0
 
@@ -52,10 +57,34 @@ def trajectory(steps: pd.DataFrame, warm: int, window: int) -> tuple[np.ndarray,
     return x, np.concatenate([raw[:head], rolled[head:]]), head
 
 
-def per_token_tps(tokens: pd.DataFrame, run_ids: list[int]) -> np.ndarray:
-    """The per-token rate 1000 / wall_ms of these runs' tokens (rows with a wall time)."""
-    wall = pd.to_numeric(tokens.loc[tokens["run_id"].isin(run_ids), "wall_ms"], errors="coerce")
+def per_token_tps(tokens: pd.DataFrame, run_ids: list[int], trim: int = 0) -> np.ndarray:
+    """The per-token rate 1000 / wall_ms of these runs' tokens (rows with a wall time), each
+    run's first `trim` tokens left out as the tables leave them out (stats/trim.py)."""
+    mine = drop_first(tokens.loc[tokens["run_id"].isin(run_ids)], trim)
+    wall = pd.to_numeric(mine["wall_ms"], errors="coerce")
     return rates(1.0, wall[wall > 0].to_numpy(float))
+
+
+def config_names(data: ReportData, group: Group) -> dict[str, str]:
+    """config -> the name a figure shows: its matrix's `labels:` entry (ConfigAgg.label), else
+    its label in the design file of one of the group's sessions, else the config's key."""
+    designs = [data.designs.get(sid) for sid in dict.fromkeys(r.row.session_id
+                                                               for r in group.runs)]
+    out = {}
+    for agg in group.configs:
+        label = agg.label if agg.label and agg.label != agg.config else None
+        for design in designs:
+            info = design.configs.get(agg.config) if design is not None else None
+            if label is None and info is not None and info.label:
+                label = info.label
+        out[agg.config] = label or agg.config
+    return out
+
+
+def repeat_numbers(group: Group) -> dict[int, int]:
+    """run id -> which ok run of its config it is (0, 1, ...: the config's run order), the
+    repeat a figure gives its own marker; failed runs have none."""
+    return {r.id: k for agg in group.configs for k, r in enumerate(agg.runs)}
 
 
 @dataclass

@@ -1,21 +1,25 @@
 """The report's figures (matplotlib, Agg), per (model, device) group.
 
-- trajectory: the per-token decode rate over the run, one line per config: the first tokens
-  unsmoothed (warm-up), then a rolling rate; one panel per config (shared y) past 6 configs.
+- trajectory (trajectory_plot.py): the per-token decode rate over the run, one line per
+  config: the first tokens unsmoothed (warm-up) on an axis of their own, then a rolling rate.
 - distribution: the per-token rate per config (box p25-p75, whiskers p5-p95, median) with the
   tables' headline mean marked, which a skewed distribution can put far from the median.
 - device: process RSS, free RAM and, only where a sensor was read, temperatures and power
   (docs/energy.md) over each run from the agent's samples; for runs without samples
-  (imports), RSS and free RAM per token from the engine's per-token memory columns.
+  (imports), RSS and free RAM per token from the engine's per-token memory columns. Each run
+  is a line: its config's colour, its repeat's marker.
 
-Every figure has its legend outside the axes, wraps long labels instead of cutting them, and
-gives each config its own colour + line style, the same in all figures of the group. A PNG is
+Every figure has its legend outside the axes, names configs by their labels (plot_data.
+config_names), wraps long labels instead of cutting them, gives each config its own colour
+(+ line style past 10 configs), the same in all figures of the group, shades the tokens a
+trim leaves out where its x axis is the token, and states the trim in its caption. A PNG is
 written to `<doc>_files/` for markdown, or embedded as a data: URI for a self-contained HTML page.
 """
 from __future__ import annotations
 
 import base64
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,14 +30,21 @@ import pandas as pd
 
 from orchestrator.report.document import plot_data, session_plots
 from orchestrator.report.document.plot_text import legend_outside as _legend_outside
-from orchestrator.report.document.plot_text import wrap
+from orchestrator.report.document.plot_text import (
+    shade_trim,
+    trim_caption,
+    trim_handle,
+    wrap,
+)
+from orchestrator.report.document.trajectory_plot import trajectory_figure
 from orchestrator.report.format.labels import group_title
 from orchestrator.results.report_data import Group, ReportData
 
-WARM_TOKENS = 32        # tokens drawn one by one: warm-up lasts a few to a few dozen tokens
-WINDOW = 16             # tokens per point of the rolling rate after them
-PANEL_LIMIT = 6         # more configs than this: one panel per config
 LINESTYLES = ("-", "--", ":", "-.")
+# a repeat's marker (and, while colour alone tells the configs apart, its line style) in the
+# figures that draw each run: the device figure
+REPEAT_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+REPEAT_MARKS = 8        # markers per run line when its samples are too dense to mark each
 
 
 @dataclass
@@ -64,12 +75,20 @@ def styles(n: int) -> list[Style]:
     the line style cycling so that neighbouring (similar) hues still look different."""
     from matplotlib import colormaps
 
-    # tab10 at 0..n-1 is its first n listed colours; turbo is sampled evenly
-    at = np.arange(n) if n <= 10 else np.linspace(0.05, 0.95, n)
+    # tab10 at 0..n-1 is its first n listed colours; turbo is sampled evenly, neighbours in
+    # the config order a stride apart on the map: configs listed next to each other (often
+    # the ones compared) get hues far apart
+    at = np.arange(n) if n <= 10 else np.linspace(0.05, 0.95, n)[_stride_order(n)]
     rgba = np.asarray(colormaps["tab10" if n <= 10 else "turbo"](at))
     return [Style((float(r), float(g), float(b), float(a)),
                   LINESTYLES[i % len(LINESTYLES)] if n > 10 else "-")
             for i, (r, g, b, a) in enumerate(rgba)]
+
+
+def _stride_order(n: int) -> np.ndarray:
+    """0..n-1 visited with a stride coprime to n near 0.38 n (a permutation)."""
+    stride = next(k for k in range(max(1, round(0.38 * n)), n + 1) if math.gcd(k, n) == 1)
+    return (np.arange(n) * stride) % n
 
 
 def _png(fig: Any, plt: Any) -> bytes:
@@ -80,99 +99,14 @@ def _png(fig: Any, plt: Any) -> bytes:
     return buf.getvalue()
 
 
-def _labels(data: ReportData) -> dict[str, str]:
-    """config -> the matrix's human-readable label (`labels:`), where one was given."""
-    out: dict[str, str] = {}
-    for m in data.matrices.values():
-        if isinstance(m.get("labels"), dict):
-            out.update({str(k): str(v) for k, v in m["labels"].items()})
-    return out
-
-
-# ---- per-token rate over the run ---------------------------------------------------------
-
-def _clip(ax_values: list[np.ndarray]) -> float | None:
-    """A top for the y axis when a few single tokens (1000 / a tiny wall time) would set the
-    scale and flatten every line; None when nothing stands out."""
-    vals = np.concatenate([v[np.isfinite(v)] for v in ax_values]) if ax_values else np.empty(0)
-    if vals.size < 20:
-        return None
-    p99 = float(np.percentile(vals, 99))
-    return p99 * 1.15 if vals.max() > 1.6 * p99 else None
-
-
-def _trajectory(group: Group, rates: pd.DataFrame, names: dict[str, str],
-                style_of: dict[str, Style], plt: Any) -> tuple[Any, str] | None:
-    order = [a.config for a in group.configs if a.config in set(rates["config"])]
-    if not order:
-        return None
-    lines = {c: plot_data.trajectory(rates[rates["config"] == c], WARM_TOKENS, WINDOW)
-             for c in order}
-    small = len(order) > PANEL_LIMIT
-    if small:
-        ncols = 3 if len(order) <= 9 else 4
-        nrows = -(-len(order) // ncols)
-        fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.3 * nrows + 0.6),
-                                 sharex=True, sharey=True, squeeze=False)
-        for ax in axes.flat[len(order):]:
-            ax.set_visible(False)
-        panel_of = dict(zip(order, axes.flat))
-    else:
-        fig, ax = plt.subplots(figsize=(8, 4))
-        panel_of = {c: ax for c in order}
-    for config in order:
-        x, y, head = lines[config]
-        ax = panel_of[config]
-        st = style_of[config]
-        ax.plot(x, y, color=st.color, linestyle=st.linestyle, lw=1.3, marker="o", ms=2.6,
-                markevery=slice(0, head), label=wrap(names.get(config, config), 30), gid=config)
-        if small:
-            ax.set_title(wrap(names.get(config, config), 34), fontsize="small")
-    top = _clip([lines[c][1] for c in order])
-    rolled = any(head < len(x) for x, _, head in lines.values())
-    for ax in dict.fromkeys(panel_of.values()):
-        ax.set_ylim(bottom=0, top=top)
-        ax.grid(alpha=0.3)
-        if rolled:
-            # where single tokens end and the rolling rate begins
-            ax.axvline(WARM_TOKENS + 0.5, color="0.55", lw=0.8, ls=(0, (1, 2)), gid="warm-up")
-        if top is not None:
-            over = sum(int((lines[c][1] > top).sum()) for c in order if panel_of[c] is ax)
-            if over:
-                ax.text(0.01, 0.98, f"{over} point(s) above the scale", transform=ax.transAxes,
-                        va="top", fontsize="x-small", color="0.35")
-    what = f"first {WARM_TOKENS} tokens one by one, then a {WINDOW}-token rolling rate"
-    if small:
-        for ax in axes[-1]:
-            ax.set_xlabel("token")
-        for ax in axes[:, 0]:
-            ax.set_ylabel("tok/s")
-        fig.suptitle(wrap(f"Per-token decode rate: {group_title(group)}", 90)
-                     + (f"\n(markers: {what})" if rolled else ""), fontsize="medium")
-    else:
-        ax.set_xlabel("token")
-        ax.set_ylabel("tok/s (1000 / wall_ms)")
-        ax.set_title(wrap(f"Per-token decode rate: {group_title(group)}", 70), fontsize="medium")
-        _legend_outside(ax)
-    repeats = any(len(a.runs) > 1 for a in group.configs)
-    caption = ("Per-token decode rate over the run, tok/s (the tables' unit)"
-               + (" over the ok repeats of each config at each token" if repeats else "")
-               + (f": markers = each of the first {WARM_TOKENS} tokens (the warm-up, "
-                  f"unsmoothed), after the dotted line, the rate over the trailing "
-                  f"{WINDOW} tokens (tokens / Σ decode time, the tables' mean over a window)"
-                  if rolled else ": every token, unsmoothed")
-               + ("; one panel per config, shared y axis" if small else ""))
-    return fig, caption
-
-
 # ---- distribution ------------------------------------------------------------------------
 
-def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str],
+def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str], trim: int,
                   plt: Any) -> tuple[Any, str] | None:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    rows = [(a, plot_data.per_token_tps(tokens, a.ids)) for a in group.configs if a.runs]
+    rows = [(a, plot_data.per_token_tps(tokens, a.ids, trim)) for a in group.configs if a.runs]
     rows = [(a, v) for a, v in rows if v.size]
     if not rows:
         return None
@@ -201,7 +135,8 @@ def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str],
                label=wrap("mean = tokens / Σ decode time (the tables' bold figure)", 30))])
     caption = ("Per-token rate per config, tok/s, ok runs pooled: box = p25–p75, whiskers = "
                "p5–p95, orange line = median, red diamond = the tables' mean (tokens / Σ "
-               "decode time: slow tokens weigh more, so it can sit far from the median)")
+               "decode time: slow tokens weigh more, so it can sit far from the median); "
+               + trim_caption(trim) + (", as in the tables" if trim else ""))
     return fig, caption
 
 
@@ -222,7 +157,31 @@ def _scaled(key: str, values: list[np.ndarray]) -> tuple[str, float]:
     return ("GiB", 1024.0) if top >= 1024.0 else ("MiB", 1.0)
 
 
-def _device(group: Group, series: list[plot_data.Series], by_token: bool,
+def _repeat_look(k: int, many: bool, by_colour: bool, config_style: Style) -> tuple[str, str]:
+    """(marker, line style) of a config's k-th ok run: with repeats, its own marker and, while
+    colour alone tells the configs apart (no line style of styles()), its own line style."""
+    if not many:
+        return ".", config_style.linestyle
+    return (REPEAT_MARKERS[k % len(REPEAT_MARKERS)],
+            LINESTYLES[k % len(LINESTYLES)] if by_colour else config_style.linestyle)
+
+
+def _marks(segs: list[np.ndarray], k: int, repeats: int, many: bool) -> np.ndarray | None:
+    """The points a run's line marks: every sample where they can be told apart (≤ 40 a
+    run); else, with repeats, REPEAT_MARKS spread along each line, shifted by the repeat so
+    repeats' markers do not sit on each other; else none."""
+    if sum(len(p) for p in segs) <= 40 * len(segs):
+        return np.concatenate(segs)
+    if not many:
+        return None
+    picked = []
+    for p in segs:
+        step = max(1, len(p) // REPEAT_MARKS)
+        picked.append(p[np.arange((k * step) // max(repeats, 1), len(p), step)])
+    return np.concatenate(picked)
+
+
+def _device(group: Group, series: list[plot_data.Series], by_token: bool, trim: int,
             names: dict[str, str], style_of: dict[str, Style], plt: Any) -> tuple[Any, str]:
     from matplotlib.collections import LineCollection
     from matplotlib.lines import Line2D
@@ -232,41 +191,62 @@ def _device(group: Group, series: list[plot_data.Series], by_token: bool,
                                           for s in series)]
     fig, axes = plt.subplots(len(keys), 1, figsize=(8, 2.3 * len(keys) + 0.7), sharex=True,
                              squeeze=False)
-    members = {a.config: [s for s in series
-                          if runs[s.run_id].ok and runs[s.run_id].row.config == a.config]
-               for a in group.configs}
-    members = {c: m for c, m in members.items() if m}
-    present = list(members)
-    failed = [s for s in series if not runs[s.run_id].ok]
-    if failed:
-        members["†"] = failed
+    repeat_of = plot_data.repeat_numbers(group)
+    present = [a.config for a in group.configs
+               if any(runs[s.run_id].ok and runs[s.run_id].row.config == a.config
+                      for s in series)]
+    repeats = max((len({repeat_of[s.run_id] for s in series if s.run_id in repeat_of
+                        and runs[s.run_id].row.config == c}) for c in present), default=0)
+    many, by_colour = repeats > 1, len(group.configs) <= 10
+    # (config, repeat) -> its runs' series: one collection each, not one plot() per run, so
+    # 1,000 runs draw in a blink; the runs left out (†) are one grey dotted group
+    members: dict[tuple[str, int], list[plot_data.Series]] = {}
+    for s in series:
+        run = runs[s.run_id]
+        slot = (run.row.config, repeat_of[s.run_id] if many else 0) if run.ok else ("†", 0)
+        members.setdefault(slot, []).append(s)
+    order = [(c, k) for c in present for k in range(max(repeats, 1)) if (c, k) in members]
+    order += [("†", 0)] if ("†", 0) in members else []
     for ax, key in zip(axes[:, 0], keys):
         unit, div = _scaled(key, [s.values[key] for s in series if key in s.values])
-        for config, mine in members.items():
+        for config, k in order:
             segs = [np.column_stack([s.x, s.values[key] / div])[np.isfinite(s.values[key])]
-                    for s in mine if key in s.values]
+                    for s in members[(config, k)] if key in s.values]
             segs = [p for p in segs if len(p)]
             if not segs:
                 continue
-            # one collection per config (its repeats), not one plot() per run: 1,000 runs
-            # draw in a blink, and a config is one style however often it ran
-            st = Style((0.45, 0.45, 0.45, 1.0), ":") if config == "†" else style_of[config]
-            ax.add_collection(LineCollection(segs, colors=[st.color], linestyles=st.linestyle,
-                                             linewidths=1.2, gid=config))
-            pts = np.concatenate(segs)
-            if len(pts) <= 40 * len(segs):      # points only where they can be told apart
-                ax.plot(pts[:, 0], pts[:, 1], ls="none", marker="x" if config == "†" else ".",
-                        ms=3, color=st.color, gid=f"{config} samples")
+            if config == "†":
+                st, (marker, ls), gid = Style((0.45, 0.45, 0.45, 1.0), ":"), ("x", ":"), "†"
+            else:
+                st = style_of[config]
+                marker, ls = _repeat_look(k, many, by_colour, st)
+                gid = f"{config} repeat {k + 1}" if many else config
+            ax.add_collection(LineCollection(segs, colors=[st.color], linestyles=ls,
+                                             linewidths=1.2, gid=gid))
+            pts = _marks(segs, k, repeats, many and config != "†")
+            if pts is not None:
+                ax.plot(pts[:, 0], pts[:, 1], ls="none", marker=marker,
+                        ms=3 if marker in ".x" else 4.5, color=st.color, gid=f"{gid} samples")
         ax.autoscale_view()
         ax.set_ylabel(wrap(f"{PANEL_NAMES[key]} ({unit})", 22), fontsize="small")
         # plain tick values: an offset ("+2.2758e1" above the axis) hides what free RAM was
         ax.ticklabel_format(axis="y", useOffset=False, style="plain")
         ax.grid(alpha=0.3)
-    handles = [Line2D([], [], color=style_of[c].color, ls=style_of[c].linestyle,
-                      label=wrap(names.get(c, c), 30)) for c in present]
-    if failed:
+        if by_token:
+            shade_trim(ax, trim)
+    handles = [Line2D([], [], color=style_of[c].color,
+                      ls="-" if many and by_colour else style_of[c].linestyle,
+                      lw=2.5, label=wrap(names.get(c, c), 30)) for c in present]
+    for k in range(min(repeats, len(REPEAT_MARKERS)) if many else 0):
+        marker, ls = _repeat_look(k, many, by_colour, Style((0.3, 0.3, 0.3, 1.0), "-"))
+        again = f", {k + 1 + len(REPEAT_MARKERS)}, …" if repeats > k + len(REPEAT_MARKERS) else ""
+        handles.append(Line2D([], [], color="0.3", ls=ls, marker=marker, ms=4.5,
+                              label=f"repeat {k + 1}{again}"))
+    if ("†", 0) in members:
         handles.append(Line2D([], [], color="0.45", ls=":", marker="x",
                               label="† runs (left out of the tables)"))
+    if by_token and trim:
+        handles.append(trim_handle(trim))
     _legend_outside(axes[0, 0], handles)
     panels = [PANEL_NAMES[k] for k in keys]
     shown = (", ".join(panels[:-1]) + " and " if len(panels) > 1 else "") + panels[-1]
@@ -285,8 +265,15 @@ def _device(group: Group, series: list[plot_data.Series], by_token: bool,
         gaps = [np.median(np.diff(s.x)) for s in series if len(s.x) > 1]
         every = f", every ≈{np.median(gaps):.1f} s" if gaps else ""
         caption = f"{shown} over each run, from the agent's samples{every}{avail}"
-    if failed:
+    if many:
+        caption += (f"; one colour per config, and each repeat its own marker"
+                    f"{' and line style' if by_colour else ''} (repeat 1 = the config's first "
+                    f"ok run)")
+    if ("†", 0) in members:
         caption += "; dotted grey with ×: runs left out (†)"
+    caption += "; " + trim_caption(trim) + (
+        (" (shaded)" if trim else "") if by_token
+        else " (this figure shows whole runs: its x axis is time, not tokens)" if trim else "")
     return fig, caption
 
 
@@ -295,15 +282,16 @@ def _device(group: Group, series: list[plot_data.Series], by_token: bool,
 def figures(data: ReportData, group: Group) -> list[tuple[str, Any, str]]:
     """(kind, matplotlib figure, caption) of each figure of one group; the caller closes them."""
     plt = _pyplot()
-    names = _labels(data)
+    names = plot_data.config_names(data, group)
     style_of = dict(zip((a.config for a in group.configs), styles(len(group.configs))))
     out: list[tuple[str, Any, str]] = []
     tokens = data.tokens if data.tokens is not None and len(data.tokens) else None
     if tokens is not None:
         config_of = {r.id: a.config for a in group.configs for r in a.runs}
         rates = plot_data.token_rates(tokens, config_of)
-        for kind, drawn in (("trajectory", _trajectory(group, rates, names, style_of, plt)),
-                            ("distribution", _distribution(group, tokens, names, plt))):
+        for kind, drawn in (
+                ("trajectory", trajectory_figure(group, rates, names, style_of, data.trim, plt)),
+                ("distribution", _distribution(group, tokens, names, data.trim, plt))):
             if drawn is not None:
                 out.append((kind, *drawn))
     ids = {r.id for r in group.runs}
@@ -317,7 +305,7 @@ def figures(data: ReportData, group: Group) -> list[tuple[str, Any, str]]:
     # a quantity not measured (NaN on every row: an all-zero RSS column the importer
     # dropped, say) gets no panel; with none measured there is no device figure at all
     if any(np.isfinite(v).any() for s in series for v in s.values.values()):
-        out.append(("device", *_device(group, series, by_token, names, style_of, plt)))
+        out.append(("device", *_device(group, series, by_token, data.trim, names, style_of, plt)))
     out += session_plots.figures(group, data.samples, plt)
     return out
 
