@@ -149,7 +149,7 @@ def test_devices_facts_and_every_headline_figure_beside_the_ratios(devices, tmp_
     figures = text.split("**Headline figures**", 1)[1]
     for header in ("prefill (tok/s)", "TTFT (s)", "p95 (tok/s)", "peak RSS (GiB)"):
         assert header in figures
-    assert "| anon-long | 1.60 → 1.60 (1.00×) |" in figures       # prefill, same files
+    assert f"| {QWEN} | anon-long | 1.60 → 1.60 (1.00×) |" in figures    # prefill, same files
     # the figure, written beside the document and linked
     png = out_file.parent / "devices_files" / "comparison.png"
     assert png.stat().st_size > 10_000 and "](devices_files/comparison.png)" in text

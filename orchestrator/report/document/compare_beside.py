@@ -120,7 +120,9 @@ def figure_rows(comp: SideComparison, skip: Sequence[str] = ("mean",)
         fc.figure.key == f.key for row in comp.matched for figs in row.figures for fc in figs)]
     names = side_names(comp.sides)
     pair = len(comp.sides) > 2
-    headers = ["Config", *(["sides"] if pair else []), *(figure_header(k) for k in keys)]
+    models = len({row.model for row in comp.matched}) > 1   # a name may recur across models
+    headers = [*(["Model"] if models else []), "Config", *(["sides"] if pair else []),
+               *(figure_header(k) for k in keys)]
     rows = []
     for row in comp.matched:
         for j, figs in enumerate(row.figures, 1):
@@ -128,8 +130,8 @@ def figure_rows(comp: SideComparison, skip: Sequence[str] = ("mean",)
             if not any(k in by_key for k in keys):
                 continue
             cells = [figure_cell(by_key[k]) if k in by_key else DASH for k in keys]
-            rows.append([config_text(row), *([f"{names[j]}/{names[0]}"] if pair else []),
-                         *cells])
+            rows.append([*([row.model] if models else []), config_text(row),
+                         *([f"{names[j]}/{names[0]}"] if pair else []), *cells])
     return headers, rows
 
 
@@ -137,9 +139,9 @@ def figures_table(comp: SideComparison) -> Table:
     headers, rows = figure_rows(comp)
     if not rows:
         return Table([], [])
+    text = len(headers) - sum(1 for h in headers if h.endswith(")"))   # figures: "(unit)"
     table = Table([md_escape(h) for h in headers],
-                  ["---"] * (2 if len(comp.sides) > 2 else 1)
-                  + ["---:"] * (len(headers) - (2 if len(comp.sides) > 2 else 1)))
+                  ["---"] * text + ["---:"] * (len(headers) - text))
     table.rows = [[md_escape(c) for c in r] for r in rows]
     return table
 
