@@ -56,8 +56,9 @@ def test_match_pairs_configs_of_other_names(two):
     code, out = orch("compare", "-s", "1", "-s", "2", "--db", two, "--format", "md", *match)
     assert "anon-long ↔ dense_weights=anon-1354tok" in out
     # sessions by name (with the id), and the ids column says what it holds
-    assert "nodesign (session 2)/2026-07-21-pinned-dense-ab (session 1) ratio" in out
-    assert "2026-07-21-pinned-dense-ab (session 1) run ids" in out
+    assert "| nodesign/2026-07-21-pinned-dense-ab ratio |" in out
+    assert "- nodesign (session 2): nodesign on imported" in out
+    assert "| run ids (2026-07-21-pinned-dense-ab; nodesign) |" in out
     assert "| runs" not in out and " runs |" not in out
     code, out = orch("compare", "-s", "1", "-s", "2", "--db", two, "--match", "nosuch=x")
     assert code == 2 and "--match nosuch=x: want A=B" in out

@@ -108,20 +108,29 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
               help="Compare config A of the first side with config B of the others (their "
                    "names differ); repeatable. Names may hold `=`: the split is the one that "
                    "names a config on each side.")
+@click.option("--columns", "columns", metavar="KEY,...",
+              help="The table's columns, by key, in that order (default model,config,tps,"
+                   "runs,ratio,ci,p_holm,verdict; `p` adds the raw p-value); an unknown key "
+                   "exits 2 listing the valid ones.")
 @trim_option
 @db_option
 @friendly
 def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | None,
             builds: tuple[str, ...] | None, fmt: str | None, out: str | None,
-            template: str | None, matches: tuple[str, ...], trim: int | None,
-            db: str | None) -> None:
+            template: str | None, matches: tuple[str, ...], columns: str | None,
+            trim: int | None, db: str | None) -> None:
     """Compare two or more sides (devices or sessions, two sessions of one device included)
     config by config: each side's mean tok/s with its 95% interval, and each side's ratio to
     the first (the reference) with its 95% interval, Welch p-value, Holm-corrected p-value
     and verdict, plus a geometric-mean summary. Configs are matched by model and config;
     those on one side only are listed with why the other has none (its runs failed, or it
-    never ran). --builds A B: the sides are two engine builds. Sides with no config in
-    common exit 2, listing each side's configs: pair them with --match.
+    never ran). A row whose two sides ran the config differently (settings, tokens, model,
+    build) is marked ≠ and what differs is listed under the table. Beside the table: each
+    side's device facts and where they came from, the other headline figures (prefill,
+    TTFT, p95, p99 latency, peak RSS, temperatures) against the reference with their
+    intervals, and with -o a figure of those ratios. --builds A B: the sides are two engine
+    builds. Sides with no config in common exit 2, listing each side's configs: pair them
+    with --match.
 
     There is no --baseline here: each config is compared with the same config (or its
     --match) on the first side, not with another config; for A/B rows against a baseline
@@ -133,11 +142,28 @@ def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | N
 
     if out:
         check_out_file(Path(out))
+    keys = compare_column_keys(columns)
     comp = comparison_of(Store.open(db, create=False), sessions, devices, matrix,
                          builds=builds or (), matches=matches, trim=trim)
     text = run_compare(comp, fmt=fmt, out=Path(out) if out else None, console=console,
-                       template=template)
+                       template=template, keys=keys)
     if out:
         console.print(f"wrote {out}", highlight=False)
     elif text is not None:
         sys.stdout.write(text)
+
+
+def compare_column_keys(columns: str | None) -> list[str] | None:
+    """`orch compare --columns a,b`: the keys (None without it); an unknown key is a usage
+    error (exit 2) listing the valid ones with what each holds."""
+    if columns is None:
+        return None
+    from orchestrator.report.document.compare_columns import COLUMN_KEYS
+
+    keys = [k.strip() for k in columns.split(",") if k.strip()]
+    bad = [k for k in keys if k not in COLUMN_KEYS]
+    if bad or not keys:
+        valid = "; ".join(f"{k} ({what})" for k, what in COLUMN_KEYS.items())
+        raise click.BadParameter(f"unknown column(s) {', '.join(bad) or '(none given)'}; "
+                                 f"valid: {valid}", param_hint="--columns")
+    return keys

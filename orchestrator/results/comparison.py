@@ -10,6 +10,10 @@ are not paired, they ran at different times — Holm-corrected across every comp
 table, "significant" only when the corrected p-value is below 0.05. A side with a single run
 of a config gets its ratio but no interval and no verdict: one run carries no spread to test
 against. Runs that did not end ok take no part and are named.
+
+Beside each ratio: what else differs between the two sides' runs of the config (settings,
+tokens, model, build: results/confounds.py), the other headline figures side by side
+(results/headline_figures.py), and each side's device facts (results/side_devices.py).
 """
 from __future__ import annotations
 
@@ -22,8 +26,11 @@ from typing import Any
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError, NotFound
+from orchestrator.results.confounds import Difference, differences
+from orchestrator.results.headline_figures import FigureComparison, figure_comparisons
 from orchestrator.results.measured import config_labels
 from orchestrator.results.query import Side
+from orchestrator.results.side_devices import SideDevice, side_devices
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine_all
 from orchestrator.stats.status import Status
@@ -50,6 +57,10 @@ class ConfigRow:
     vs_reference: list[Comparison | None]   # per other side (sides[1:]), Holm-corrected
     failed: list[list[int]] = field(default_factory=list)   # per side: its runs not ok
     matched: list[str | None] = field(default_factory=list)  # per side: its name, if --match
+    # per other side (sides[1:]): what its runs of the config differ in from the reference's
+    differs: list[list[Difference]] = field(default_factory=list)
+    # per other side: the headline figures against the reference's
+    figures: list[list[FigureComparison]] = field(default_factory=list)
 
     def absence(self, side: int) -> Absence | None:
         """Why side `side` has no figure for it; None when it has one."""
@@ -76,6 +87,7 @@ class SideComparison:
     summary: list[float | None]             # per other side: geometric mean of the ratios
     summary_configs: list[int]              # per other side: how many configs that mean has
     left_out: list[tuple[Side, Any]]        # (side, run row) of runs that did not end ok
+    devices: list[SideDevice] = field(default_factory=list)   # per side: its device's facts
 
     @property
     def reference(self) -> Side:
@@ -189,12 +201,26 @@ def build(store: Store, sides: Sequence[Side], matches: Sequence[str] = (),
             if _has(combined[0], key) and _has(c, key) else None for c in combined[1:]]
            for key in keys]
     corrected = iter(correct([c for row in raw for c in row if c is not None]))
+    by_id = {r.id: r for r in rows}
+
+    def beside(key: Key) -> tuple[list[list[Difference]], list[list[FigureComparison]]]:
+        """Per other side: what differs from the reference, and the headline figures."""
+        if not _has(combined[0], key):
+            return [[] for _ in combined[1:]], [[] for _ in combined[1:]]
+        ref = combined[0][key]
+        return ([differences([by_id[i] for i in ref.ok], [by_id[i] for i in c[key].ok],
+                             figures) if _has(c, key) else [] for c in combined[1:]],
+                [figure_comparisons(ref, c[key]) if _has(c, key) else []
+                 for c in combined[1:]])
+
+    extra = {key: beside(key) for key in keys}
     table = [ConfigRow(model=key[0], config=key[1],
                        means=[c[key].mean if _has(c, key) else None for c in combined],
                        run_ids=[list(c[key].ok) if key in c else [] for c in combined],
                        vs_reference=[next(corrected) if c is not None else None for c in row],
                        failed=[list(c[key].not_ok) if key in c else [] for c in combined],
-                       matched=[renamed.get((i, key)) for i in range(len(sides))])
+                       matched=[renamed.get((i, key)) for i in range(len(sides))],
+                       differs=extra[key][0], figures=extra[key][1])
              for key, row in zip(keys, raw)]
     summary, counts = [], []
     for j in range(len(sides) - 1):
@@ -202,7 +228,8 @@ def build(store: Store, sides: Sequence[Side], matches: Sequence[str] = (),
                   if c is not None and c.ratio]
         summary.append(geometric_mean(ratios))
         counts.append(len(ratios))
-    return SideComparison(list(sides), table, summary, counts, left_out)
+    return SideComparison(list(sides), table, summary, counts, left_out,
+                          side_devices(store, sides))
 
 
 def build_side(store: Store, build: str, device: str | None = None,

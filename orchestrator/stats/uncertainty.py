@@ -160,3 +160,32 @@ def correct(comparisons: Sequence[Comparison], alpha: float = ALPHA) -> list[Com
     adjusted = holm([c.p_value for c in comparisons])
     return [replace(c, p_adjusted=p, significant=p is not None and p < alpha)
             for c, p in zip(comparisons, adjusted)]
+
+
+@dataclass(frozen=True)
+class Difference:
+    """Candidate minus baseline (a temperature in °C, where a ratio of two readings means
+    nothing): the difference of the means with its Welch interval (None below two runs a
+    side)."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    n_base: int
+    n_cand: int
+
+
+def difference(base: Sequence[float | None], cand: Sequence[float | None],
+               confidence: float = CONFIDENCE) -> Difference:
+    """The difference of two sets of repeated measurements' means, with a Welch interval
+    (the sides ran at different times: unpaired)."""
+    a, b = _finite(base), _finite(cand)
+    if not len(a) or not len(b):
+        return Difference(None, None, None, len(a), len(b))
+    value = float(b.mean() - a.mean())
+    if len(a) < 2 or len(b) < 2:
+        return Difference(value, None, None, len(a), len(b))
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        return Difference(value, value, value, len(a), len(b))
+    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(confidence)
+    return Difference(value, float(ci.low), float(ci.high), len(a), len(b))

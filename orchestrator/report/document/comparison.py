@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.report.document.compare_plot import draw_figure
 from orchestrator.report.document.request import SectionRequest
 from orchestrator.results.report_data import ReportData
 
@@ -11,4 +12,8 @@ TEMPLATE = "compare_table.md.j2"
 
 
 def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
-    return {"comparison": request.report.comparison}
+    """The section, with its figure drawn where the report draws its own (not --no-plots)."""
+    section = request.report.comparison
+    if section is not None and request.report.plots:
+        section = draw_figure(section, request.report.out, request.report.fmt)
+    return {"comparison": section}
