@@ -145,7 +145,8 @@ class DeviceProgress(Progress):
         name = (_shown if markup else _plain)
         return " ".join(x for x in (index, name(model) if model else "", name(config), rep) if x)
 
-    def mean(self) -> float | None:
+    def rate_so_far(self) -> float | None:
+        """The cell's tok/s so far (stats/figures.py rate: tokens over their decode time)."""
         return rate(self.count, self.wall) if self.count else None
 
     def eta(self, now: float) -> float | None:
@@ -180,12 +181,12 @@ class DeviceProgress(Progress):
         if self.phase == "cooling":
             left = f"{duration(self.cool_left)} left" if self.cool_left is not None else ""
             return _joined(head, [Part(self._cooling()), Part(left, glued=True)], tail)
-        mean = self.mean()
+        mean = self.rate_so_far()
         body = [Part(bar(self.count, self.total), 9),
                 Part(f"{self.count}/{self.total} tok" if self.total else f"{self.count} tok", 4),
                 Part(f"{self.current:.2f} tok/s" if self.count else "— tok/s"),
-                Part(f"mean {mean:.2f}" if mean is not None else "", 6),
-                Part(f"{self.temp_c:.1f} °C" if self.temp_c is not None else "", 7),
+                Part(f"mean {mean:.2f}" if mean is not None else "", 7),
+                Part(f"{self.temp_c:.1f} °C" if self.temp_c is not None else "", 6),
                 Part(f"{self.free_gib:.2f} GiB free" if self.free_gib is not None else "", 8)]
         return _joined(head, body, tail)
 
@@ -283,7 +284,7 @@ class DeviceProgress(Progress):
             left = f", {duration(self.cool_left)} left" if self.cool_left is not None else ""
             self._line(f"{self._cooling()}{left}{tail}")
             return
-        mean = self.mean()
+        mean = self.rate_so_far()
         self._line(f"running {duration(now - self.run_clock)}: {self.count}/{self.total} "
                    f"tokens, " + (f"{mean:.2f} tok/s mean" if mean is not None else "no tokens yet")
                    + tail)
