@@ -30,14 +30,20 @@ from orchestrator.stats.status import Status
                    "then share it: the measurements are not clean).")
 @click.option("--yes", "-y", is_flag=True,
               help="Run a plan of over 1,000 cells without asking (needed without a terminal).")
+@click.option("--runs", "per_run", is_flag=True,
+              help="End with the table of every run too (one row per run), not only the "
+                   "table per config.")
 @inventory_option
 @db_option
 @friendly
 def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: float,
-        force: bool, yes: bool, inventory: str | None, db: str | None) -> None:
+        force: bool, yes: bool, per_run: bool, inventory: str | None, db: str | None) -> None:
     """Run MATRIX_FILE's cells on a device and store the results.
 
-    Progress shows per cell the config, tokens so far and tok/s; a table of the runs follows.
+    Progress shows per cell the config, tokens so far, tok/s and the ETA (without a terminal:
+    a line per cell start and end, and one a minute while a cell runs); a table per config
+    follows (mean tok/s with its 95% interval over the repeats, the devices side by side;
+    --runs adds one row per run).
     Cells continue past a failed cell. Exit code 0 when every cell ended ok, 1 otherwise,
     2 for a bad matrix, inventory, engine option or --db (all checked before the store or a
     device is touched: nothing is written then), 3 for an unknown device, 4 when the session
@@ -50,17 +56,19 @@ def run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: fl
     """
     from orchestrator.run.lifecycle import stop_on_signals
 
+    hint = resume_command(matrix_file, _given(click.get_current_context()))
     with stop_on_signals():
-        _run(matrix_file, devices, resume, link_grace, force, yes, inventory, db)
+        _run(matrix_file, devices, resume, link_grace, force, yes, per_run, inventory, db, hint)
 
 
 def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: float,
-         force: bool, yes: bool, inventory: str | None, db: str | None) -> None:
+         force: bool, yes: bool, per_run: bool, inventory: str | None, db: str | None,
+         hint: str) -> None:
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.matrix import load_matrix
     from orchestrator.db.store import Store
-    from orchestrator.report.terminal.runs import print_session_table
-    from orchestrator.results.listings import session_listing
+    from orchestrator.report.terminal.run_end import print_run_end
+    from orchestrator.results.run_end import run_end
     from orchestrator.run.progress import Board
     from orchestrator.run.runner import LinkPolicy
 
@@ -81,10 +89,11 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
         results = run_devices(store, inv, loaded, names, board, options)
     except KeyboardInterrupt:
         board.close()
-        _stopped(matrix_file)
+        _stopped(hint)
     finally:
         board.close()
     codes = set()   # the exit code each device that did not end ok asks for
+    sessions: dict[str, int] = {}
     for name in names:
         result = results.get(name)
         if result is None:   # its thread died without a result (an unexpected error)
@@ -96,9 +105,11 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
             click.echo(text if text.startswith(f"{name}: ") else f"{name}: {text}", err=True)
             codes.add(result.exit_code if isinstance(result, OrchError) else Failed.exit_code)
             continue
-        print_session_table(console, session_listing(store, result.session_id))
+        sessions[name] = result.session_id
         if any(o.status != Status.OK for o in result.outcomes):
             codes.add(Failed.exit_code)
+    if sessions:
+        print_run_end(console, run_end(store, sessions), runs=per_run)
     if codes:   # reported above; one device's own code (4: busy), else 1
         raise _Reported(codes.pop() if len(codes) == 1 else Failed.exit_code)
 
@@ -111,15 +122,46 @@ class _Reported(OrchError):
         self.exit_code = exit_code
 
 
-def _stopped(matrix_file: str) -> NoReturn:
+def _given(ctx: click.Context) -> dict[str, object]:
+    """The options the user typed on `orch run`'s command line, by parameter name (not
+    their defaults, nor ORCH_DB: the environment gives it again, and a URL there may hold a
+    password that a printed hint would show)."""
+    from click.core import ParameterSource
+
+    return {name: value for name, value in ctx.params.items()
+            if name != "matrix_file"
+            and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE}
+
+
+def resume_command(matrix_file: str, given: dict[str, object]) -> str:
+    """The command that resumes this run: its matrix, `--resume` and every option the user
+    gave (each --device, --db, --inventory, --link-grace...), so that it runs as typed
+    (before: `orch run X --resume` without the --device it needed, which failed)."""
+    words = ["orch", "run", matrix_file, "--resume"]
+    for param in run.params:
+        if not isinstance(param, click.Option) or param.name not in given \
+                or param.name == "resume":
+            continue
+        value, flag = given[param.name], param.opts[0]
+        if param.is_flag:
+            words += [flag] if value else []
+        elif param.multiple:
+            for item in value or ():   # type: ignore[attr-defined]
+                words += [flag, str(item)]
+        elif value is not None:
+            words += [flag, str(value)]
+    return shlex.join(words)
+
+
+def _stopped(hint: str) -> NoReturn:
     """One line and 128 + the signal (130 Ctrl-C, 143 SIGTERM): the engine was stopped, its
     run marked interrupted and the session ended by the runner before this."""
     from orchestrator.run.lifecycle import STOPPING
 
     signum = STOPPING.signum or signal.SIGINT
     raise Interrupted(f"orch run: stopped by {signal.Signals(signum).name}: the running cell "
-                      f"is marked interrupted and the session ended; `orch run "
-                      f"{shlex.quote(matrix_file)} --resume` re-runs it", signum)
+                      f"is marked interrupted and the session ended; `{hint}` re-runs it",
+                      signum)
 
 
 @click.command()

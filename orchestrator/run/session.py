@@ -295,10 +295,12 @@ def _settle(device: DeviceSession, first: bool) -> Settled:
     too: it should start from the baseline as well), or the fixed timer between cells."""
     spec, progress = device.cooldown, device.progress
     if spec.is_condition:
+        target_c = spec.threshold_mC(device.baseline) / 1000.0   # the board shows what it waits for
+
         def shown(reading: Reading) -> None:
             temp = reading.values.get("value_mC")
             progress.cooldown(spec.max, spec.max - reading.elapsed_ms / 1000.0,
-                              None if temp is None else temp / 1000.0)
+                              None if temp is None else temp / 1000.0, target_c)
 
         result = wait_for_condition(device.client, spec, device.baseline, shown)
         if result.outcome == "max":

@@ -16,6 +16,7 @@ from orchestrator.escape import visible
 from orchestrator.record_versions import entry_state
 from orchestrator.report.format.columns import LISTING, SESSION, SHOW
 from orchestrator.report.format.formatters import token_count, when
+from orchestrator.report.terminal.fit import FitColumn, fitted_table
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER, DASH, is_missing, plain
@@ -25,22 +26,44 @@ def _status(row: RunRow) -> str:
     return row.status if row.status == Status.OK else f"{DAGGER} {row.status}"
 
 
+# which per-run columns of `orch run --runs` give way first on a narrow terminal (higher goes
+# first); run, device, config, rep, status and decode mean always stay (report/terminal/fit.py)
+_RUN_DROPS = {"tokens": 4, "median": 5, "p95": 6, "p5": 7, "min": 8, "max": 9,
+              "read_mib_per_token": 10, "cache_hit_pct": 11, "peak_rss_gib": 12}
+
+
 def print_session_table(console: Console, listing: Listing) -> None:
+    """A session's runs, one row each (`orch run --runs`, `orch lab wait`), fitted to the
+    terminal, then its notes (print_session_notes)."""
+    rows, stats, session_id = listing.rows, listing.figures, listing.session_id
+    columns = [FitColumn("run", [str(r.id) for r in rows], "right"),
+               FitColumn("device", [visible(r.device) for r in rows]),
+               FitColumn("config", [visible(r.config) for r in rows]),
+               FitColumn("rep", [str(r.repeat_index + 1) for r in rows], "right"),
+               FitColumn("status", [_status(r) for r in rows])]
+    columns += [FitColumn(col.header, [col.text(stats.get(r.id)) for r in rows], col.justify,
+                          _RUN_DROPS.get(col.key)) for col in SESSION.columns]
+    table, left_out = fitted_table(
+        console, columns, f"session {session_id}: {rows[0].matrix_name if rows else ''}")
+    console.print(table)
+    print_left_out(console, left_out)
+    print_session_notes(console, listing)
+
+
+def print_left_out(console: Console, headers: list[str]) -> None:
+    """The columns a table left out to fit the terminal, named (so nothing goes unsaid)."""
+    if headers:
+        console.print(f"(left out to fit {console.width} columns: {', '.join(headers)}; a "
+                      f"wider terminal shows them)", markup=False, highlight=False,
+                      style="dim")
+
+
+def print_session_notes(console: Console, listing: Listing) -> None:
+    """What follows a session's table: a session run's turns, the runs that did not end
+    ok with their cause, the runs' warnings and the session's comparability caveats."""
     from orchestrator.report.format.labels import failure_line
 
-    rows, stats, session_id = listing.rows, listing.figures, listing.session_id
-    table = Table(title=f"session {session_id}: {rows[0].matrix_name if rows else ''}",
-                  title_justify="left")
-    for name in ("run", "device", "config", "rep", "status"):
-        table.add_column(name, justify="right" if name in ("run", "rep") else "left")
-    for col in SESSION.columns:
-        table.add_column(col.header, justify=col.justify)
-    for row in rows:
-        s = stats.get(row.id)
-        table.add_row(str(row.id), visible(row.device), visible(row.config),
-                      str(row.repeat_index + 1), _status(row),
-                      *(col.text(s) for col in SESSION.columns))
-    console.print(table)
+    rows, stats = listing.rows, listing.figures
     for row in rows:       # a session run: its turns in one line (orch show N: the table)
         s = stats.get(row.id)
         if s is not None and s.turns:
