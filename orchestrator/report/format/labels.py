@@ -1,6 +1,7 @@
 """A run's row label as every view prints it: its config (its matrix's `labels:` entry, else
-its design file's `label:`, else its name: results/rows.py), its repeat, and a dagger when it did not end ok (in no figure of its config); a
-group's title; the line that says why a run is in no aggregate (failure_line)."""
+its design file's `label:`, else its name: results/rows.py), its repeat, and a dagger when it
+did not end ok (in no figure of its config); a group's title; the line that says why a run is
+in no aggregate (failure_line)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
