@@ -135,7 +135,7 @@ def test_orch_report_takes_repeatable_b(pinned):
     assert ("anon-crossday" in header or "anon, 20 Jul 21:35" in header) and QWEN in header
     assert "ahwb-short-c1000" in header or "cache 1000 MiB forced" in header
     ab_rows = [line for line in text.splitlines()
-               if line.startswith(("| ahwb-long", "| anon-long"))]
+               if line.startswith(("| ahwb, long generation", "| anon, long generation"))]
     assert any("+63.6%" in line for line in ab_rows) and any("+38.8%" in line for line in ab_rows)
     code, out = orch("report", "1", "--db", pinned, "--no-plots", "-b", "nosuch")
     assert code == 2 and "-b nosuch: no config 'nosuch' in session 1" in out

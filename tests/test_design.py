@@ -373,10 +373,10 @@ def test_report_prints_the_designs_notes_labels_and_device(tmp_path):
     results = text.index("## Results")
     # the session note under the description, before the results
     assert text.index("Pinned dense weights") < text.index("Verdict of the study") < results
-    # the legend before the first group's tables: config, label, flags, files
+    # the legend before the first group's tables: label (the rows' name), key, flags, files
     legend = text.index("**Configs**")
     assert results < legend < text.index("### ")
-    assert ("| anon-crossday | anon, 20 Jul 21:35 (cross-day, not usable) | "
+    assert ("| anon, 20 Jul 21:35 (cross-day, not usable) | `anon-crossday` | "
             "`--dense-weights anon` | `bmoe-20260720-212009.csv` |") in text
     # each model's note above its tables, each config's note under the tables showing it
     qwen = text.index(f"### {QWEN}")
@@ -384,9 +384,9 @@ def test_report_prints_the_designs_notes_labels_and_device(tmp_path):
     assert qwen < text.index("**Qwen3.6-35B-A3B Q4_K_M**: In-app runs") < gptoss
     assert text.index("findings.md describes every run") > gptoss
     # the design's baselines: anon-long did not run here, so Qwen's A/B says so
-    crossday = text.index("**anon-crossday**: Not usable")
+    crossday = text.index("**anon, 20 Jul 21:35 (cross-day, not usable)**: Not usable")
     assert qwen < text.index("The baseline anon-long did not run in this group") < crossday < gptoss
-    assert re.search(r"\| anon-short-c2000 \| [^|]+ \| baseline \|", text)
+    assert re.search(r"\| anon, short pair, cache 2000 MiB \| [^|]+ \| baseline \|", text)
     # the device line carries the design's facts, storage included
     assert ("OnePlus 15R (Snapdragon 8 Elite, 8 cores, 11.4 GiB RAM, UFS 4.0, Android 16)"
             in text)
@@ -402,9 +402,10 @@ def test_orch_table_prints_the_notes_under_each_group_markdown_only(tmp_path):
     text = orch("table", "--db", db)
     assert text.index("Verdict of the study") < text.index("**Configs**") < text.index("### ")
     qwen, gptoss = text.index(f"### {QWEN}"), text.index(f"### {GPTOSS}")
-    assert qwen < text.index("In-app runs") < text.index("**anon-crossday**: Not usable") < gptoss
+    crossday = text.index("**anon, 20 Jul 21:35 (cross-day, not usable)**: Not usable")
+    assert qwen < text.index("In-app runs") < crossday < gptoss
     assert text.index("findings.md describes every run") > gptoss
-    assert "| ahwb-short-c2000 | ahwb, short pair, cache 2000 MiB (ran first) |" in text
+    assert ("| ahwb, short pair, cache 2000 MiB (ran first) | `ahwb-short-c2000` |" in text)
     for fmt in ("csv", "json"):
         assert "Not usable" not in orch("table", "--db", db, "--format", fmt)
 

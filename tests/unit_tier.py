@@ -77,6 +77,7 @@ UNIT: dict[str, tuple[str, ...]] = {
     # config: matrices, designs, inventories, local files, refused before anything is opened
     "test_matrix.py": (),
     "test_early_checks.py": (),
+    "test_report_rows.py": ("test_without_a_design_no_overlap_is_claimed",),
     "test_design.py": ("test_a_matrix_notes_are_printed_like_a_designs",
                        "test_orch_table_prints_the_notes_under_each_group_markdown_only",
                        "test_report_prints_the_designs_notes_labels_and_device"),

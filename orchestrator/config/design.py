@@ -30,7 +30,7 @@ from pydantic import (
 )
 
 from orchestrator.config.matrix import flag_problems
-from orchestrator.config.notes import Notes
+from orchestrator.config.notes import Notes, applies, key_problems, scoped
 from orchestrator.config.yamlfile import Problems, errors_at, load_yaml, validate
 from orchestrator.errors import ConfigError
 
@@ -151,6 +151,9 @@ class Design(_Strict):
     notes: Notes | None = None
     files: dict[str, FileRule] = Field(default_factory=dict)   # glob -> how to read it
     trim: int = Field(default=0, ge=0, strict=True)  # first tokens left out (stats/trim.py)
+    # configs not run on purpose (an OOM, a device that cannot hold it): CONFIG or
+    # MODEL:CONFIG -> why, shown in the model's table notes
+    left_out: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("measured", mode="before")
     @classmethod
@@ -185,6 +188,7 @@ class Design(_Strict):
         """The rules that relate keys to each other, each error at the key it is about."""
         problems = _model_problems(self) + _config_problems(self) + _baseline_problems(self)
         problems += _notes_problems(self) + _pattern_problems(("order",), self.order)
+        problems += _left_out_problems(self)
         if problems:
             raise errors_at(self, problems)
         return self
@@ -238,8 +242,14 @@ class Design(_Strict):
     def model_note(self, model: str) -> str | None:
         return self.notes.models.get(model) if self.notes is not None else None
 
-    def config_note(self, config: str) -> str | None:
-        return self.notes.configs.get(config) if self.notes is not None else None
+    def config_note(self, config: str, model: str | None = None) -> str | None:
+        """The note on `config` as `model`'s tables show it (a MODEL:CONFIG note first)."""
+        return self.notes.config_note(config, model) if self.notes is not None else None
+
+    def left_out_for(self, model: str) -> list[tuple[str, str]]:
+        """(config, why) of the configs left out of `model`'s runs on purpose, as written."""
+        return [(scoped(key)[1], why) for key, why in self.left_out.items()
+                if applies(key, model)]
 
     def stored(self) -> dict[str, Any]:
         """JSON-ready, as the importer keeps it in the session's import options."""
@@ -299,11 +309,18 @@ def _notes_problems(design: Design) -> Problems:
     if design.notes is None:
         return []
     configs, models = list(design.configs), list(design.models)
-    problems: Problems = [(("notes", "configs", c), f"{c!r} {_one_of('configs', configs)}")
-                          for c in design.notes.configs if configs and c not in configs]
+    problems: Problems = [(("notes", "configs", key), message) for key in design.notes.configs
+                          for message in key_problems(key, configs, models)]
     problems += [(("notes", "models", m), f"{m!r} {_one_of('models', models)}")
                  for m in design.notes.models if models and m not in models]
     return problems
+
+
+def _left_out_problems(design: Design) -> Problems:
+    """A left-out config need not be one of `configs` (it was not run: it has no files)."""
+    models = list(design.models)
+    return [(("left_out", key), message) for key, why in design.left_out.items()
+            for message in key_problems(key, [], models, why)]
 
 
 # ---- loading -------------------------------------------------------------------------------

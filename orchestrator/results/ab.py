@@ -37,6 +37,7 @@ from orchestrator.db.rows import RunRow
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.errors import ConfigError
 from orchestrator.results.query import by_model_and_device
+from orchestrator.results.rows import config_label
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.statistics import delta_pct
@@ -303,7 +304,7 @@ def _group(model: str, device: str, members: list[RunRow], figures: Mapping[int,
         joules, energy = _energy(figures, base, config, ok[baseline], good, name != baseline
                                  and _paired(matrix, baseline, name))
         rows.append(ABRow(
-            config=name, label=matrix.label(name) if matrix is not None else name,
+            config=name, label=config_label(name, matrix, design),
             is_baseline=name == baseline,
             interval=config.mean,
             comparison=comparison, ids=config.ok, failed=config.not_ok,

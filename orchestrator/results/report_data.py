@@ -35,6 +35,7 @@ from orchestrator.results.quality import ModelQuality, summarise
 from orchestrator.results.query import by_model_and_device
 from orchestrator.results.regressions import Regression, regressions
 from orchestrator.results.routes import run_figures
+from orchestrator.results.rows import LeftOut, config_label, in_order, left_out, listed_configs
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, Spread, combine
 from orchestrator.stats.figures import RunFigures
@@ -44,7 +45,7 @@ from orchestrator.stats.status import Status
 @dataclass
 class RunView:
     row: RunRow
-    config_label: str             # its config as the reader sees it: its `labels:` entry
+    config_label: str             # its config as the reader sees it (results/rows.py)
     figures: RunFigures           # the run's figures (Runs.figures)
 
     @property
@@ -68,7 +69,7 @@ class ConfigAgg:
     figures: ConfigFigures        # every run of the config, combined over its ok ones
     runs: list[RunView]           # ok runs only: failed ones are in no figure of the config
     bad: list[RunView] = field(default_factory=list)
-    label: str = ""               # the matrix's `labels:` entry for the config, else its name
+    label: str = ""               # the config's label (matrix, else design), else its name
 
     @property
     def values(self) -> Any:
@@ -98,6 +99,7 @@ class Group:
     ceilings: Any = None          # the device's ceilings nearest its first run (results/ceilings)
     judgements: dict[str, Judgement] = field(default_factory=dict)  # config -> against them
     quality: ModelQuality | None = None  # its newest session's quality probes (results/quality)
+    left_out: list[LeftOut] = field(default_factory=list)  # configs not run on purpose
 
     @property
     def failed(self) -> list[RunView]:
@@ -125,6 +127,9 @@ class ReportData:
     # traced runs' route figures: run id -> (results/routes.py run_figures) or why not
     routes: dict[int, Any] = field(default_factory=dict)
     quantile: str = "linear"               # the p5/p95 quantile method of the figures
+    # every config of the runs in the author's order (results/rows.py): the groups' rows and
+    # the legend follow it
+    config_order: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[RunView]:
@@ -186,14 +191,16 @@ def _slug(*parts: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:60] or "group"
 
 
-def _label(row: RunRow, matrices: dict[int, Matrix | None]) -> str:
-    """A run's config as the reader sees it: its `labels:` entry, else its name."""
-    matrix = matrices.get(row.session_id)
-    return matrix.label(row.config) if matrix is not None else row.config
+def _label(row: RunRow, matrices: dict[int, Matrix | None],
+           designs: dict[int, Design | None]) -> str:
+    """A run's config as the reader sees it (results/rows.py config_label)."""
+    return config_label(row.config, matrices.get(row.session_id), designs.get(row.session_id))
 
 
-def _groups(runs: list[RunView], ab: list[ABGroup],
-            matrices: dict[int, Matrix | None]) -> list[Group]:
+def _groups(runs: list[RunView], ab: list[ABGroup], order: list[str],
+            designs: dict[int, Design | None]) -> list[Group]:
+    """The (model, device) groups, each's configs in the author's `order`, with the configs
+    its sessions' designs left out on purpose."""
     by_key = {(g.model, g.device): g for g in ab}
     groups = []
     for i, ((model, device), members) in enumerate(by_model_and_device(runs, lambda r: r.row), 1):
@@ -201,11 +208,13 @@ def _groups(runs: list[RunView], ab: list[ABGroup],
         for r in members:
             configs.setdefault(r.row.config, []).append(r)
         aggs = [ConfigAgg(name, combine([r.result for r in rs]), [r for r in rs if r.ok],
-                          [r for r in rs if not r.ok], _label(rs[0].row, matrices))
-                for name, rs in configs.items()]
+                          [r for r in rs if not r.ok], rs[0].config_label)
+                for name in in_order(configs, order) for rs in [configs[name]]]
+        sessions = dict.fromkeys(r.row.session_id for r in members)
         groups.append(Group(model, device, members[0].row.engine,
                             f"{i}-{_slug(model, device)}", members, aggs,
-                            by_key.get((model, device))))
+                            by_key.get((model, device)),
+                            left_out=left_out((designs.get(s) for s in sessions), model)))
     return groups
 
 
@@ -273,24 +282,26 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     sids = list(dict.fromkeys(r.session_id for r in rows))
     sessions = Sessions(store).by_ids(sids)
     parsed = {s.id: stored_matrix(s.matrix_text) for s in sessions}
-    runs = [RunView(r, _label(r, parsed), figures[r.id]) for r in rows]
+    designs = {s.id: session_design(s) for s in sessions}
+    runs = [RunView(r, _label(r, parsed, designs), figures[r.id]) for r in rows]
     devices = device_views(store, rows, sessions)
     files: dict[int, Any] = {}
     for f in Sessions(store).imported_files(sids):
         files.setdefault(f.session_id, {})[f.path] = f
     matrices = {s.id: stored_matrix_data(s.matrix_text) for s in sessions}
-    designs = {s.id: session_design(s) for s in sessions}
     # each (model, device) group against its own model's baseline; Holm across all of them
     ab = ab_groups(rows, figures, parsed, baseline, designs=designs,
                    earlier=store_repeats(store))     # noise floor of single runs
-    groups = _groups(runs, ab, parsed)
+    order = in_order((r.config for r in rows),
+                     listed_configs((designs.get(s) for s in sids), (parsed.get(s) for s in sids)))
+    groups = _groups(runs, ab, order, designs)
     for g in groups:
         _beside(store, g, sessions)
     caveats = drift.caveats(rows, {r.id: r.figures.mean for r in runs}, matrices)
     return ReportData(sessions=sessions, devices=devices, runs=runs, groups=groups,
                       matrices=matrices, imported_files=files, designs=designs,
                       trim=trim, quantile=quantile, tokens=tokens, samples=samples,
-                      caveats=caveats,
+                      caveats=caveats, config_order=order,
                       regressions=regressions(store, rows),
                       routes=_routes(store, runs) if routes else {})
 

@@ -1,7 +1,8 @@
 """What `orch table` shows of a stored session, read and computed once (report/table/session.py
 lays it out): the session's runs and their figures (with `--trim`/the quantile method asked
 for), each (model, device) group's model facts and configs combined (ConfigFigures: the
-pivot's cells), its A/B groups, the comparability caveats and the design file.
+pivot's cells), its A/B groups, the comparability caveats and the design file. Each group's
+runs are in the author's config order (results/rows.py), a config's runs in run order.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from orchestrator.results import ab
 from orchestrator.results.drift import Caveat, session_warnings
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.query import by_model_and_device
+from orchestrator.results.rows import LeftOut, config_label, in_order, left_out, listed_configs
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine_all
 from orchestrator.stats.figures import RunFigures
@@ -40,6 +42,12 @@ class TableData:
     caveats: list[Caveat] = field(default_factory=list)
     design: Design | None = None             # an import's design file
     matrix: Matrix | None = None             # the session's stored matrix, parsed
+    order: list[str] = field(default_factory=list)     # its configs in the author's order
+    left_out: dict[str, list[LeftOut]] = field(default_factory=dict)  # model -> not run
+
+    def label(self, config: str) -> str:
+        """A config as its rows name it (results/rows.py config_label)."""
+        return config_label(config, self.matrix, self.design)
 
 
 def table_data(store: Store, session_id: int, quantile: str = "linear",
@@ -54,7 +62,11 @@ def table_data(store: Store, session_id: int, quantile: str = "linear",
     trim = resolve_trim(trim, [session])
     # each run's figures (stored, or computed for another trim or quantile method)
     figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)
-    groups = by_model_and_device(rows)
+    design, matrix = session_design(session), stored_matrix(session.matrix_text)
+    order = in_order((r.config for r in rows), listed_configs([design], [matrix]))
+    rank = {name: i for i, name in enumerate(order)}
+    groups = [(key, sorted(members, key=lambda r: rank[r.config]))   # stable: run order
+              for key, members in by_model_and_device(rows)]
     facts = {key: facts_for_group(store, session, key[0], key[1], members)
              for key, members in groups}
     configs = {}
@@ -65,8 +77,9 @@ def table_data(store: Store, session_id: int, quantile: str = "linear",
         configs[key] = combine_all(by_config)
     ab_groups = ab.session_groups(store, session_id, rows, figures, baseline) if with_ab else []
     return TableData(session_id, session, rows, figures, trim, groups, facts, configs,
-                     ab_groups, session_warnings(store, session_id), session_design(session),
-                     stored_matrix(session.matrix_text))
+                     ab_groups, session_warnings(store, session_id), design, matrix, order,
+                     {model: left_out([design], model) for model, _ in dict.fromkeys(
+                         key for key, _ in groups)})
 
 
 def deltas_to_first(means: Sequence[float | None]) -> list[float | None]:

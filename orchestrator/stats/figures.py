@@ -28,7 +28,7 @@ from orchestrator.stats.turns import TurnFigures
 # Bump when a figure is added, removed or computed differently: stored figures of another
 # version are recomputed by a migration (db/migrations: one per version) and, until then,
 # computed when read.
-FIGURES_VERSION = 3
+FIGURES_VERSION = 4
 
 
 
@@ -36,12 +36,15 @@ FIGURES_VERSION = 3
 class RunFigures:
     """One run's figures (docs/formats.md §6 for the published ones)."""
 
-    # -- decode throughput over the run's token rows (after the trim): n / Σ decode s, and
-    #    the distribution of per-token tok/s (1000 / wall_ms), linear interpolation
+    # -- decode throughput: the headline mean over every token row (n / Σ decode s, never
+    #    trimmed: the rate the study publishes), then the distribution of per-token tok/s
+    #    (1000 / wall_ms, linear interpolation) over the rows after the trim
     n: int = 0                           # token rows (after the trim)
-    mean: float | None = None            # tok/s; a run without token rows: the engine's own
+    mean: float | None = None            # tok/s over every token row, whatever the trim; a
+                                         # run without token rows: the engine's own
     s_per_token: float | None = None     # decode s/token over the same tokens (Σ wall / n);
                                          # a run without token rows: the engine's own
+    mean_after_trim: float | None = None  # tok/s over the rows after the trim (None at trim 0)
     min: float | None = None
     max: float | None = None
     median: float | None = None
@@ -193,8 +196,9 @@ _KINDS: dict[str, type] = {
     f.name: next(kind for word, kind in (("TurnFigures", object), ("tuple", tuple), ("bool", bool), ("int", int),
                                          ("float", float), ("str", str)) if word in str(f.type))
     for f in dataclasses.fields(RunFigures)}
-# the figures a trim changes (the per-token ones); the rest describe the whole run
-PER_TOKEN: tuple[str, ...] = ("n", "mean", "s_per_token", "min", "max", "median", "p5", "p95",
+# the figures a trim changes (the per-token ones); the rest describe the whole run, the
+# headline mean and s/token included (the trimmed mean is `mean_after_trim`, beside them)
+PER_TOKEN: tuple[str, ...] = ("n", "min", "max", "median", "p5", "p95",
                               "latency_p50_ms", "latency_p90_ms", "latency_p99_ms",
                               "steady_from_token", "steady_mean")
 NOT_MEASURED = RunFigures()

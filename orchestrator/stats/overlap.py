@@ -17,16 +17,27 @@ from typing import Any
 def overlapped(settings: Mapping[str, Any] | None, argv: Any, flags: str | None,
                engine: str | None) -> bool | None:
     """True for an overlap run, False for a serial bmoe run, None when the run does not say
-    (another engine, or an import whose settings have no `overlap=`). `settings`: an imported
-    run's resolved settings (None for a live run, whose argv and flags say it)."""
+    (another engine, or an import whose files and flags do not). `settings`: an imported
+    run's resolved settings (None for a live run, whose argv and flags say it).
+
+    Wherever the setting came from, it counts: an import's CSV preamble (`overlap=0|1`)
+    first, else `--overlap` among its flags (a design file's `flags:`, as a live run's
+    matrix flags and argv). A live bmoe run without `--overlap` is serial; an import is
+    serial only when its flags say it streamed (`--moe-stream`) without `--overlap`, since a
+    design's flags may name only what varies between its configs."""
     if settings is not None:        # an import: the CSV preamble's `overlap=0|1`
         value = settings.get("overlap")
-        return None if value is None else str(value).strip() not in ("0", "", "False")
+        if value is not None:
+            return str(value).strip() not in ("0", "", "False")
     words = [str(a) for a in argv] if isinstance(argv, list) else []
     words += (flags or "").split()
     if "--overlap" in words:
         return True
-    return False if engine == "bmoe" else None
+    if engine != "bmoe":
+        return None
+    if settings is None:            # a live run: its command line is complete
+        return False
+    return False if "--moe-stream" in words else None
 
 
 def all_same(flags: Iterable[bool | None]) -> bool | None:

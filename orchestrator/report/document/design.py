@@ -25,8 +25,10 @@ def design_group(data: ReportData, group: Group) -> dict[str, Any]:
     """A group's model note (above its tables) and the notes on its configs (under them),
     from the design files of the group's sessions."""
     designs = [data.designs.get(sid) for sid in dict.fromkeys(r.row.session_id for r in group.runs)]
+    labels = {a.config: a.label or a.config for a in group.configs}
     return {"model_note": design_notes.model_note(designs, group.model),
-            "config_notes": design_notes.config_notes(designs, [a.config for a in group.configs])}
+            "config_notes": design_notes.config_notes(designs, list(labels), group.model,
+                                                      labels)}
 
 
 def design_document(data: ReportData) -> dict[str, Any]:
@@ -34,5 +36,5 @@ def design_document(data: ReportData) -> dict[str, Any]:
     group's tables)."""
     designs = list(data.designs.values())
     return {"session_notes": design_notes.session_notes(designs),
-            "legend": design_notes.legend(designs, [r.row.config for r in data.runs]),
+            "legend": design_notes.legend(designs, data.config_order),
             "legend_caption": design_notes.LEGEND_CAPTION}

@@ -3,7 +3,9 @@ device pressure (the A/B table is document/ab.py).
 
 The throughput, detail and pressure columns are report/format/columns.py's REPORT_THROUGHPUT,
 REPORT_DETAIL and REPORT_PRESSURE (`--columns` picks the throughput table's from the first
-two). Every row carries a `run ids` cell with the ids it was computed from (see Provenance),
+two). Rows follow the author's order and carry the configs' labels (results/rows.py); the
+configs a design left out on purpose are notes under the throughput table. Every row carries
+a `run ids` cell with the ids it was computed from (see Provenance),
 and runs that did not end ok get their own daggered row, never a share of an aggregate.
 Overlap configs carry a mark (‡) on their compute + I/O cell, whose meaning the note under
 the table gives; a serial config's stall is "—" (its RunFigures have none: stats/overlap.py).
@@ -14,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.report.format import ab_rows as ab_rows
+from orchestrator.report.format import design_notes
 from orchestrator.report.document.request import SectionRequest
-from orchestrator.report.format.cells import RUN_IDS, id_list
+from orchestrator.report.format.cells import OVERLAP_NOTE, RUN_IDS, id_list, overlap_marked
 from orchestrator.report.format.columns import (
     DECODE_SPLIT,
     REPORT_DETAIL,
@@ -26,18 +29,13 @@ from orchestrator.report.format.columns import (
 )
 from orchestrator.report.format.labels import run_label
 from orchestrator.report.format.markdown import Table, md_escape
-from orchestrator.report.format.within_cells import with_trim
+from orchestrator.report.format.within_cells import trim_header, with_trim
 from orchestrator.results.report_data import (
     Group,
     ReportData,
 )
 from orchestrator.stats.config_figures import Spread
-from orchestrator.stats.values import DASH
 
-OVERLAP_MARK = "‡"         # not †: that marks the runs left out
-OVERLAP_NOTE = (f"{OVERLAP_MARK} ran with `--overlap`: flash I/O runs beside compute, so "
-                "compute + I/O does not add up to the wall time (the I/O figure is the read "
-                "lanes' busy time) and the stall is the I/O's cost.")
 CAPTIONS = {
     "throughput": REPORT_THROUGHPUT.caption,
     "detail": REPORT_DETAIL.caption,
@@ -56,8 +54,10 @@ def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
 def group_context(group: Group, data: ReportData, request: SectionRequest) -> dict[str, Any]:
     """A group's throughput, detail and device-pressure tables."""
     pressure_table = pressure(group)
-    return {"throughput": throughput(group, request.report.columns),
-            "detail": detail(group, request.report.columns),
+    through = throughput(group, request.report.columns, data.trim)
+    through.notes += design_notes.left_out_notes(group.left_out)    # beside the rows run
+    return {"throughput": through,
+            "detail": detail(group, request.report.columns, data.trim),
             "pressure": pressure_table, "pressure_caption": pressure_caption(pressure_table)}
 
 
@@ -79,22 +79,23 @@ def _rows(group: Group) -> list[Row]:
     return out
 
 
-def _table(group: Group, spec: TableSpec, mark_overlap: bool = False) -> Table:
+def _table(group: Group, spec: TableSpec, mark_overlap: bool = False, trim: int = 0) -> Table:
     summary = any(values.get("summary_only") for _, values, _, _, _ in _rows(group))
     # s/token: the figure of a summary-only run's row (columns.THROUGHPUT), only beside one
     cols = tuple(c for c in spec.columns if summary or not c.summary)
-    table = Table(["Config"] + [c.header for c in cols] + [RUN_IDS],
+    table = Table(["Config"] + [trim_header(c.key, c.header, trim) for c in cols] + [RUN_IDS],
                   ["---"] + [c.align for c in cols] + ["---"])
     marked = False
     for label, values, spread, ids, overlapped in _rows(group):
         rec = {**values, "spread": spread}      # columns.SPREAD reads the row's spread
         # a † run (no spread): its figures are shown, but not as a headline (bold)
         row = [c.cell(rec, headline=spread is not None) for c in cols]
-        if mark_overlap and overlapped:         # the caveat beside the figure it concerns
+        if mark_overlap:                        # the caveat beside the figure it concerns
             for i, c in enumerate(cols):
-                if c.key == DECODE_SPLIT.key and row[i] != DASH:
-                    row[i] += f" {OVERLAP_MARK}"
-                    marked = True
+                if c.key == DECODE_SPLIT.key:
+                    cell = overlap_marked(row[i], overlapped)
+                    marked = marked or cell != row[i]
+                    row[i] = cell
         table.rows.append([label] + row + [id_list(ids)])
     table = table.drop_empty(keep=(0, len(cols) + 1))
     if marked:
@@ -102,11 +103,12 @@ def _table(group: Group, spec: TableSpec, mark_overlap: bool = False) -> Table:
     return table
 
 
-def throughput(group: Group, columns: list[str] | None = None) -> Table:
+def throughput(group: Group, columns: list[str] | None = None, trim: int = 0) -> Table:
     """The throughput table: REPORT_THROUGHPUT, or the `columns` picked by key from it and
-    REPORT_DETAIL."""
+    REPORT_DETAIL; `trim` names the trimmed mean's column ("mean after trim 50"); the
+    configs the design left out on purpose, with why, in its notes."""
     spec = REPORT_THROUGHPUT if columns is None else pick(PICKABLE, columns)
-    table = _table(group, spec, mark_overlap=True)
+    table = _table(group, spec, mark_overlap=True, trim=trim)
     if any(a.spread["n"] > 1 for a in group.configs):
         table.notes.append("Configs that ran more than once: the mean is the mean of the runs' "
                            "means, *95% CI* its Student-t interval (*spread of means*, their "
@@ -119,12 +121,12 @@ def throughput(group: Group, columns: list[str] | None = None) -> Table:
 PICKABLE: tuple[TableSpec, ...] = (REPORT_THROUGHPUT, REPORT_DETAIL)
 
 
-def detail(group: Group, columns: list[str] | None = None) -> Table:
+def detail(group: Group, columns: list[str] | None = None, trim: int = 0) -> Table:
     """The throughput table's second part (prefill, stall, warm-up, latency); empty when
     `columns` picked the throughput table's columns (they may come from either part)."""
     if columns is not None:
         return Table([], [])
-    return _table(group, REPORT_DETAIL)
+    return _table(group, REPORT_DETAIL, trim=trim)
 
 
 def pressure(group: Group) -> Table:

@@ -19,7 +19,7 @@ from orchestrator import __version__
 from orchestrator.record import load_record
 from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.cells import id_list
-from orchestrator.report.format.formatters import file_size, gib_from_kb, when
+from orchestrator.report.format.formatters import file_size, gib_from_kb, tokens_after_trim, when
 from orchestrator.report.format.markdown import Table, md_code, md_escape
 from orchestrator.report.format.paths import SHARE, Paths, base_of
 from orchestrator.results.report_data import ReportData, RunView
@@ -194,7 +194,7 @@ def runs_table(data: ReportData, paths: Paths = SHARE) -> Table:
         t.rows.append([str(row.id), str(row.session_id), md_escape(row.device),
                        md_escape(row.model or "-"), md_escape(row.config),
                        str(row.repeat_index + 1), md_escape(status),
-                       str(r.figures.n),
+                       tokens_after_trim(r.figures.tokens, r.figures.n, data.trim),
                        _started(row), when(row.ended_at), cooldown,
                        md_code(paths.text(row.flags, bases.get(row.session_id)))])
     return t

@@ -25,6 +25,20 @@ if TYPE_CHECKING:
 
 RUN_IDS = "run ids"     # the header of the column of a row's run ids (id_list)
 
+# the overlap caveat, on every table that shows the compute + I/O split (the report's groups,
+# `orch table`): beside the figure it concerns, whatever set `--overlap` (a CSV preamble, a
+# matrix's or a design file's flags: stats/overlap.py)
+OVERLAP_MARK = "‡"         # not †: that marks the runs left out
+OVERLAP_NOTE = (f"{OVERLAP_MARK} ran with `--overlap`: flash I/O runs beside compute, so "
+                "compute + I/O does not add up to the wall time (the I/O figure is the read "
+                "lanes' busy time) and the stall is the I/O's cost.")
+
+
+def overlap_marked(cell: str, overlapped: bool | None) -> str:
+    """The compute + I/O cell with the overlap mark when its row ran with `--overlap` (a dash
+    stays a dash: no figure, no caveat)."""
+    return f"{cell} {OVERLAP_MARK}" if overlapped is True and cell != DASH else cell
+
 
 def id_list(ids: Sequence[int]) -> str:
     """Run ids as `3, 5–9`: consecutive repeats collapse to a range, so a config with 50

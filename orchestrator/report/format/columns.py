@@ -144,6 +144,9 @@ def stats(*keys: str) -> tuple[Column, ...]:
 DECODE_SPLIT = Column("compute_s_per_token", "decode: compute + I/O (s/tok)", split,
                       also=("io_s_per_token",))
 _MEAN = stat("mean", headline=True)
+# the mean over the tokens after a trim: beside the whole run's headline mean, only with a trim
+# (its header names the trim: within_cells.trim_header)
+TRIMMED_MEAN = stat("mean_after_trim", optional=True)
 _DISTRIBUTION = stats("min", "max", "median", "p5", "p95")
 # from the engine's summary (majflt/token for the engines that count it).
 # The throughput table keeps the study's columns (what a reader compares configs by) and stays
@@ -189,7 +192,7 @@ _ENERGY_KEYS = ("energy_j", "power_w", "tokens_per_j", "net_j_per_token")
 # leaves min..p95 out, and one with any such run shows s/token beside the mean, the figures the
 # study lays these runs out by (tok/s, s/token, compute, flash read/token, cache hit)
 THROUGHPUT = TableSpec(
-    (_MEAN, stat("s_per_token", summary=True),
+    (_MEAN, stat("s_per_token", summary=True), TRIMMED_MEAN,
      *(stat(c.key, optional=True) for c in _DISTRIBUTION), *_FLASH, DECODE_SPLIT,
      # only where some run measured energy: the default table stays narrow
      *(stat(k, optional=True) for k in _ENERGY_KEYS[:2]),
@@ -206,7 +209,7 @@ DETAIL = TableSpec(
     "stall = the decode wall time lost waiting for flash with overlap, — for a serial run, "
     "whose I/O is all stall; majflt = major page faults):")
 LATENCY = TableSpec(
-    (stat("mean", header="decode mean"), *_WARM_UP, *_WITHIN_RUN),
+    (stat("mean", header="decode mean"), TRIMMED_MEAN, *_WARM_UP, *_WITHIN_RUN),
     "**Per-token latency & warm-up** (latency = wall time of one decode step, ms; steady "
     "state from the token where MSER-5 ends the warm-up, and the mean tok/s from there on, "
     "next to the decode mean; — under 20 tokens, or not settled within the first half of the "
@@ -263,7 +266,8 @@ CPU_RANGE = Column("cpu_temp_start_c", "CPU start → max", temp_range, also=("c
                    note="CPU temperature at the start → its maximum")
 
 REPORT_THROUGHPUT = TableSpec(
-    (_MEAN, MEAN_CI, stat("s_per_token", summary=True), *_DISTRIBUTION, *_FLASH, DECODE_SPLIT,
+    (_MEAN, MEAN_CI, stat("s_per_token", summary=True), TRIMMED_MEAN, *_DISTRIBUTION, *_FLASH,
+     DECODE_SPLIT,
      # energy (mean over a config's ok runs), where some run measured it: as orch table's
      *(c for c in THROUGHPUT.columns if c.key in (*_ENERGY_KEYS, J_PER_TOKEN.key))),
     "**Throughput** (tok/s; mean = aggregate decode n / Σ decode time, in bold; min/max = "
@@ -316,7 +320,8 @@ SESSION = TableSpec((Column(TOKENS.key, TOKENS.header, token_count),
 LISTING = TableSpec((TOKENS, stat("mean", header="mean tok/s", align="---")))
 # what `orch show` lists, one statistic a line under its label (those the run measured)
 SHOW = TableSpec(stats(
-    "mean", "s_per_token", "steady_mean", "steady_from_token", "median", "p5", "p95", "min", "max",
+    "mean", "s_per_token", "mean_after_trim", "steady_mean", "steady_from_token", "median",
+    "p5", "p95", "min", "max",
     "latency_p50_ms", "latency_p90_ms", "latency_p99_ms", "prefill_tps", "ttft_s",
     "cache_hit_pct", "read_mib_per_token", "stall_ms_per_token", "compute_s_per_token",
     "io_s_per_token", "majflt_per_token", "cache_budget_mib", "cache_resizes",

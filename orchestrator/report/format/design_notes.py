@@ -1,20 +1,23 @@
 """What an import's design file (config/design.py) adds to a report and to `orch table`: its
-markdown notes (the session's, a model's, a config's) and a "Configs" legend of the configs'
-labels, flags and files.
+markdown notes (the session's, a model's, a config's), the configs it left out on purpose,
+and a "Configs" legend of the configs' labels, keys, flags and files.
 
-The legend keeps the wide tables narrow: their rows stay named by config, and the legend says
-once what each name stands for. Notes are the study author's markdown and are printed as
-written; labels, flags and globs are data and are escaped.
+The tables' rows are named by the configs' labels (results/rows.py); the legend keeps each
+config's key (what `--baseline`, `--match` and the design file call it) findable beside its
+label, in the tables' order. Notes and reasons are the study author's markdown and are printed
+as written; labels, keys, flags and globs are data and are escaped.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.config.design import Design
 from orchestrator.report.format.markdown import Table, md_code, md_escape, render
+from orchestrator.results.rows import LeftOut
 from orchestrator.stats.values import DASH
 
-LEGEND_CAPTION = "**Configs** (as the design file of the import names them):"
+LEGEND_CAPTION = ("**Configs** (as the design file of the import names them; the tables' rows "
+                  "are the labels, in this order):")
 
 
 def _present(designs: Iterable[Design | None]) -> list[Design]:
@@ -43,30 +46,40 @@ def model_note(designs: Iterable[Design | None], model: str) -> str | None:
     return None
 
 
-def config_notes(designs: Iterable[Design | None], configs: Sequence[str]) -> list[str]:
-    """The notes on these configs (in their order), each opening with the config's name."""
+def config_notes(designs: Iterable[Design | None], configs: Sequence[str],
+                 model: str | None = None,
+                 labels: Mapping[str, str] | None = None) -> list[str]:
+    """The notes on these configs (in their order) as `model`'s tables show them (a
+    `MODEL:CONFIG` note only under that model's), each opening with the config's label (as
+    its row is named) or name."""
     found = _present(designs)
     out: list[str] = []
     for config in configs:
-        note = next((n for d in found if (n := _text(d.config_note(config)))), None)
+        note = next((n for d in found if (n := _text(d.config_note(config, model)))), None)
         if note:
-            out.append(f"**{md_escape(config)}**: {note}")
+            out.append(f"**{md_escape((labels or {}).get(config, config))}**: {note}")
     return out
 
 
+def left_out_notes(entries: Iterable[LeftOut]) -> list[str]:
+    """The configs left out on purpose, one note each: "**cache 4000 MiB**: not run — OOM on
+    this device"."""
+    return [f"**{md_escape(e.label)}**: not run — {e.reason}" for e in entries]
+
+
 def legend(designs: Iterable[Design | None], configs: Sequence[str]) -> Table | None:
-    """Config — label — flags — files, for the configs (in run order) a design describes;
-    None when no design describes any of them."""
+    """Config (its label, as the rows name it) — key — flags — files, for the configs (in the
+    tables' order) a design describes; None when no design describes any of them."""
     found = _present(designs)
-    table = Table(["Config", "label", "flags", "files"], ["---"] * 4)
+    table = Table(["Config", "key", "flags", "files"], ["---"] * 4)
     for config in dict.fromkeys(configs):
         info = next((d.configs[config] for d in found if config in d.configs), None)
         if info is None:
             continue
-        table.rows.append([md_escape(config), md_escape(info.label) if info.label else DASH,
+        table.rows.append([md_escape(info.label or config), md_code(config),
                            md_code(info.flags) if info.flags else DASH,
                            ", ".join(md_code(p) for p in info.files)])
-    return table.drop_empty(keep=(0,)) if table.rows else None
+    return table.drop_empty(keep=(0, 1)) if table.rows else None
 
 
 def markdown_block(designs: Iterable[Design | None], configs: Sequence[str]) -> str:

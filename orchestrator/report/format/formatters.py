@@ -185,6 +185,10 @@ STATS: dict[str, Stat] = {
     "mean": Stat("decode mean", significant("%.2f"), "mean tok/s (n / decode s)", _PRINTED_3),
     "s_per_token": Stat("s/token", significant("%.3f"), "decode s/token (decode s / n)",
                         _PRINTED_3),
+    # the mean over the tokens after a trim, beside the whole run's (views add the N:
+    # within_cells.trim_header)
+    "mean_after_trim": Stat("mean after trim", significant("%.2f"),
+                            "mean tok/s after the trim"),
     "median": Stat("median", _TPS, "median tok/s"),
     "p5": Stat("p5", _TPS, "p5 tok/s"),
     "p95": Stat("p95", _TPS, "p95 tok/s"),
@@ -231,6 +235,16 @@ STATS: dict[str, Stat] = {
 def token_count(value: Any) -> str:
     """A run's generated tokens (RunFigures.tokens: its token rows, else the engine's count)."""
     return DASH if is_missing(value) else "%d" % value
+
+
+def tokens_after_trim(tokens: Any, n: Any, trim: int) -> str:
+    """A run's generated tokens and, with a trim, the tokens its per-token figures are over:
+    "1,356 (1,306 after trim 50)"; the count alone without a trim."""
+    if is_missing(tokens):
+        return DASH
+    if not trim or is_missing(n):
+        return f"{int(tokens):,}"
+    return f"{int(tokens):,} ({int(n):,} after trim {trim})"
 
 
 def energy_cell(value: Any, note: Any = None) -> str:

@@ -1,6 +1,7 @@
 """A run's row label as every view prints it: its config (its matrix's `labels:` entry, else
-its name), its repeat, and a dagger when it did not end ok (in no figure of its config); a
-group's title; the line that says why a run is in no aggregate (failure_line)."""
+its design file's `label:`, else its name: results/rows.py), its repeat, and a dagger when it
+did not end ok (in no figure of its config); a group's title; the line that says why a run is
+in no aggregate (failure_line)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -10,6 +11,7 @@ from orchestrator.stats.status import Status
 from orchestrator.stats.values import DAGGER
 
 if TYPE_CHECKING:
+    from orchestrator.config.design import Design
     from orchestrator.config.matrix import Matrix
     from orchestrator.results.listings import RunRow
     from orchestrator.results.report_data import Group, ReportData, RunView
@@ -24,12 +26,17 @@ def labelled(rows: Iterable[RunRow]) -> dict[int, str]:
     return out
 
 
-def row_labels(rows: Sequence[RunRow], matrix: Matrix | None) -> dict[int, str]:
-    """`labelled`'s labels (repeat, dagger) with the config's `labels:` entry for its name."""
+def row_labels(rows: Sequence[RunRow], matrix: Matrix | None,
+               design: Design | None = None) -> dict[int, str]:
+    """`labelled`'s labels (repeat, dagger) with the config's label (the matrix's `labels:`
+    entry, else the design file's `label:`) for its name."""
     base = labelled(rows)
-    if matrix is None:
+    if matrix is None and design is None:
         return base
-    return {r.id: matrix.label(r.config) + base[r.id][len(r.config):] for r in rows}
+    from orchestrator.results.rows import config_label   # pydantic: not for `orch show`
+
+    return {r.id: config_label(r.config, matrix, design) + base[r.id][len(r.config):]
+            for r in rows}
 
 
 def run_label(run: RunView) -> str:
@@ -60,9 +67,10 @@ def baseline_line(data: ReportData) -> str | None:
 
 def left_out_line(run: RunView) -> str:
     """Plain text (escaped by the caller) saying why a run is in no figure of its config."""
+    tokens = run.figures.tokens if run.figures.tokens is not None else run.figures.n
     return (f"{run_label(run)} run {run.id} on {run.row.device}: {run.row.status}"
             + (f" — {run.row.cause}" if run.row.cause else "")
-            + f"; {run.figures.n} token(s) recorded; left out of every aggregate")
+            + f"; {tokens} token(s) recorded; left out of every aggregate")
 
 
 def failure_line(row: RunRow) -> str:

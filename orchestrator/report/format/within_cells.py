@@ -32,13 +32,21 @@ def pct_cell(value: Any) -> str:
     return DASH if is_missing(value) else f"{value:.0f}%"
 
 
+TRIMMED_MEAN = "mean_after_trim"     # the column whose header names the trim
+
+
+def trim_header(key: str, header: str, trim: int) -> str:
+    """A column's header with the trim it is over: "mean after trim 50" (others unchanged)."""
+    return f"{header} {trim}" if key == TRIMMED_MEAN and trim else header
+
+
 def with_trim(caption: str, trim: int) -> str:
     """A caption of per-token figures stating the trim: "**Throughput** (...):" becomes
-    "**Throughput** (...; per-token figures: first 50 tokens left out):". Unchanged for trim
-    0, so the published tables' captions stay as they were."""
+    "**Throughput** (...; per-token figures: first 50 tokens left out, decode mean over every
+    token):". Unchanged for trim 0, so the published tables' captions stay as they were."""
     if not trim or not caption:
         return caption
-    words = f"per-token figures: {trim_words(trim)}"
+    words = f"per-token figures: {trim_words(trim)}, decode mean over every token"
     if caption.endswith("):"):
         return f"{caption[:-2]}; {words}):"
     return f"{caption} ({words})"

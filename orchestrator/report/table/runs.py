@@ -22,6 +22,7 @@ import pandas as pd
 
 from orchestrator.report.format import markdown as md
 from orchestrator.report.format.columns import (
+    DECODE_SPLIT,
     DETAIL,
     ENERGY,
     LATENCY,
@@ -30,8 +31,9 @@ from orchestrator.report.format.columns import (
     TableSpec,
     pick,
 )
-from orchestrator.report.format.cells import RUN_IDS
+from orchestrator.report.format.cells import OVERLAP_MARK, OVERLAP_NOTE, RUN_IDS, overlap_marked
 from orchestrator.report.format.formatters import records
+from orchestrator.report.format.within_cells import trim_header
 from orchestrator.report.format.labels import model_on_device
 from orchestrator.results.table_data import deltas_to_first
 from orchestrator.stats.values import DASH
@@ -67,9 +69,11 @@ def spec_of(kind: str, columns: Sequence[str] | None = None) -> TableSpec:
 
 def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
           order: Sequence[str] | None = None, columns: Sequence[str] | None = None,
-          run_ids: bool = False) -> pd.DataFrame:
+          run_ids: bool = False, trim: int = 0) -> pd.DataFrame:
     """The table as display strings: a Config column then one column per header (then the
-    row's run id, with `run_ids`: `orch table` names the run each row is)."""
+    row's run id, with `run_ids`: `orch table` names the run each row is). The compute + I/O
+    cell of a run that ran with `--overlap` carries the overlap mark; `trim` names the
+    trimmed mean's column."""
     spec = spec_of(kind, columns).columns
     rows = _rows(stats, labels, order)
     # the variants table: each mean's delta to the first measured row's (results/)
@@ -77,34 +81,43 @@ def cells(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = Non
               if kind == "variants" else [None] * len(rows))
     data = []
     for (label, rec, rid), delta in zip(rows, deltas):
-        row = [label] + [c.cell(rec) for c in spec]
+        row = [label] + [overlap_marked(c.cell(rec), (rec or {}).get("overlapped"))
+                         if c.key == DECODE_SPLIT.key else c.cell(rec) for c in spec]
         if delta is not None:
             row[1] += f" ({delta:+.2f})"
         if run_ids:
             row.append(DASH if rid is None else str(rid))
         data.append(row)
-    table = pd.DataFrame(data, columns=["Config"] + [c.header for c in spec]
+    table = pd.DataFrame(data, columns=["Config"] + [trim_header(c.key, c.header, trim)
+                                                     for c in spec]
                          + ([RUN_IDS] if run_ids else []))
     # a picked column the data lacks is left out, as an optional one is; a summary-only
     # run's column only where such a run has a row
     summary = any((rec or {}).get("summary_only") for _, rec, _ in rows)
-    empty = [c.header for c in spec if ((c.optional or columns is not None)
-                                        and (table[c.header] == DASH).all())
+    headers = {c.header: trim_header(c.key, c.header, trim) for c in spec}
+    empty = [headers[c.header] for c in spec if ((c.optional or columns is not None)
+                                                 and (table[headers[c.header]] == DASH).all())
              or (c.summary and columns is None and not summary)]
     return table.drop(columns=empty)
 
 
-def to_markdown(table: pd.DataFrame, kind: str, columns: Sequence[str] | None = None) -> str:
-    align = {c.header: c.align for c in spec_of(kind, columns).columns}
+def to_markdown(table: pd.DataFrame, kind: str, columns: Sequence[str] | None = None,
+                trim: int = 0) -> str:
+    """The table's markdown, with the overlap note under it when a cell carries the mark."""
+    align = {trim_header(c.key, c.header, trim): c.align for c in spec_of(kind, columns).columns}
     aligns = ["---"] + [align.get(h, "---") for h in table.columns[1:]]
     rows = [[md.escape_cell(c) for c in r] for r in table.itertuples(index=False)]
-    return md.render(md.Table(list(table.columns), aligns, rows)) + "\n"
+    split = DECODE_SPLIT.header
+    marked = split in table.columns and table[split].str.endswith(OVERLAP_MARK).any()
+    return (md.render(md.Table(list(table.columns), aligns, rows)) + "\n"
+            + (f"\n{OVERLAP_NOTE}\n" if marked else ""))
 
 
 def markdown(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,
              order: Sequence[str] | None = None, columns: Sequence[str] | None = None,
-             run_ids: bool = False) -> str:
-    return to_markdown(cells(stats, kind, labels, order, columns, run_ids), kind, columns)
+             run_ids: bool = False, trim: int = 0) -> str:
+    return to_markdown(cells(stats, kind, labels, order, columns, run_ids, trim), kind, columns,
+                       trim)
 
 
 def values(stats: pd.DataFrame, kind: str, labels: Mapping[Any, str] | None = None,

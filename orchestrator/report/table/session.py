@@ -16,7 +16,6 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.config.design import Design
 from orchestrator.report.format import ab_rows as ab_table
 from orchestrator.report.format import design_notes, grid
 from orchestrator.report.table import runs as tables
@@ -40,12 +39,12 @@ def _without_name(facts: ModelFacts) -> dict[str, Any]:
 def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None = None) -> str:
     matrix = data.matrix
     rows, groups = data.rows, data.groups
-    labels = row_labels(rows, matrix)
+    labels = row_labels(rows, matrix, data.design)
     parts = []
     stats = figures_frame(data.figures)
     designs = [data.design]     # an import's design file: its notes and labels
     parts += [note + "\n" for note in design_notes.session_notes(designs)]
-    legend = design_notes.markdown_block(designs, [r.config for r in rows])
+    legend = design_notes.markdown_block(designs, data.order)
     if legend:
         parts.append(legend)
     for (model, device), members in groups:
@@ -75,7 +74,7 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
                 parts.append(caption + "\n")
             # the throughput table names each row's run (the json/csv `run_id`)
             parts.append(tables.markdown(stats.loc[ids], kind, labels, columns=columns,
-                                         run_ids=kind == "throughput"))
+                                         run_ids=kind == "throughput", trim=data.trim))
             if kind == "throughput" and (stats.loc[ids, "streaming"] == False).any():  # noqa: E712
                 parts.append(PAGE_CACHE_NOTE + "\n")
             means = {c: f.mean.mean for c, f in data.configs[model, device].items()}
@@ -83,7 +82,7 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
             if pivot is not None and matrix is not None:     # a grid implies its matrix
                 parts.append(grid.pivot_caption(matrix) + "\n")
                 parts.append(md_render(pivot) + "\n")
-        parts += [n + "\n" for n in _group_notes(designs, model, members)]
+        parts += [n + "\n" for n in _group_notes(data, model, members)]
         # warnings next to the group's rows they concern (drift.py)
         warnings = markdown_block(c for c in data.caveats
                                   if (c.model, c.device) == (model, device))
@@ -93,11 +92,16 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
     return "\n".join(parts) + ("\n" + note if note else "")
 
 
-def _group_notes(designs: list[Design | None], model: str, members: Sequence[RunRow]) -> list[str]:
-    """The design's note on the model, then on each of the group's configs, under its tables."""
+def _group_notes(data: TableData, model: str, members: Sequence[RunRow]) -> list[str]:
+    """Under a group's tables: the configs its design left out on purpose, the design's note
+    on the model, then on each of the group's configs (a MODEL:CONFIG note under its model's
+    group only)."""
+    designs = [data.design]
     note = design_notes.model_note(designs, model)
-    configs = list(dict.fromkeys(r.config for r in members))
-    return ([note] if note else []) + design_notes.config_notes(designs, configs)
+    labels = {c: data.label(c) for c in dict.fromkeys(r.config for r in members)}
+    return (design_notes.left_out_notes(data.left_out.get(model, []))
+            + ([note] if note else [])
+            + design_notes.config_notes(designs, list(labels), model, labels))
 
 
 def session_tables(data: TableData | None, session_id: int, kinds: list[str],
@@ -109,8 +113,10 @@ def session_tables(data: TableData | None, session_id: int, kinds: list[str],
     if fmt == "md":
         return _markdown(data, kinds, columns)
     rows, trim = data.rows, data.trim
-    stats = figures_frame(data.figures)
-    labels = row_labels(rows, data.matrix)
+    # the groups' rows in the author's order, as the markdown lays them out
+    stats = figures_frame(data.figures).loc[[r.id for _, members in data.groups
+                                              for r in members]]
+    labels = row_labels(rows, data.matrix, data.design)
     by_id = {r.id: r for r in rows}
     ordered = [by_id[i] for i in stats.index]
     frames = []
