@@ -386,7 +386,7 @@ def test_report_prints_the_designs_notes_labels_and_device(tmp_path):
     # the design's baselines: anon-long did not run here, so Qwen's A/B says so
     crossday = text.index("**anon-crossday**: Not usable")
     assert qwen < text.index("The baseline anon-long did not run in this group") < crossday < gptoss
-    assert re.search(r"\| anon-short-c2000 \| [^|]+ \| baseline \|", text)
+    assert re.search(r"\| anon, short pair, cache 2000 MiB \| [^|]+ \| baseline \|", text)
     # the device line carries the design's facts, storage included
     assert ("OnePlus 15R (Snapdragon 8 Elite, 8 cores, 11.4 GiB RAM, UFS 4.0, Android 16)"
             in text)

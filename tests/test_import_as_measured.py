@@ -254,7 +254,8 @@ def test_design_file_gives_labels_facts_baselines_and_notes(db):
     assert "Snapdragon 8 Elite" in text and "UFS 4.0" in text
     assert "anon, long generation (10:37)" in text            # a config's label
     assert "run order" in text.lower()                         # the design's note
-    assert "Qwen_Qwen3.6-35B-A3B-Q4_K_M: anon-long" in text    # its baseline per model
+    # its baseline per model, by its label
+    assert "Qwen_Qwen3.6-35B-A3B-Q4_K_M: anon, long generation (10:37)" in text
 
 
 def test_bad_design_is_one_line_and_writes_nothing(db, tmp_path):

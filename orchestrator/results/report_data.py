@@ -139,9 +139,10 @@ class ReportData:
 
     @property
     def baselines(self) -> dict[str, str]:
-        """model -> the label of its baseline config (the A/B rows' first)."""
-        return {g.model: g.ab.rows[0].label for g in self.groups
-                if g.ab is not None and g.ab.rows}
+        """model -> the labels of its baseline configs (the A/B rows' baselines), joined."""
+        return {g.model: " and ".join(dict.fromkeys(r.label for r in g.ab.rows
+                                                     if r.is_baseline))
+                for g in self.groups if g.ab is not None and g.ab.rows}
 
 
 # ---- which runs --------------------------------------------------------------------------
