@@ -43,7 +43,6 @@ from orchestrator.results.noise_floor import (  # noqa: F401
     EarlierRepeats,
     noise_floor,
     store_repeats,
-    with_noise_floor,
 )
 from orchestrator.results.pairing import Rounds, declared, rounds
 from orchestrator.results.query import by_model_and_device
@@ -226,6 +225,30 @@ def _energy(figures: Mapping[int, RunFigures], base: ConfigFigures, config: Conf
                                                     "j_per_token")
 
 
+def with_noise_floor(group: ABGroup, members: Sequence[RunRow],
+                     figures: Mapping[int, RunFigures],
+                     earlier: EarlierRepeats | None) -> ABGroup:
+    """The group's untested rows with the noise floor of the session's repeats of the group,
+    else of the earlier ones."""
+    def untested(r: ABRow) -> bool:
+        return r.comparison is not None and r.comparison.p_value is None
+
+    if not any(untested(r) for r in group.rows):
+        return group
+    repeats: dict[str, list[float | None]] = {}
+    for r in members:
+        if r.status == Status.OK:
+            repeats.setdefault(r.config, []).append(figures[r.id].mean)
+    floor = noise_floor(repeats)
+    if floor is None and earlier is not None and members:
+        floor = noise_floor(earlier(group.model, group.device, members[0].session_id))
+    if floor is None:
+        return group
+    return replace(group, rows=[
+        replace(r, noise_floor_pct=floor[0], noise_floor_from=floor[1]) if untested(r) else r
+        for r in group.rows])
+
+
 def ab_groups(runs: Sequence[RunRow], figures: Mapping[int, RunFigures],
               matrices: Mapping[int, Matrix | None],
               baseline: str | Baselines | None = None, alpha: float = ALPHA,
@@ -278,8 +301,8 @@ def session_groups(store: Any, session_id: int, runs: Sequence[RunRow],
 def shown_by_default(runs: Sequence[RunRow]) -> bool:
     """Whether `orch table` shows the A/B rows unasked: some (model, device) group has two
     configs and a config that ran ok more than once. With single runs there is no test."""
-    for _, members in by_model_and_device(runs):
-        ok = [r.config for r in members if r.status == Status.OK]
-        if len({r.config for r in members}) > 1 and len(ok) > len(set(ok)):
+    for _, group_runs in by_model_and_device(runs):
+        ok = [r.config for r in group_runs if r.status == Status.OK]
+        if len({r.config for r in group_runs}) > 1 and len(ok) > len(set(ok)):
             return True
     return False

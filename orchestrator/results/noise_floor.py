@@ -4,16 +4,11 @@ newest earlier session that has repeats), which its change must beat to mean any
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from orchestrator.db.rows import RunRow
 from orchestrator.db.runs import Runs
-from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.status import Status
 from orchestrator.stats.values import is_missing
-
-if TYPE_CHECKING:
-    from orchestrator.results.ab import ABGroup, ABRow
 
 
 def noise_floor(repeats: Mapping[str, Sequence[float | None]]) -> tuple[float, str] | None:
@@ -57,29 +52,3 @@ def store_repeats(store: Any) -> EarlierRepeats:
             return out
         return {}
     return earlier
-
-
-def with_noise_floor(group: ABGroup, members: Sequence[RunRow],
-                     figures: Mapping[int, RunFigures],
-                     earlier: EarlierRepeats | None) -> ABGroup:
-    """The group's untested rows with the noise floor of the session's repeats of the group,
-    else of the earlier ones."""
-    from dataclasses import replace
-
-    def untested(r: ABRow) -> bool:
-        return r.comparison is not None and r.comparison.p_value is None
-
-    if not any(untested(r) for r in group.rows):
-        return group
-    repeats: dict[str, list[float | None]] = {}
-    for r in members:
-        if r.status == Status.OK:
-            repeats.setdefault(r.config, []).append(figures[r.id].mean)
-    floor = noise_floor(repeats)
-    if floor is None and earlier is not None and members:
-        floor = noise_floor(earlier(group.model, group.device, members[0].session_id))
-    if floor is None:
-        return group
-    return replace(group, rows=[
-        replace(r, noise_floor_pct=floor[0], noise_floor_from=floor[1]) if untested(r) else r
-        for r in group.rows])
