@@ -20,9 +20,9 @@ from orchestrator.stats.values import is_missing
 
 TEMPLATE = "findings.md.j2"
 
-INTRO = (f"What the A/B rows above support, in words: a difference is called real only where "
-         "the Holm-corrected test finds it (p below {ALPHA:g}); cache hit and flash read per token "
-         "are exact (they follow from the routing and the cache, not from timing).")
+INTRO = ("What the A/B rows above support, in words: a difference is called real only where "
+         f"the Holm-corrected test finds it (p below {ALPHA:g}); cache hit and flash read per "
+         "token are exact (they follow from the routing and the cache, not from timing).")
 
 
 def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
