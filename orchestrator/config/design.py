@@ -216,8 +216,8 @@ class Design(_Strict):
         return [chosen] if isinstance(chosen, str) else list(chosen)
 
     def paired(self, a: str, b: str) -> bool:
-        """Whether `pairs:` names the two configs as one pair (either order)."""
-        return any(a in pair and b in pair for pair in self.pairs)
+        """Whether `pairs:` names the two (different) configs as one pair (either order)."""
+        return a != b and any(a in pair and b in pair for pair in self.pairs)
 
     def exclusion(self, rel_path: str) -> tuple[str, str] | None:
         """(glob, reason) of the first `exclude:` entry (written order) matching a run's file,
