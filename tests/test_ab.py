@@ -194,7 +194,8 @@ def test_runs_that_did_not_end_ok_take_no_part():
     assert b.interval.mean == pytest.approx(11.0)
     c = row([group], "-", "c")
     assert c.comparison is None and c.ids == () and c.verdict == "no run ended ok"
-    assert ab_table.row_cells(c)[3] == "no run ended ok (†: 8, 9)"
+    assert ab_table.value_cells(c)[2] == "no run ended ok (†: 8, 9)"
+    assert ab_table.delta_cells(c) is None             # no Δ row for it
     # a baseline without an ok run: no comparison at all, and why
     rows, stats = runs_of([("-", "a", 0, 10.0, "failed"), ("-", "b", 0, 11.0, "ok")])
     (group,) = ab.ab_groups(rows, figures_of(stats), {1: None})
@@ -208,8 +209,8 @@ def test_deterministic_figures_are_plain_differences():
     (group,) = ab.ab_groups(rows, figures_of(stats), {1: None})
     b = row([group], "-", "b")
     assert b.cache_hit_delta_pp == 12.5 and b.read_delta_pct == -25.0
-    cells = dict(zip(ab_table.HEADERS[1:], ab_table.row_cells(b)))
-    assert cells["Δ cache hit"] == "+12.5 pp" and cells["Δ read/token"] == "−25.0%"
+    cells = dict(zip(ab_table.HEADERS[1:], ab_table.delta_cells(b)))    # its Δ row
+    assert cells["cache hit"] == "+12.5 pp" and cells["flash read/token"] == "−25.0%"
     note = " ".join(ab_table.notes(group))
     assert "exact" in note and "within" not in note     # no noise caveat on exact figures
 
@@ -276,10 +277,10 @@ def test_orch_table_ab_json_csv_md_and_default(tmp_path):
     # markdown: the A/B table per model, shown unasked since the configs repeat
     text = orch("table", "--db", db)
     tables = md_tables(text)
-    abt = find(tables, "Δ mean [95% CI]")
+    abt = find(tables, "decode mean [95% CI]")
     assert [t["title"] for t in abt] == ["m1 on d", "m2 on d"]
-    assert by_label(abt[1])["b"]["Δ mean [95% CI]"] == "baseline"
-    assert by_label(abt[1])["a"]["verdict"] == "slower"
+    assert by_label(abt[1])["b"]["verdict"] == "baseline"
+    assert by_label(abt[1])["Δ b vs a"]["verdict"] == "slower"
     assert "Holm-corrected across the 2 comparison(s)" in text
 
 
@@ -287,7 +288,7 @@ def test_orch_table_leaves_ab_out_by_default_for_single_runs(tmp_path):
     db = str(tmp_path / "orch.db")
     body = TWO_MODELS.format(order="as-written").replace("repeat: 3", "repeat: 1")
     store_session(db, body, [("m1", "a", 0, 10.0, "ok"), ("m1", "b", 0, 12.0, "ok")])
-    assert "Δ mean" not in orch("table", "--db", db)
+    assert "**A/B against" not in orch("table", "--db", db)
     assert "not tested (n=1/1)" in orch("table", "--db", db, "-t", "ab")
 
 
@@ -347,10 +348,10 @@ def test_aa_control_is_not_significant_and_a_cache_is(workspace):
     sid = max(r.session_id for r in Runs(store).current())
     text = orch("report", str(sid), "--no-plots")
     tables = md_tables(text)
-    rows = by_label(find(tables, "Δ mean [95% CI]")[0])
-    assert rows["none"]["Δ mean [95% CI]"] == "baseline"
-    assert rows["cache"]["verdict"] == "faster"
-    assert rows["none-again"]["verdict"] == "no significant difference (n=5 rounds)"
+    rows = by_label(find(tables, "decode mean [95% CI]")[0])
+    assert rows["none"]["verdict"] == "baseline"
+    assert rows["Δ none vs cache"]["verdict"] == "faster"
+    assert rows["Δ none vs none-again"]["verdict"] == "no significant difference (n=5 rounds)"
     assert "within the spread" not in text
     thr = by_label(find(tables, "95% CI")[0])
     runs = [r for r in Runs(store).current(sid) if r.config == "cache"]
@@ -408,13 +409,14 @@ def test_two_model_matrix_each_model_against_its_own_baseline(workspace):
         want = math.exp(np.mean(np.log(own[rec["config"]])) - np.mean(np.log(own[rec["baseline"]])))
         assert rec["delta_pct"] == pytest.approx((want - 1) * 100)
         assert rec["method"] == "paired" and rec["n_config"] == 2
-        table = by_label(find(tables, "Δ mean [95% CI]", f"{rec['model']} on local")[0])
+        table = by_label(find(tables, "verdict", f"{rec['model']} on local")[0])
         label = labels[rec["config"]]                 # the matrix's `labels:`
         assert rec["label"] == label
-        assert table[labels[rec["baseline"]]]["Δ mean [95% CI]"] == "baseline"
-        assert table[label]["Δ mean [95% CI]"].split(" [")[0] == \
+        assert table[labels[rec["baseline"]]]["verdict"] == "baseline"
+        delta = table[f"Δ {labels[rec['baseline']]} vs {label}"]
+        assert list(delta.values())[1].split(" [")[0] == \
             ("%+.1f%%" % rec["delta_pct"]).replace("-", "−")
     # no row compares one model's config with the other model's runs
-    ab_tables = find(tables, "Δ mean [95% CI]")
+    ab_tables = find(tables, "verdict")
     assert [t["title"] for t in ab_tables] == ["m1 on local", "m2 on local"]
-    assert all(len(t["rows"]) == 2 for t in ab_tables)
+    assert all(len(t["rows"]) == 3 for t in ab_tables)     # baseline, config, its Δ row

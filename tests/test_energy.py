@@ -565,7 +565,8 @@ def test_ab_rows_carry_energy_deltas_with_intervals(tmp_path, monkeypatch):
         (b["j_per_token"] / a["j_per_token"] - 1) * 100, rel=0.2)
     assert b["energy_ci_low_pct"] is not None and b["energy_p_adjusted"] is not None
     code, md = orch("table", "-t", "ab")
-    assert code == 0 and "Δ J/token [95% CI]" in md and "p J (Holm)" in md, md
+    assert code == 0 and "| Δ a vs b |" in md and "J/token [95% CI]" in md \
+        and "p J (Holm)" in md, md
 
 
 @pytest.mark.extra("plots")   # the report's figures: matplotlib

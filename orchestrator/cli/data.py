@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from orchestrator.cli.handler import friendly
-from orchestrator.cli.options import console, db_option, trim_option
+from orchestrator.cli.options import console, db_option, exclude_option, trim_option
 from orchestrator.db.runs import Runs
 from orchestrator.errors import Failed, Interrupted
 
@@ -184,19 +184,21 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
                    "neighbour (what some older published tables used).")
 @click.option("--baseline", "-b", "baselines", multiple=True, metavar="[MODEL:]CONFIG",
               help="The config the A/B rows compare against: CONFIG for every model that ran "
-                   "it, MODEL:CONFIG for one model; repeatable, one per model (default: the "
-                   "matrix's or the design file's `baseline:`).")
+                   "it, MODEL:CONFIG for one model; repeatable: two for one model give each "
+                   "its own A/B rows (default: the matrix's or the design file's "
+                   "`baseline:`).")
 @click.option("--columns", help=COLUMNS_HELP)
 @click.option("--pivot", type=click.Choice(["model"]),
               help="Instead of the tables: the session's models side by side (mean tok/s per "
                    "model), configs paired by name, else by settings apart from the model's "
                    "own, else by design label.")
+@exclude_option
 @trim_option
 @db_option
 @friendly
 def table(session: str | None, matrix: str | None, fmt: str, tables: str | None, quantile: str,
           baselines: tuple[str, ...], columns: str | None, pivot: str | None,
-          trim: int | None, db: str | None) -> None:
+          excludes: tuple[str, ...], trim: int | None, db: str | None) -> None:
     """Print the per-run tables of a session (default: the newest), with the columns of the
     published summary tables: throughput (the study's columns, each row's run id), its detail
     (prefill, TTFT, stall: "—" for a serial run, majflt), per-token latency, device pressure,
@@ -205,8 +207,8 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
     p-values).
 
     SESSION is a session id or name. Runs that did not end ok carry a dagger (†) and are
-    listed with their cause under the table. An unknown -b config or model, or two -b for
-    one model, exits 2 naming the choices."""
+    listed with their cause under the table. An unknown -b config or model exits 2 naming
+    the choices."""
     from orchestrator.db.runs import Sessions
     from orchestrator.db.store import Store
     from orchestrator.report.table.session import session_tables
@@ -231,7 +233,8 @@ def table(session: str | None, matrix: str | None, fmt: str, tables: str | None,
         kinds = list(DEFAULT_TABLES) + (["ab"] if shown_by_default(Runs(store).current(sid)) else [])
         if picked is not None:      # the picked columns may come from the detail table
             kinds.remove("detail")
-    data = table_data(store, sid, quantile, chosen or None, trim=trim, with_ab="ab" in kinds)
+    data = table_data(store, sid, quantile, chosen or None, trim=trim, with_ab="ab" in kinds,
+                      exclude=excludes)
     text = session_tables(data, sid, kinds, fmt, columns=picked)
     if fmt == "md":   # notes name runs and configs as stored: their escapes shown, not sent
         from orchestrator.escape import visible

@@ -15,7 +15,8 @@ from orchestrator.report.document.compare import no_common_text, section
 from orchestrator.report.document.render import ReportRequest, render_report
 from orchestrator.results.ab import Baselines, parse_baselines, runs_where
 from orchestrator.results.comparison import SideComparison, build, build_side
-from orchestrator.results.query import select_sides
+from orchestrator.results.exclude import split_sides
+from orchestrator.results.query import Side, select_sides
 from orchestrator.results.report_data import build as report_data
 
 
@@ -31,22 +32,25 @@ class ReportOptions(TypedDict):
     columns: list[str] | None
     provenance_full: bool
     trim: int | None
+    exclude: Sequence[str]
 
 
 def report_text(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
                 quantile: str = "linear", trim: int | None = None,
-                **request: Any) -> str:
+                exclude: Sequence[str] = (), **request: Any) -> str:
     """`orch report` of these runs: its data (results/report_data.py) rendered
-    (report/document/render.py; `request`: ReportRequest's fields)."""
+    (report/document/render.py; `request`: ReportRequest's fields); `exclude`: the
+    `--exclude` values (results/exclude.py)."""
     plots = request.get("plots", True)
     data = report_data(store, rows, baseline=baseline, quantile=quantile, keep_frames=plots,
-                       trim=trim)
+                       trim=trim, exclude=exclude)
     return render_report(data, ReportRequest(**request))
 
 
 def comparison_of(store: Store, sessions: Sequence[str], devices: Sequence[str],
                matrix: str | None, builds: Sequence[str] = (),
-               matches: Sequence[str] = (), trim: int | None = None) -> SideComparison:
+               matches: Sequence[str] = (), trim: int | None = None,
+               exclude: Sequence[str] = ()) -> SideComparison:
     """The sides (results/query.py: select_sides; with builds, one side per engine build:
     comparison.build_side) and their comparison; `matches`: `--match A=B` pairs. Sides with
     no config in common are refused, each side's configs listed: a table of nothing but
@@ -59,6 +63,7 @@ def comparison_of(store: Store, sessions: Sequence[str], devices: Sequence[str],
         sides = [build_side(store, b, device, matrix) for b in builds]
     else:
         sides = select_sides(store, sessions, devices, matrix)
+    sides = _without_excluded(sides, exclude)
     comp = build(store, sides, matches, trim=trim)
     if not any(len(row.on) >= 2 for row in comp.rows):
         raise ConfigError(no_common_text(comp))
@@ -66,11 +71,26 @@ def comparison_of(store: Store, sessions: Sequence[str], devices: Sequence[str],
 
 
 
+def _without_excluded(sides: Sequence[Side], exclude: Sequence[str]) -> list[Side]:
+    """The sides without the runs left out on purpose (results/exclude.py), each named on
+    stderr with its reason."""
+    import click
+
+    from orchestrator.escape import visible
+
+    kept, gone = split_sides(sides, exclude)
+    for label, e in gone:
+        click.echo(visible(f"left out: {label}: run {e.run.id} ({e.run.config}): {e.reason}"),
+                   err=True)
+    return kept
+
+
 def compared_report(store: Store, sessions: Sequence[str], devices: Sequence[str],
                     matrix: str | None, baselines: Sequence[str] = (), **options: Any) -> str:
     """`orch report --compare`: the report of every side's runs with the comparison as a
     section (options: report_text's; `baselines`: the `-b` choices for its A/B tables)."""
-    comp = comparison_of(store, sessions, devices, matrix, trim=options.get("trim"))
+    comp = comparison_of(store, sessions, devices, matrix, trim=options.get("trim"),
+                         exclude=options.get("exclude", ()))
     rows = [r for side in comp.sides for r in side.rows]
     chosen = parse_baselines(baselines, rows, runs_where(rows))
     return report_text(store, rows, baseline=chosen or None,

@@ -34,6 +34,17 @@ TRIM_HELP = ("Leave each run's first N tokens out of every per-token statistic (
              "else 0]")
 
 
+EXCLUDE_HELP = ("Leave a run out of every figure (repeatable): a run id or a glob over the "
+                "runs' imported files, optionally with why (`--exclude 7='cross-day run'`); "
+                "listed under Left out with the reason, as a design file's `exclude:` is.")
+
+
+def exclude_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--exclude RUN[=REASON]` (repeatable): results/exclude.py."""
+    return click.option("--exclude", "excludes", multiple=True, metavar="RUN[=REASON]",
+                        help=EXCLUDE_HELP)(func)
+
+
 def trim_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """`--trim N` (None when not given: the session's own `trim:` applies, results/trim.py)."""
     return click.option("--trim", type=click.IntRange(min=0), default=None, metavar="N",

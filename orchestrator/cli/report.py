@@ -8,7 +8,7 @@ import click
 
 from orchestrator.cli.data import COLUMNS_HELP, PROVENANCE_HELP, column_keys
 from orchestrator.cli.handler import friendly
-from orchestrator.cli.options import console, db_option, trim_option
+from orchestrator.cli.options import console, db_option, exclude_option, trim_option
 
 
 @click.command()
@@ -28,10 +28,11 @@ from orchestrator.cli.options import console, db_option, trim_option
                    "group.md.j2, left_out.md.j2, provenance.md.j2, page.html.j2).")
 @click.option("--baseline", "-b", "baselines", multiple=True, metavar="[MODEL:]CONFIG",
               help="The config the A/B tables compare against: CONFIG for every model that "
-              "ran it, MODEL:CONFIG for one model; repeatable, one per model (default: the "
+              "ran it, MODEL:CONFIG for one model; repeatable: two for one model give each "
+              "its own A/B rows (default: the "
               "matrix's `baseline:`; for an import, its design file's `baseline:`, else a "
               "config named with the word `base` or `baseline`, else the first config run). "
-              "An unknown config or model, or two for one model, exits 2.")
+              "An unknown config or model exits 2.")
 @click.option("--no-plots", is_flag=True, help="Skip the figures.")
 @click.option("--quantile", type=click.Choice(["linear", "lower"]), default="linear",
               show_default=True, help="p5/p95 method (see `orch table --help`).")
@@ -44,13 +45,15 @@ from orchestrator.cli.options import console, db_option, trim_option
 @click.option("--columns", help=COLUMNS_HELP)
 @click.option("--provenance", type=click.Choice(["share", "full"]), default="share",
               show_default=True, help=PROVENANCE_HELP)
+@exclude_option
 @trim_option
 @db_option
 @friendly
 def report(session: str | None, matrix: str | None, devices: tuple[str, ...], out: str | None,
            fmt: str | None, template: str | None, baselines: tuple[str, ...], no_plots: bool,
            quantile: str, with_comparison: bool, sessions: tuple[str, ...],
-           columns: str | None, provenance: str, trim: int | None, db: str | None) -> None:
+           columns: str | None, provenance: str, excludes: tuple[str, ...], trim: int | None,
+           db: str | None) -> None:
     """Render a benchmark document of a session (id or name; default: the newest) or of the
     latest session of --matrix on each device: what was measured, per model and device the
     throughput, device pressure and A/B tables, figures, the runs left out (†) and the
@@ -70,7 +73,8 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
     options: ReportOptions = {"out": Path(out) if out else None, "fmt": fmt,
                               "template": template, "plots": not no_plots, "quantile": quantile,
                               "columns": column_keys(columns, "report"),
-                              "provenance_full": provenance == "full", "trim": trim}
+                              "provenance_full": provenance == "full", "trim": trim,
+                              "exclude": excludes}
     if with_comparison:
         text = compared_report(store, ([session] if session else []) + list(sessions), devices,
                         matrix, baselines=baselines, **options)
@@ -112,12 +116,14 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
               help="The table's columns, by key, in that order (default model,config,tps,"
                    "runs,ratio,ci,p_holm,verdict; `p` adds the raw p-value); an unknown key "
                    "exits 2 listing the valid ones.")
+@exclude_option
 @trim_option
 @db_option
 @friendly
 def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | None,
             builds: tuple[str, ...] | None, fmt: str | None, out: str | None,
             template: str | None, matches: tuple[str, ...], columns: str | None,
+            excludes: tuple[str, ...],
             trim: int | None, db: str | None) -> None:
     """Compare two or more sides (devices or sessions, two sessions of one device included)
     config by config: each side's mean tok/s with its 95% interval, and each side's ratio to
@@ -144,7 +150,7 @@ def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | N
         check_out_file(Path(out))
     keys = compare_column_keys(columns)
     comp = comparison_of(Store.open(db, create=False), sessions, devices, matrix,
-                         builds=builds or (), matches=matches, trim=trim)
+                         builds=builds or (), matches=matches, trim=trim, exclude=excludes)
     text = run_compare(comp, fmt=fmt, out=Path(out) if out else None, console=console,
                        template=template, keys=keys)
     if out:

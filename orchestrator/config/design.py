@@ -17,7 +17,7 @@ import fnmatch
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.config.design_ab import exclude_problems, pairs_problems
 from orchestrator.config.matrix import flag_problems
 from orchestrator.config.notes import Notes, applies, key_problems, scoped
 from orchestrator.config.yamlfile import Problems, errors_at, load_yaml, validate
@@ -146,8 +147,14 @@ class Design(_Strict):
     measured: str | None = None          # when, for files that cannot say (parse_measured)
     models: dict[str, ModelInfo] = Field(default_factory=dict)
     configs: dict[str, ConfigInfo] = Field(default_factory=dict)
-    baseline: str | dict[str, str] | None = None
+    # one config for every model, or model -> a config or a LIST of configs (several
+    # baselines: each gets its own A/B rows, results/ab.py)
+    baseline: str | dict[str, str | list[str]] | None = None
     order: list[str] = Field(default_factory=list)   # globs in the order the runs were measured
+    # configs measured back to back in every round: tested paired (as a matrix's `pairs:`)
+    pairs: list[Annotated[list[str], Field(min_length=2)]] = Field(default_factory=list)
+    # runs left out of every figure: a run's file glob -> why (results/exclude.py)
+    exclude: dict[str, str] = Field(default_factory=dict)
     notes: Notes | None = None
     files: dict[str, FileRule] = Field(default_factory=dict)   # glob -> how to read it
     trim: int = Field(default=0, ge=0, strict=True)  # first tokens left out (stats/trim.py)
@@ -189,6 +196,8 @@ class Design(_Strict):
         problems = _model_problems(self) + _config_problems(self) + _baseline_problems(self)
         problems += _notes_problems(self) + _pattern_problems(("order",), self.order)
         problems += _left_out_problems(self)
+        problems += pairs_problems(self.pairs, list(self.configs))
+        problems += exclude_problems(self.exclude)
         if problems:
             raise errors_at(self, problems)
         return self
@@ -199,10 +208,27 @@ class Design(_Strict):
         return parse_measured(self.measured) if self.measured is not None else None
 
     def baseline_for(self, model: str) -> str | None:
-        """The config `model`'s A/B deltas are taken against, when the design names one."""
-        if isinstance(self.baseline, dict):
-            return self.baseline.get(model)
-        return self.baseline
+        """The config `model`'s A/B deltas are taken against, when the design names one (the
+        first of several)."""
+        return next(iter(self.baselines_for(model)), None)
+
+    def baselines_for(self, model: str) -> list[str]:
+        """Every config `model`'s A/B rows are taken against, in written order."""
+        chosen = self.baseline.get(model) if isinstance(self.baseline, dict) else self.baseline
+        if chosen is None:
+            return []
+        return [chosen] if isinstance(chosen, str) else list(chosen)
+
+    def paired(self, a: str, b: str) -> bool:
+        """Whether `pairs:` names the two (different) configs as one pair (either order)."""
+        return a != b and any(a in pair and b in pair for pair in self.pairs)
+
+    def exclusion(self, rel_path: str) -> tuple[str, str] | None:
+        """(glob, reason) of the first `exclude:` entry (written order) matching a run's file,
+        by its path in the folder or by its name alone."""
+        name = rel_path.rsplit("/", 1)[-1]
+        return next(((glob, why) for glob, why in self.exclude.items()
+                     if _matches(rel_path, glob) or _matches(name, glob)), None)
 
     def config_of(self, rel_path: str, model: str | None = None) -> tuple[str, int] | None:
         """(config, position of the first pattern that matched) of a file, the first config
@@ -292,16 +318,23 @@ def _baseline_problems(design: Design) -> Problems:
             return [(("baseline",), f"{design.baseline!r} {_one_of('configs', configs)}")]
         return []
     problems: Problems = []
-    for model, config in (design.baseline or {}).items():
-        info = design.configs.get(config)
+    for model, chosen in (design.baseline or {}).items():
         if models and model not in models:
             problems.append((("baseline", model), (f"{model!r} {_one_of('models', models)}; add "
                                                    f"it under `models:` (`{model}: {{}}`)")))
-        elif configs and info is None:
-            problems.append((("baseline", model), f"{config!r} {_one_of('configs', configs)}"))
-        elif info is not None and info.model is not None and info.model != model:
-            problems.append((("baseline", model), (f"{config!r} is a config of model "
-                                                   f"{info.model!r} only")))
+            continue
+        listed = [chosen] if isinstance(chosen, str) else chosen
+        if not listed:
+            problems.append((("baseline", model), "an empty list names no baseline"))
+        for i, config in enumerate(listed):
+            loc = ("baseline", model) if isinstance(chosen, str) else ("baseline", model, i)
+            info = design.configs.get(config)
+            if configs and info is None:
+                problems.append((loc, f"{config!r} {_one_of('configs', configs)}"))
+            elif info is not None and info.model is not None and info.model != model:
+                problems.append((loc, f"{config!r} is a config of model {info.model!r} only"))
+            elif config in listed[:i]:
+                problems.append((loc, f"{config!r} is listed twice"))
     return problems
 
 

@@ -30,6 +30,7 @@ from orchestrator.results import drift
 from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
 from orchestrator.results.ceilings import Judgement, judge, nearest
 from orchestrator.results.drift import Caveat
+from orchestrator.results.exclude import Excluded, split
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.quality import ModelQuality, summarise
 from orchestrator.results.query import by_model_and_device
@@ -130,6 +131,7 @@ class ReportData:
     # every config of the runs in the author's order (results/rows.py): the groups' rows and
     # the legend follow it
     config_order: list[str] = field(default_factory=list)
+    excluded: list[Excluded] = field(default_factory=list)   # left out on purpose, with why
 
     @property
     def failed(self) -> list[RunView]:
@@ -144,9 +146,10 @@ class ReportData:
 
     @property
     def baselines(self) -> dict[str, str]:
-        """model -> the label of its baseline config (the A/B rows' first)."""
-        return {g.model: g.ab.rows[0].label for g in self.groups
-                if g.ab is not None and g.ab.rows}
+        """model -> the labels of its baseline configs (the A/B rows' baselines), joined."""
+        return {g.model: " and ".join(dict.fromkeys(r.label for r in g.ab.rows
+                                                     if r.is_baseline))
+                for g in self.groups if g.ab is not None and g.ab.rows}
 
 
 # ---- which runs --------------------------------------------------------------------------
@@ -264,11 +267,17 @@ def _single_ok_runs(rows: Sequence[RunRow]) -> set[int]:
 
 def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
           quantile: str = "linear", keep_frames: bool = True,
-          trim: int | None = None, routes: bool = True) -> ReportData:
+          trim: int | None = None, routes: bool = True,
+          exclude: Sequence[str] = ()) -> ReportData:
     """Everything a report shows, from the selected runs. `trim`: `--trim N` (None: the
-    sessions' own `trim:`, results/trim.py)."""
+    sessions' own `trim:`, results/trim.py); `exclude`: `--exclude` values, which with the
+    designs' `exclude:` leave runs out of every figure (results/exclude.py)."""
     if not rows:
         raise ConfigError("no runs to report")
+    chosen = Sessions(store).by_ids(list(dict.fromkeys(r.session_id for r in rows)))
+    rows, excluded = split(rows, {s.id: session_design(s) for s in chosen}, exclude)
+    if not rows:
+        raise ConfigError("every run is left out (exclude): no runs to report")
     # devices in the order asked for (select_runs keeps --device order), then as the runs ran
     rank = {d: i for i, d in enumerate(dict.fromkeys(r.device for r in rows))}
     rows = sorted(rows, key=lambda r: (rank[r.device], r.session_id, r.order_index, r.id))
@@ -301,7 +310,7 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
     return ReportData(sessions=sessions, devices=devices, runs=runs, groups=groups,
                       matrices=matrices, imported_files=files, designs=designs,
                       trim=trim, quantile=quantile, tokens=tokens, samples=samples,
-                      caveats=caveats, config_order=order,
+                      caveats=caveats, config_order=order, excluded=excluded,
                       regressions=regressions(store, rows),
                       routes=_routes(store, runs) if routes else {})
 

@@ -17,6 +17,7 @@ from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.results import ab
 from orchestrator.results.drift import Caveat, session_warnings
+from orchestrator.results.exclude import Excluded, split
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.query import by_model_and_device
 from orchestrator.results.rows import LeftOut, config_label, in_order, left_out, listed_configs
@@ -48,17 +49,23 @@ class TableData:
     def label(self, config: str) -> str:
         """A config as its rows name it (results/rows.py config_label)."""
         return config_label(config, self.matrix, self.design)
+    excluded: list[Excluded] = field(default_factory=list)   # left out on purpose, with why
 
 
 def table_data(store: Store, session_id: int, quantile: str = "linear",
                baseline: ab.Baselines | None = None, trim: int | None = None,
-               with_ab: bool = False) -> TableData | None:
+               with_ab: bool = False, exclude: Sequence[str] = ()) -> TableData | None:
     """The session's tables' data; None when it has no runs. `trim`: `--trim N` (None: the
-    session's own `trim:`, results/trim.py); `with_ab`: its A/B groups too."""
+    session's own `trim:`, results/trim.py); `with_ab`: its A/B groups too; `exclude`:
+    `--exclude` values, which with the design's `exclude:` leave runs out
+    (results/exclude.py)."""
     rows = Runs(store).current(session_id)
     if not rows:
         return None
     session = Sessions(store).one(session_id)
+    rows, excluded = split(rows, {session_id: session_design(session)}, exclude)
+    if not rows:
+        return None
     trim = resolve_trim(trim, [session])
     # each run's figures (stored, or computed for another trim or quantile method)
     figures = Runs(store).figures(rows, trim=trim, quantile_method=quantile)
@@ -79,7 +86,7 @@ def table_data(store: Store, session_id: int, quantile: str = "linear",
     return TableData(session_id, session, rows, figures, trim, groups, facts, configs,
                      ab_groups, session_warnings(store, session_id), design, matrix, order,
                      {model: left_out([design], model) for model, _ in dict.fromkeys(
-                         key for key, _ in groups)})
+                         key for key, _ in groups)}, excluded)
 
 
 def deltas_to_first(means: Sequence[float | None]) -> list[float | None]:

@@ -22,26 +22,28 @@ def group_context(group: Group, data: ReportData, request: SectionRequest) -> di
 
 
 def ab(group: Group) -> tuple[Table | None, str | None]:
-    """(table, note): the group's A/B table against its model's baseline (results/ab.py), or
-    None and why there is none."""
+    """(table, note): the group's A/B table against its model's baseline(s) (results/ab.py),
+    a Δ row under each compared config, or None and why there is none."""
     rows = group.ab
     if rows is None:
         return None, None
     if rows.note:
         return None, md_escape(rows.note)
-    table = Table(ab_rows.HEADERS + [RUN_IDS, "text departs at"],
+    table = Table(ab_rows.headers(rows) + [RUN_IDS, "text departs at"],
                   ab_rows.ALIGNS + ["---", "---:"])
-    base = group.config(rows.baseline)
-    base_text = _text(base) if base is not None else None
-    for row in rows.rows:
-        agg = group.config(row.config)
-        text = _text(agg) if agg is not None else None
-        table.rows.append([md_escape(row.label)] + ab_rows.row_cells(row)
-                          + [id_list(row.ids), departs(base_text, text, row.is_baseline)])
+    texts = {name: _text(agg) for name in {r.config for r in rows.rows}
+             if (agg := group.config(name)) is not None}
+    for row, is_delta, cells in ab_rows.table_rows(rows):
+        if is_delta:
+            extra = [DASH, departs(texts.get(row.against), texts.get(row.config), False)]
+        else:
+            extra = [id_list(row.ids), "baseline" if row.is_baseline and
+                     texts.get(row.config) else DASH]
+        table.rows.append([ab_rows.first_cell(row, is_delta)] + cells + extra)
     if all(r[-1] in (DASH, "baseline") for r in table.rows):
         for r in table.rows:   # no text to compare: the whole column goes
             r[-1] = DASH
-    table = table.drop_empty(keep=(0, 1, 2, 4, len(ab_rows.HEADERS)))
+    table = table.drop_empty(keep=(*ab_rows.KEEP, len(ab_rows.HEADERS)))
     table.notes += ab_rows.notes(rows)
     if "text departs at" in table.headers:
         table.notes.append("text departs at: with greedy decoding, the first character where "

@@ -14,8 +14,9 @@ from orchestrator.results.ab import ABGroup, ABRow, Verdict
 from orchestrator.stats.uncertainty import ALPHA, Comparison, Interval
 from orchestrator.stats.values import DAGGER, DASH, is_missing
 
-CAPTION = ("**A/B against the baseline** (each model's own baseline; change of each config's "
-           "mean decode tok/s, with 95% intervals):")
+CAPTION = ("**A/B against the baseline** (each model's own baseline or baselines; each "
+           "config's mean decode tok/s, and under it its change from the baseline, with 95% "
+           "intervals):")
 
 
 # ---- cells -------------------------------------------------------------------------------
@@ -29,16 +30,41 @@ def interval_text(low: float | None, high: float | None,
     return f"{fmt(low)}–{fmt(high)}"
 
 
+def interval_kind(interval: Interval, within_run: tuple[float, float] | None = None) -> str:
+    """What a mean's interval is: "runs" (Student-t over three or more runs' means), "n2"
+    (two runs: a t interval with one degree of freedom, too wide to read as a range),
+    "within-run" (one run, over its own tokens) or "none"."""
+    if not is_missing(interval.low) and not is_missing(interval.high):
+        return "n2" if interval.n == 2 else "runs"
+    return "within-run" if within_run is not None else "none"
+
+
 def mean_cell(interval: Interval, headline: bool = True,
               within_run: tuple[float, float] | None = None) -> str:
     """The mean (bold when it is the row's headline) with its 95% interval:
-    "**12.31** [12.10–12.52]"; a single run with its interval over its own tokens,
-    "**3.05** [2.98–3.12 within-run]" (not an interval over repeats)."""
+    "**12.31** [12.10–12.52]"; two runs, the interval's half-width, which is not a range of
+    tok/s ("**5.19** [n = 2: ±8.29, too few to test]": the range would run below 0 tok/s);
+    a single run with its interval over its own tokens, "**3.05** [2.98–3.12 within-run]"
+    (not an interval over repeats)."""
     text = (bold(STATS["mean"].fmt) if headline else STATS["mean"].fmt)(interval.mean)
-    ci = interval_text(interval.low, interval.high)
-    if ci == DASH and within_run is not None:
+    kind = interval_kind(interval, within_run)
+    if kind == "n2":
+        half = (interval.high - interval.low) / 2   # type: ignore[operator]
+        return f"{text} [n = 2: ±{STATS['mean'].fmt(half)}, too few to test]"
+    if kind == "within-run" and within_run is not None:
         return f"{text} [{interval_text(*within_run)} within-run]"
-    return text if ci == DASH else f"{text} [{ci}]"
+    return text if kind == "none" else f"{text} [{interval_text(interval.low, interval.high)}]"
+
+
+def mean_header(rows: Sequence[ABRow]) -> str:
+    """The mean column's header, naming the intervals its rows carry: "[95% CI]" only when
+    every one is over repeated runs."""
+    kinds = {interval_kind(r.interval, r.within_run) for r in rows if r.ids} - {"none"}
+    if kinds <= {"runs"}:
+        return "decode mean [95% CI]"
+    if kinds == {"within-run"}:
+        return "decode mean [within-run 95%]"
+    return "decode mean [95%: over runs, or as the row says]"
 
 
 def delta_cell(c: Comparison) -> str:
@@ -87,11 +113,14 @@ def verdict_text(row: ABRow) -> str:
     return words if floor is None else f"{words}; {floor}"
 
 
-HEADERS = ["Config", "decode mean [95% CI]", "Δ mean [95% CI]", "p (Holm)", "verdict",
-           "cache hit", "Δ cache hit", "flash read/token", "Δ read/token",
-           "J/token [95% CI]", "Δ J/token [95% CI]", "p J (Holm)"]
-ALIGNS = ["---", "---:", "---:", "---:", "---", "---:", "---:", "---:", "---:",
-          "---:", "---:", "---:"]
+def delta_label(row: ABRow) -> str:
+    """The Δ row's name in the write-up's words: "Δ default vs k=6" (baseline first)."""
+    return f"Δ {row.against_label or row.against} vs {row.label}"
+
+
+HEADERS = ["Config", "decode mean [95% CI]", "p (Holm)", "verdict", "cache hit",
+           "flash read/token", "J/token [95% CI]", "p J (Holm)"]
+ALIGNS = ["---", "---:", "---:", "---", "---:", "---:", "---:", "---:"]
 _J = STATS["j_per_token"].fmt
 
 
@@ -103,23 +132,49 @@ def joules_cell(interval: Interval | None) -> str:
     return _J(interval.mean) if ci == DASH else f"{_J(interval.mean)} [{ci}]"
 
 
-def row_cells(row: ABRow) -> list[str]:
-    """The cells of HEADERS after Config (escaping is the caller's: Config is data)."""
+def value_cells(row: ABRow) -> list[str]:
+    """A config's own row: the cells of HEADERS after Config (escaping is the caller's:
+    Config is data)."""
+    if row.is_baseline:
+        verdict = "baseline"
+    elif not row.ids:
+        verdict = f"{verdict_words(row)} ({DAGGER}: {', '.join(map(str, row.failed))})"
+    else:
+        verdict = DASH
+    return [mean_cell(row.interval, within_run=row.within_run) if row.ids else DASH,
+            DASH, verdict,
+            STATS["cache_hit_pct"].fmt(row.cache_hit_pct),
+            STATS["read_mib_per_token"].fmt(row.read_mib_per_token),
+            joules_cell(row.j_per_token), DASH]
+
+
+def delta_cells(row: ABRow) -> list[str] | None:
+    """The Δ row under a compared config: its change from the baseline in each column
+    (cache hit in points, exact; flash read in %, exact), None when there is no change to
+    state (a baseline, or no ok run)."""
     c = row.comparison
-    return [
-        mean_cell(row.interval, within_run=row.within_run) if row.ids else DASH,
-        "baseline" if row.is_baseline else (delta_cell(c) if c is not None else DASH),
-        p_cell(c.p_adjusted) if c is not None else DASH,
-        verdict_text(row) if row.ids else
-        f"{verdict_words(row)} ({DAGGER}: {', '.join(map(str, row.failed))})",
-        STATS["cache_hit_pct"].fmt(row.cache_hit_pct),
-        DASH if row.is_baseline else pp(row.cache_hit_delta_pp),
-        STATS["read_mib_per_token"].fmt(row.read_mib_per_token),
-        DASH if row.is_baseline else pct(row.read_delta_pct),
-        joules_cell(row.j_per_token),
-        DASH if row.is_baseline or row.energy is None else delta_cell(row.energy),
-        DASH if row.energy is None else p_cell(row.energy.p_adjusted),
-    ]
+    if row.is_baseline or c is None:
+        return None
+    return [delta_cell(c), p_cell(c.p_adjusted), verdict_text(row), pp(row.cache_hit_delta_pp),
+            pct(row.read_delta_pct),
+            DASH if row.energy is None else delta_cell(row.energy),
+            DASH if row.energy is None else p_cell(row.energy.p_adjusted)]
+
+
+def table_rows(group: ABGroup) -> list[tuple[ABRow, bool, list[str]]]:
+    """(row, is it the Δ row, cells after Config) in the table's order: each baseline, each
+    config compared with it, and the Δ row under that config."""
+    out: list[tuple[ABRow, bool, list[str]]] = []
+    for row in group.rows:
+        out.append((row, False, value_cells(row)))
+        delta = delta_cells(row)
+        if delta is not None:
+            out.append((row, True, delta))
+    return out
+
+
+def first_cell(row: ABRow, is_delta: bool) -> str:
+    return md.md_escape(delta_label(row) if is_delta else row.label)
 
 
 def notes(group: ABGroup) -> list[str]:
@@ -128,15 +183,20 @@ def notes(group: ABGroup) -> list[str]:
     compared = [r.comparison for r in group.rows if r.comparison is not None]
     tested = [c for c in compared if c.p_value is not None]
     methods = sorted({c.method for c in tested if c.method})
-    how = {"paired": "paired by round (both configs ran in every round)",
+    how = {"paired": "paired by round (both configs ran in every round: an interleaved "
+                     "order or a pair)",
            "welch": "Welch's t-test (the rounds are not paired)"}
     out = []
     if tested:
-        out.append(f"Δ mean: ratio of the geometric means of the runs' decode tok/s, with its "
-                   f"95% interval, tested on log tok/s, "
+        out.append(f"Δ rows: the ratio of the geometric means of the runs' decode tok/s, with "
+                   f"its 95% interval, tested on log tok/s, "
                    f"{' or '.join(how[m] for m in methods)}. p is Holm-corrected across the "
                    f"{group.family} comparison(s) of this document; *faster* / *slower* only "
                    f"when it is below {ALPHA:g}.")
+    if any(interval_kind(r.interval, r.within_run) == "n2" for r in group.rows if r.ids):
+        out.append("n = 2: the 95% interval of a mean over two runs has one degree of freedom "
+                   "(its half-width is 12.7× the standard error); it is given as ± its "
+                   "half-width, read as a range of tok/s it says little (it can run below 0).")
     if any(c.p_value is None for c in compared):
         out.append("Configs measured once (or compared with a baseline measured once) have no "
                    "interval and no test: their Δ is one measurement against another.")
@@ -151,7 +211,8 @@ def notes(group: ABGroup) -> list[str]:
     if any(not is_missing(r.cache_hit_delta_pp) or not is_missing(r.read_delta_pct)
            for r in group.rows if not r.is_baseline):
         out.append("Cache hit and flash read per token follow from the routing and the cache, "
-                   "not from timing: their differences are exact and carry no interval.")
+                   "not from timing: their differences (in the Δ rows, cache hit in "
+                   "percentage points) are exact and carry no interval.")
     if any(r.energy is not None for r in group.rows):
         out.append("Δ J/token: ratio of the geometric means of the runs' J/token over the "
                    "decode phase, with its 95% interval, tested as tok/s is; p is "
@@ -159,12 +220,19 @@ def notes(group: ABGroup) -> list[str]:
     return out
 
 
+def headers(group: ABGroup) -> list[str]:
+    return [HEADERS[0], mean_header(group.rows), *HEADERS[2:]]
+
+
+KEEP = (0, 1, 3)      # Config, the mean, the verdict: shown even when empty
+
+
 def table(group: ABGroup) -> md.Table:
     """The A/B table of one group, without notes (`notes` covers a whole document)."""
-    t = md.Table(list(HEADERS), list(ALIGNS))
-    for row in group.rows:
-        t.rows.append([md.md_escape(row.label)] + row_cells(row))
-    return t.drop_empty(keep=(0, 1, 2, 4))
+    t = md.Table(headers(group), list(ALIGNS))
+    for row, is_delta, cells in table_rows(group):
+        t.rows.append([first_cell(row, is_delta)] + cells)
+    return t.drop_empty(keep=KEEP)
 
 
 def group_markdown(groups: Sequence[ABGroup], model: str, device: str) -> str:
@@ -190,7 +258,7 @@ def records(groups: Sequence[ABGroup]) -> list[dict[str, Any]]:
             c = row.comparison
             out.append({
                 "table": "ab", "model": g.model, "device": g.device, "config": row.config,
-                "label": row.label, "baseline": g.baseline,
+                "label": row.label, "baseline": row.against or g.baseline,
                 "mean": row.interval.mean, "mean_ci_low": row.interval.low,
                 "mean_ci_high": row.interval.high,
                 "delta_pct": c.delta_pct if c else None,
@@ -199,7 +267,7 @@ def records(groups: Sequence[ABGroup]) -> list[dict[str, Any]]:
                 "p_value": c.p_value if c else None,
                 "p_adjusted": c.p_adjusted if c else None,
                 "significant": bool(c.significant) if c else False,
-                "n_base": c.n_base if c else len(g.rows[0].ids),   # rows[0]: the baseline
+                "n_base": c.n_base if c else _base_runs(g, row),
                 "n_config": c.n_cand if c else len(row.ids),
                 "method": c.method if c else None,
                 "verdict": verdict_words(row),
@@ -220,6 +288,12 @@ def records(groups: Sequence[ABGroup]) -> list[dict[str, Any]]:
                 "energy_p_adjusted": row.energy.p_adjusted if row.energy else None,
             })
     return out
+
+
+def _base_runs(group: ABGroup, row: ABRow) -> int:
+    """The number of ok runs of the row's baseline."""
+    base = next((r for r in group.rows if r.is_baseline and r.config == row.against), None)
+    return len((base or group.rows[0]).ids)
 
 
 def frame(groups: Sequence[ABGroup]) -> pd.DataFrame:

@@ -1,7 +1,7 @@
 """A run's row label as every view prints it: its config (its matrix's `labels:` entry, else
 its design file's `label:`, else its name: results/rows.py), its repeat, and a dagger when it
 did not end ok (in no figure of its config); a group's title; the line that says why a run is
-in no aggregate (failure_line)."""
+in no aggregate (failure_line), and why one was left out on purpose (excluded_line)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -13,6 +13,7 @@ from orchestrator.stats.values import DAGGER
 if TYPE_CHECKING:
     from orchestrator.config.design import Design
     from orchestrator.config.matrix import Matrix
+    from orchestrator.results.exclude import Excluded
     from orchestrator.results.listings import RunRow
     from orchestrator.results.report_data import Group, ReportData, RunView
 
@@ -77,3 +78,16 @@ def failure_line(row: RunRow) -> str:
     """Why a run that did not end ok is in no aggregate (the terminal and `orch table`)."""
     return (f"{DAGGER} {row.config}: {row.status}" + (f" ({row.cause})" if row.cause else "")
             + f", run {row.id}; left out of every aggregate")
+
+
+def excluded_line(e: Excluded) -> str:
+    """Markdown: a run left out on purpose, why, and who said so (the data escaped)."""
+    run = e.run
+    from orchestrator.report.format.markdown import md_code, md_escape
+
+    where = f" ({md_code(run.source_file)})" if run.source_file else ""
+    source = (f"design file, `exclude:` {md_code(e.pattern)}" if e.from_design
+              else md_code(f"--exclude {e.pattern}"))
+    return (f"{md_escape(run.config)} {DAGGER} run {run.id}{where} on {md_escape(run.device)}: "
+            f"excluded — {md_escape(e.reason)} ({source}); in no table, interval, A/B row, "
+            f"finding or plot")

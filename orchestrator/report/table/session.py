@@ -21,7 +21,7 @@ from orchestrator.report.format import design_notes, grid
 from orchestrator.report.table import runs as tables
 from orchestrator.report.format import turn_tables
 from orchestrator.report.format.formatters import PAGE_CACHE_NOTE, records
-from orchestrator.report.format.labels import failure_line, row_labels
+from orchestrator.report.format.labels import excluded_line, failure_line, row_labels
 from orchestrator.report.format.markdown import md_escape, md_prose
 from orchestrator.report.format.markdown import render as md_render
 from orchestrator.report.format.within_cells import with_trim
@@ -89,6 +89,7 @@ def _markdown(data: TableData, kinds: list[str], columns: Sequence[str] | None =
         if warnings:
             parts.append(warnings)
     note = "".join(failure_line(r) + "\n" for r in rows if r.status != Status.OK)
+    note += "".join(excluded_line(e) + "\n" for e in data.excluded)
     return "\n".join(parts) + ("\n" + note if note else "")
 
 
