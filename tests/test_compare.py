@@ -191,7 +191,8 @@ def test_local_vs_imported_without_matrix(workspace):
     assert rows["gemma_base_ov"]["n_reference"] == 0 and rows["gemma_base_ov"]["ratio"] is None
     text = orch_ok("compare", "-d", "local", "-d", "imported", "--format", "md")
     assert "- Only on local: mmap." in text
-    assert "- Only on imported: gemma gemma_auto_ov," in text
+    # model by model, the reference side's model first (rows in the author's order)
+    assert "- Only on imported: qwen qwen_auto_ov, " in text and "gemma gemma_auto_ov," in text
     # a probe run against a bmoe import: the same name, measured otherwise (marked, listed)
     assert md_table(text)["qwen_base_ov ≠"]["imported/local 95% CI"] == "—"
     assert "- qwen_base_ov (local vs imported): engine moe-probe vs bmoe; tokens 24 vs 256." \

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from orchestrator.config.design import session_design
+from orchestrator.config.stored_matrix import stored_matrix
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError, NotFound
@@ -30,6 +32,7 @@ from orchestrator.results.confounds import Difference, differences
 from orchestrator.results.headline_figures import FigureComparison, figure_comparisons
 from orchestrator.results.measured import config_labels
 from orchestrator.results.query import Side
+from orchestrator.results.rows import in_order, listed_configs
 from orchestrator.results.side_devices import SideDevice, side_devices
 from orchestrator.results.trim import resolve_trim
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine_all
@@ -195,6 +198,13 @@ def build(store: Store, sides: Sequence[Side], matches: Sequence[str] = (),
         per_side.append(configs)
     combined = [combine_all(configs) for configs in _unknown_models_matched(per_side)]
     keys = list(dict.fromkeys(k for configs in combined for k, c in configs.items() if c.ok))
+    # rows in the author's order (the sides' design files' and matrices' `configs:`), as the
+    # report's and `orch table`'s, then the others in run order
+    listed = listed_configs((session_design(side.session) for side in sides),
+                            (stored_matrix(side.session.matrix_text) for side in sides))
+    rank = {config: i for i, config in enumerate(in_order((k[1] for k in keys), listed))}
+    models = {model: i for i, model in enumerate(dict.fromkeys(k[0] for k in keys))}
+    keys.sort(key=lambda k: (models[k[0]], rank[k[1]]))     # model by model, as run
     # a side's config figure: its ConfigFigures (stats/config_figures.py); tested on the runs'
     # means, Welch on the logs (two sessions' runs are not paired)
     raw = [[compare(combined[0][key].of_runs("mean"), c[key].of_runs("mean"), paired=False)
