@@ -96,6 +96,7 @@ UNIT: dict[str, tuple[str, ...]] = {
     "test_special_files.py": ("test_a_timed_out_local_command_leaves_no_child",
                               "test_device_model_that_is_no_regular_file_is_not_hashed"),
     # formatting
+    "test_flags_cells.py": (),
     "test_escapes.py": ("test_show_runs_and_table_print_escapes_visibly",),
     "test_terminal_views.py": (),   # `orch run`'s board and closing table (its e2e is slow)
     # parsers: engine output, bmoe's formats, quality probes and graders, llama.cpp's parts

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.config.design import Design
-from orchestrator.report.format.markdown import Table, md_code, md_escape, render
+from orchestrator.report.format.markdown import Table, md_code, md_escape, md_flags, render
 from orchestrator.results.rows import LeftOut
 from orchestrator.stats.values import DASH
 
@@ -77,7 +77,7 @@ def legend(designs: Iterable[Design | None], configs: Sequence[str]) -> Table | 
         if info is None:
             continue
         table.rows.append([md_escape(info.label or config), md_code(config),
-                           md_code(info.flags) if info.flags else DASH,
+                           md_flags(info.flags) if info.flags else DASH,
                            ", ".join(md_code(p) for p in info.files)])
     return table.drop_empty(keep=(0, 1)) if table.rows else None
 

@@ -95,6 +95,21 @@ def md_code(value: Any) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def md_flags(value: Any) -> str:
+    """A flag string as one code span per option with its values (`--cache-mb 2000`
+    `--overlap`), separated by spaces: a narrow cell wraps between options, never inside one
+    (page.html.j2 keeps a code span whole), and a copy of the cell is the flag string."""
+    if value is None or value == "":
+        return DASH
+    groups: list[list[str]] = []
+    for token in _NEWLINES.sub(" ", str(value)).split():
+        if token.startswith("-") or not groups:
+            groups.append([token])
+        else:
+            groups[-1].append(token)
+    return " ".join(md_code(" ".join(group)) for group in groups)
+
+
 def md_fence(text: str, info: str = "") -> str:
     """A fenced block whose fence is longer than any backtick run inside (a prompt may hold
     ``` itself)."""
