@@ -74,6 +74,16 @@ UNIT: dict[str, tuple[str, ...]] = {
     # config: matrices, designs, inventories, local files, refused before anything is opened
     "test_matrix.py": (),
     "test_early_checks.py": (),
+    "test_report_structure.py": (
+        "test_title_summary_and_sections_in_the_write_ups_order",
+        "test_environment_has_device_facts_notes_build_and_the_designs_rows_in_order",
+        "test_method_names_tokens_trim_repeats_order_cooldown_and_the_columns",
+        "test_results_per_model_headed_by_its_label_with_facts_and_size_over_ram",
+        "test_reproduce_of_an_import_gives_the_command_and_the_flags_per_config",
+        "test_reproduce_of_a_live_session_is_the_orch_run_command",
+        "test_design_facts_say_given_and_keep_their_precision",
+        "test_a_date_only_design_prints_no_time_of_day",
+        "test_provenance_lists_driver_logs_and_the_state_lines"),
     "test_design.py": ("test_a_matrix_notes_are_printed_like_a_designs",
                        "test_orch_table_prints_the_notes_under_each_group_markdown_only",
                        "test_report_prints_the_designs_notes_labels_and_device"),

@@ -118,7 +118,8 @@ def environment_rows(data: ReportData) -> list[tuple[str, str]]:
     if notes:
         rows.append(("Device notes", "; ".join(notes)))
     rows.append(("Engine build", engine_builds(data.runs)))
-    for label, value in (("Threads", threads(data.runs)), ("Decoding", decoding(data.runs))):
+    for label, value in (("Compute threads", threads(data.runs)),
+                         ("Decoding", decoding(data.runs))):
         if value is not None:
             rows.append((label, value))
     for design in data.designs.values():

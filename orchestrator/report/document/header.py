@@ -57,14 +57,17 @@ def _measured_from_files(rows: Sequence[Any]) -> str:
     return text + (f"; {file_only} run(s) with file times only" if file_only else "")
 
 
-def _configs_per_model(rows: Sequence[Any], models: list[str], n_configs: int) -> str:
+def _configs_per_model(rows: Sequence[Any], models: list[str], n_configs: int,
+                       labels: dict[str, str] | None = None) -> str:
     """"8 configs of Qwen…, 6 of Gemma…": a config name repeats across models, so one total
-    times the number of models would overstate what ran."""
+    times the number of models would overstate what ran. Models by their label when given."""
+    labels = labels or {}
     if not models:
         return f"{n_configs} config{'s' if n_configs != 1 else ''}"
     counts = [len({r.config for r in rows if r.model == m}) for m in models]
+    names = [labels.get(m) or m for m in models]
     parts = [f"{n} {'config' if n == 1 else 'configs'} of {md.md_escape(m)}" if i == 0
-             else f"{n} of {md.md_escape(m)}" for i, (n, m) in enumerate(zip(counts, models))]
+             else f"{n} of {md.md_escape(m)}" for i, (n, m) in enumerate(zip(counts, names))]
     return ", ".join(parts)
 
 
@@ -80,7 +83,9 @@ def header(data: ReportData) -> dict[str, Any]:
     repeats = max(r.repeat_index for r in rows) + 1
     tokens = sorted({m["tokens"] for m in matrices if isinstance(m.get("tokens"), int)})
     what = (f"engine {', '.join(md.md_code(e) for e in engines)}: "
-            + _configs_per_model(rows, models, len(configs))
+            + _configs_per_model(rows, models, len(configs),
+                                 {g.model: g.facts.label for g in data.groups
+                                  if g.facts is not None and g.facts.label})
             + (f", up to {repeats} repeats each" if repeats > 1 else "")
             + (f", {', '.join(map(str, tokens))} tokens per run" if tokens else "")
             + f" — {len(rows)} run(s)")

@@ -298,6 +298,19 @@ def _prompt_from_argv(argv: Any) -> str | None:
     return None
 
 
+def _matrix(s: Any, paths: Paths) -> tuple[str, str]:
+    """(caption, text) of a session's matrix: as written (its sha256 is over those bytes),
+    except that a shared document shows its absolute paths by name, and says so."""
+    text = s.matrix_text
+    shown = paths.text(text, base_of(s)) or ""
+    caption = (f"session {s.id}: {paths.path(s.matrix_path or '', base_of(s))} "
+               f"(sha256 {s.matrix_sha256})")
+    if shown != text:
+        caption += ("; its absolute paths shown by file name, the sha256 is over the file as "
+                    "written (`--provenance full` shows it so)")
+    return caption, shown
+
+
 def build(data: ReportData, full: bool = False) -> Provenance:
     """`full`: absolute paths and the controller's user@host (`--provenance full`)."""
     paths = Paths(full)
@@ -309,9 +322,7 @@ def build(data: ReportData, full: bool = False) -> Provenance:
             seen.add(text)
             prompts.append((f"session {r.row.session_id}", text))
     # the matrix text is shown as written: its sha256 is over those bytes
-    matrices = [((f"session {s.id}: {paths.path(s.matrix_path or '', base_of(s))} "
-                  f"(sha256 {s.matrix_sha256})"), s.matrix_text)
-                for s in data.sessions if s.matrix_text]
+    matrices = [_matrix(s, paths) for s in data.sessions if s.matrix_text]
     return Provenance(sessions=sessions_table(data, paths), devices=devices_table(data),
                       engines=engines_table(data, paths), models=models_table(data, paths),
                       files=files_table(data, paths), runs=runs_table(data, paths),
