@@ -64,6 +64,7 @@ class EntryState(BaseModel):
 
     driver: dict[str, Any] | None = None    # the driver log's entry (cpu_khz, log, ...)
     state: dict[str, Any] | None = None     # the `.state` file: {file, before, after}
+    lines: dict[str, Any] | None = None     # KEY=VALUE state lines of its logs (freq_cap=...)
 
 
 class Turn(BaseModel):

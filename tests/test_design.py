@@ -86,6 +86,7 @@ def test_the_example_device_facts_use_the_keys_the_report_reads():
     assert facts == {"cpu_model": "Snapdragon 8 Elite", "cores": 8,
                      "mem_total_kb": round(11.4 * 1048576), "storage": "UFS 4.0",
                      "os": "Android 16", "notes": "Runs in-app (not over adb).",
+                     "ram_gib": 11.4,      # as given: the report prints 11.4 GiB, not the kB
                      "source": "design file"}
 
 
@@ -379,8 +380,9 @@ def test_report_prints_the_designs_notes_labels_and_device(tmp_path):
     assert ("| anon, 20 Jul 21:35 (cross-day, not usable) | `anon-crossday` | "
             "`--dense-weights anon` | `bmoe-20260720-212009.csv` |") in text
     # each model's note above its tables, each config's note under the tables showing it
-    qwen = text.index(f"### {QWEN}")
-    gptoss = text.index(f"### {GPTOSS}")
+    # headed by the models' labels (the design's models.NAME.label)
+    qwen = text.index("### Qwen3.6-35B-A3B Q4_K_M on OnePlus 15R")
+    gptoss = text.index("### gpt-oss-120b Q4_K_M on OnePlus 15R")
     assert qwen < text.index("**Qwen3.6-35B-A3B Q4_K_M**: In-app runs") < gptoss
     assert text.index("findings.md describes every run") > gptoss
     # the design's baselines: anon-long did not run here, so Qwen's A/B says so
@@ -388,8 +390,8 @@ def test_report_prints_the_designs_notes_labels_and_device(tmp_path):
     assert qwen < text.index("The baseline anon-long did not run in this group") < crossday < gptoss
     assert re.search(r"\| anon, short pair, cache 2000 MiB \| [^|]+ \| baseline \|", text)
     # the device line carries the design's facts, storage included
-    assert ("OnePlus 15R (Snapdragon 8 Elite, 8 cores, 11.4 GiB RAM, UFS 4.0, Android 16)"
-            in text)
+    assert ("OnePlus 15R (Snapdragon 8 Elite, 8 cores, 11.4 GiB RAM, UFS 4.0, Android 16; "
+            "given by the design file)" in text)
     html = tmp_path / "r.html"
     orch("report", "--db", db, "--no-plots", "--format", "html", "-o", str(html))
     page = html.read_text(encoding="utf-8")

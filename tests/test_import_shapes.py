@@ -280,7 +280,7 @@ def test_date_only_measured_prints_no_time_of_day(db, tmp_path):
     assert code == 0 and "2026-07-12 (design's date)" in out and "00:00" not in out
     store = Store.open(db)
     text = report_text(store, Runs(store).current(), plots=False)
-    assert "measured 2026-07-12 (a date only" in text and "order from the file order" in text
+    assert "measured 2026-07-12 (the design file's date" in text and "order from the file order" in text
     assert "00:00:00" not in text
 
 

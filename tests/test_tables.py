@@ -55,8 +55,9 @@ def test_gguf_header_with_and_without_the_gguf_package(tmp_path, monkeypatch):
 def test_facts_line():
     facts = ModelFacts("q", size_bytes=18_556_682_240, arch="qwen3moe", layers=48,
                        experts=128, top_k=(8,), ram_kb=11_036_136)
-    assert facts.line() == ("18.6 GB, qwen3moe, 48 layers, 128 experts, top-8; "
-                            "1.64× the device's 11.3 GB RAM")
+    # both sizes in GiB beside the ratio, so it reads off (the header shows RAM in GiB too)
+    assert facts.line() == ("qwen3moe, 48 layers, 128 experts, top-8, 18.6 GB (17.3 GiB); "
+                            "≈1.64× device RAM (10.5 GiB)")
     assert ModelFacts("x").line() == "" and ModelFacts("x").as_dict()["ram_ratio"] is None
 
 
@@ -129,7 +130,8 @@ def test_two_models_by_two_configs_csv_json_md(workspace):
 
     md = orch_ok("table")
     assert md.count("### qa on local") == 1 and md.count("### qb on local") == 1
-    assert "Model: 0.0 GB, qwen3moe, 6 layers, 16 experts, top-4; " in md
+    assert "Model: qwen3moe, 6 layers, 16 experts, top-4, " in md
+    assert "under 0.01× device RAM" in md and "0.00×" not in md and "0.0 GB" not in md
     cells = md_cells(md)
     assert cells[("qa on local", "fast, x1", "p5")] != "—"
     assert cells[("qb on local", "delay=0.001,x=2", "decode: compute + I/O (s/tok)")] \
@@ -139,7 +141,8 @@ def test_two_models_by_two_configs_csv_json_md(workspace):
     assert "| delay ↓ x → | 1 | 2 |" in md
     # the report's model sections open with the same facts and carry the same pivot
     report = orch_ok("report", "--no-plots")
-    assert report.count("Model: 0.0 GB, qwen3moe, ") == 2
+    # the report says where the facts came from (the GGUF header) before them
+    assert report.count("(from the GGUF header") == 2
     assert report.count("**Mean tok/s by delay × x**:") == 2
 
 

@@ -90,6 +90,8 @@ class DeviceFacts(_Strict):
                                "mem_total_kb": (round(self.ram_gib * KIB_PER_GIB)
                                                 if self.ram_gib is not None else None),
                                "storage": self.storage, "os": self.os, "notes": self.notes}
+        # ram_gib as written too: a view prints what was given, not the kB computed from it
+        out["ram_gib"] = self.ram_gib
         return {**{k: v for k, v in out.items() if v is not None}, "source": "design file"}
 
 
@@ -141,7 +143,9 @@ class FileRule(_Strict):
 class Design(_Strict):
     """A study folder's design file (docs/import.md)."""
 
+    title: str | None = None             # the document's title (else "Benchmark report: NAME")
     label: str | None = None             # the session's description (as `orch import --label`)
+    environment: dict[str, str] = Field(default_factory=dict)   # Environment rows, in order
     device: DeviceFacts | None = None
     engine_build: str | None = None
     measured: str | None = None          # when, for files that cannot say (parse_measured)

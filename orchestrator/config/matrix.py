@@ -74,6 +74,7 @@ class Matrix(BaseModel):
 
     name: str
     description: str | None = None
+    title: str | None = None       # the report's title (else "Benchmark report: NAME")
     engine: str
     binary: BinarySpec | None = None
     # llama.cpp builds as one more grid dimension (`[llama.cpp@0.3.30, llama.cpp@0.3.36]`):
@@ -96,7 +97,7 @@ class Matrix(BaseModel):
     # the config the others are compared with: one name for every model, or model -> config;
     # default: the first config
     baseline: str | dict[str, str] | None = None
-    labels: dict[str, str] = Field(default_factory=dict)   # config -> label shown in reports
+    labels: dict[str, str] = Field(default_factory=dict)   # config (or model) -> its label
     # A/B pairs that run back to back in every repeat, so each comparison sees the same
     # device state: [[baseline, candidate], ...]
     pairs: list[Annotated[list[str], Field(min_length=2)]] = Field(default_factory=list)
@@ -360,7 +361,7 @@ def _baseline_and_pairs(matrix: Matrix, names: list[str]) -> Problems:
     elif matrix.baseline is not None and matrix.baseline not in known:
         problems.append((("baseline",), f"{matrix.baseline!r} {_one_of(names)}"))
     for config in matrix.labels:
-        if config not in known:
+        if config not in known and config not in matrix.models:   # a model's label: headings
             problems.append((("labels", config), f"{config!r} {_one_of(names)}"))
     pair_of: dict[str, int] = {}
     for i, pair in enumerate(matrix.pairs):

@@ -51,6 +51,7 @@ def attach_series(series: list[Series], plans: list[Planned], skip: Skip) -> Non
             continue
         owner.samples.extend(rows)
         owner.samples_from.append(shown)
+        owner.contributed.append((shown, "device samples"))
 
 
 def owner_of(item: Series, plans: list[Planned]) -> tuple[Planned | None, str]:

@@ -32,6 +32,17 @@ def read_text(path: Path) -> tuple[str | None, str | None]:
     return text, why
 
 
+# what each kind of file gives the run it belongs to (the provenance's "role" column)
+ROLES = {"csv": "per-token CSV", ".metrics": "`.metrics` sidecar: device pressure",
+         ".log": "`.log`: the engine's summary lines and text",
+         ".out": "`.out` stdout: the engine's summary lines and generated text",
+         ".state": "`.state`: device state before and after",
+         "route": "route trace", "turns": "turn records",
+         "section": "driver log section: the run's summary lines and text",
+         "order": "driver log section: entry state and run order",
+         "entry": "driver log: entry state", "samples": "device samples"}
+
+
 def _rel(found_path: Path, key: str) -> str:
     """A file's path as the user sees it: under the run's subfolder."""
     folder = key.rpartition("/")[0]
@@ -78,7 +89,8 @@ def _plan_turns(rel: str, path: Path, plans: list[Planned], skip: Skip) -> None:
                     if k in ("arch", "n_ctx", "n_expert_used", "think_ctl")}
         plans.append(Planned(key, path, shown=where, turns=turns, encoding=encoding,
                              settings=settings, log_place=(shown, index),
-                             provenance={"kind": "turn records"}))
+                             provenance={"kind": "turn records"},
+                             contributed=[(where, ROLES["turns"])]))
 
 
 def _plan_run(files: RunFiles, skip: Skip, refused: Mapping[Path, str]) -> Planned | None:
@@ -89,13 +101,16 @@ def _plan_run(files: RunFiles, skip: Skip, refused: Mapping[Path, str]) -> Plann
         skip((shown, why or "unreadable"))
         return None
     planned = Planned(files.config, files.csv, text, shown=shown,
-                      settings=_preamble(text), trailer=import_sections.trailer(text))
+                      settings=_preamble(text), trailer=import_sections.trailer(text),
+                      contributed=[(shown, ROLES["csv"])])
     for side in files.sidecars:
         body, why = read_text(side)
         if body is None:
             skip((_rel(side, files.config), f"{why} (sidecar; the run imports without it)"))
         else:
             planned.sidecars.append((side, body))
+            planned.contributed.append((_rel(side, files.config),
+                                        ROLES.get(side.suffix, ROLES[".out"])))
             if side.suffix == ".metrics" and side != files.csv:
                 planned.sidecar = parse_metrics_sidecar(body)
     if files.state is not None:
@@ -104,6 +119,7 @@ def _plan_run(files: RunFiles, skip: Skip, refused: Mapping[Path, str]) -> Plann
             skip((_rel(files.state, files.config), f"{why} (state file)"))
         else:
             planned.state = {**parse_state(body), "file": files.state.name}
+            planned.contributed.append((_rel(files.state, files.config), ROLES[".state"]))
     if files.route is not None:
         planned.trace, planned.trace_digest, why = _trace(files.route)
         if planned.trace is None:
@@ -111,6 +127,7 @@ def _plan_run(files: RunFiles, skip: Skip, refused: Mapping[Path, str]) -> Plann
             skip((shown, (f"the traced run's route trace is unreadable: "
                           f"{files.route.name}: {why}")))
             return None
+        planned.contributed.append((_rel(files.route, files.config), ROLES["route"]))
     return planned
 
 
@@ -174,6 +191,7 @@ def _plan_log(rel: str, path: Path, plans: list[Planned], skip: Skip, driver: bo
                                flags=sec.flags or None, encoding=encoding)
         if sec.label:
             summary_only.provenance["section"] = sec.label
+        summary_only.contributed.append((f"{shown} [{sec.name}]", ROLES["section"]))
         _entry(summary_only, sec, shown)
         plans.append(summary_only)
     if not used and driver:
@@ -186,6 +204,7 @@ def _plan_log(rel: str, path: Path, plans: list[Planned], skip: Skip, driver: bo
         owner = names.get(name)
         if owner is not None and owner.entry is None:
             owner.entry = entry
+            owner.contributed.append((f"{shown} [{name}]", ROLES["entry"]))
 
 
 def _owner(sec: import_sections.Section, here: list[Planned]) -> Planned | None:
@@ -203,9 +222,12 @@ def _owner(sec: import_sections.Section, here: list[Planned]) -> Planned | None:
 def _join(owner: Planned, sec: import_sections.Section, shown: str, has_summary: bool) -> None:
     """The section is the owner's stdout: its text (unless a sidecar gave the whole stdout),
     its entry/exit state and its place in the driver's order."""
-    if has_summary and not any(s.suffix in (".out", ".log") for s, _ in owner.sidecars):
+    gave_text = has_summary and not any(s.suffix in (".out", ".log") for s, _ in owner.sidecars)
+    if gave_text:
         owner.stdout = sec.lines
     owner.log_place = (shown, sec.index)
+    owner.contributed.append((f"{shown} [{sec.name}]",
+                              ROLES["section"] if gave_text else ROLES["order"]))
     _entry(owner, sec, shown)
 
 

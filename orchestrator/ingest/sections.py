@@ -140,8 +140,8 @@ def split_state(lines: list[str]) -> tuple[list[str], dict[str, Any], dict[str, 
 def _items(text: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value, _unit in _ITEM.findall(text):
-        name = _STATE_KEYS.get(key)
-        if name is not None and name not in out:
+        name = _STATE_KEYS.get(key, key)     # an unknown key (freq_cap=) kept as written
+        if name not in out:
             number = float(value)
             out[name] = int(number) if number.is_integer() else number
     return out

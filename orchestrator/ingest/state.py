@@ -30,6 +30,10 @@ _POLICY = re.compile(r"^(policy\d+):\s*(.*)$")
 _KV = re.compile(r"(\w+)=(-?\d+)")
 _MEMINFO = re.compile(r"(\w+):\s*(\d+)\s*kB")
 _INT = re.compile(r"-?\d+")
+# a line that is one `key=value` and nothing else (`freq_cap=2265600`), as a driver script
+# prints the state it set; the `.metrics` nine (`*_kb`, `*_dC`, `*_mC`) are device pressure
+_STATE_LINE = re.compile(r"^([a-z][a-z0-9_]*)=(-?\d+(?:\.\d+)?|[A-Za-z0-9_.:/+-]+)$")
+_PRESSURE_KEY = re.compile(r"_(kb|dC|mC)$")
 
 
 def read_text(path: Path) -> str:
@@ -62,6 +66,22 @@ def driver_log_entries(name: str, text: str) -> dict[str, dict[str, Any]]:
                      if k in _ENTRY_KEYS}
             entries[section] = {**found, "log": name}
     return entries
+
+
+def state_lines(lines: list[str]) -> dict[str, Any]:
+    """The `KEY=VALUE` state lines of a run's logs and sidecars (`freq_cap=2265600`: the CPU
+    frequency cap a script set): every one-pair line but the `.metrics` pressure keys, values
+    as numbers when they are, else as written; the first of a key wins (the run's start)."""
+    found: dict[str, Any] = {}
+    for raw in lines:
+        match = _STATE_LINE.match(raw.strip().lstrip(BOM))
+        if match is None or _PRESSURE_KEY.search(match.group(1)):
+            continue
+        key, value = match.groups()
+        if key not in found:
+            found[key] = int(value) if _INT.fullmatch(value) else \
+                float(value) if re.fullmatch(r"-?\d+\.\d+", value) else value
+    return found
 
 
 def _int(text: str) -> int | None:

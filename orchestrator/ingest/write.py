@@ -35,6 +35,7 @@ from orchestrator.ingest.checks import Refused, impossible_reason
 from orchestrator.db.figures import compute_run
 from orchestrator.ingest.figures import watch
 from orchestrator.ingest.lines import lines
+from orchestrator.ingest.state import state_lines
 from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord, Turn
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.stats import energy
@@ -77,6 +78,9 @@ class Planned:
     turns: list[Turn] = field(default_factory=list)   # a session run's (turn records)
     samples: list[dict[str, Any]] = field(default_factory=list)   # device series rows
     samples_from: list[str] = field(default_factory=list)   # the series files they came from
+    # every file that gave the run something, (its path in the folder, what it gave): the
+    # report's provenance lists them (ingest/planning.py records them as it reads each)
+    contributed: list[tuple[str, str]] = field(default_factory=list)
 
 
 class _TokenMemory:
@@ -204,14 +208,19 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
             else wall_s()
         record.energy = energy.from_sidecar(sidecar, decode_s,
                                             record.tokens or recorder.token_seq)
-    if plan.entry is not None or plan.state is not None:
-        record.entry_state = EntryState(driver=plan.entry, state=plan.state)
+    reported = state_lines([line for _, body in plan.sidecars for line in body.splitlines()]
+                           + plan.stdout)
+    if plan.entry is not None or plan.state is not None or reported:
+        record.entry_state = EntryState(driver=plan.entry, state=plan.state,
+                                        lines=reported or None)
     if plan.trace is not None:
         record.route_trace = plan.trace.meta()
         store.insert_route(run_id, plan.trace.rows)
     record.extra["import_key"] = plan.key
     record.extra["import"] = {"encoding": plan.encoding, **plan.provenance,
-                              **({"samples_from": plan.samples_from} if plan.samples_from else {})}
+                              **({"samples_from": plan.samples_from} if plan.samples_from else {}),
+                              "files": [{"path": path, "role": role} for path, role
+                                        in dict.fromkeys(plan.contributed)]}
     status, cause = _status(plan, record)
     started, ended, source = _times(plan, record)
     temps, free_kb = start(sidecar, plan.entry, plan.state)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from orchestrator.config.design import GIB, session_design
 from orchestrator.config.stored_matrix import stored_matrix_data
 from orchestrator.db.rows import RunRow
 from orchestrator.db.store import Store
@@ -37,20 +38,47 @@ class ModelFacts:
     experts: int | None = None
     top_k: tuple[int, ...] = ()        # experts used per token (several: configs differ)
     ram_kb: int | None = None          # the device's MemTotal
+    quant: str | None = None           # the quantisation a design file names (Q4_K_M)
+    size_gib: float | None = None      # the size as a design file gave it (GiB, as written)
+    ram_gib: float | None = None       # the device's RAM as a design file gave it (GiB)
+    label: str | None = None           # the design's `models.NAME.label` / a matrix `labels:`
+    sources: tuple[str, ...] = ()      # where the facts came from (GGUF header, design file, ...)
 
     @property
     def ram_ratio(self) -> float | None:
-        """File size over device RAM (both in bytes)."""
-        if not self.size_bytes or not self.ram_kb:
+        """File size over device RAM (both in bytes; a design's GiB figures as given)."""
+        ram = self.ram_gib * GIB if self.ram_gib else \
+            self.ram_kb * 1024 if self.ram_kb else None
+        size = self.size_gib * GIB if self.size_gib else self.size_bytes
+        if not size or not ram:
             return None
-        return self.size_bytes / (self.ram_kb * 1024)
+        return size / ram
+
+    def size_text(self) -> str | None:
+        """The size with the precision it was given: a design's GiB as written (17.23 GiB),
+        else the file's bytes in decimal GB to 0.1 (how model files are quoted) and in GiB,
+        the unit of the device's RAM beside it."""
+        if self.size_gib:
+            return f"{self.size_gib:g} GiB"
+        if not self.size_bytes:
+            return None
+        if self.size_bytes < 1e8:       # a test model: its size in the unit it has
+            return "%.1f MB" % (self.size_bytes / 1e6) if self.size_bytes >= 1e5 \
+                else f"{self.size_bytes:,} bytes"
+        return "%.1f GB (%.1f GiB)" % (self.size_bytes / 1e9, self.size_bytes / GIB)
+
+    def ram_text(self) -> str | None:
+        """The device's RAM as the header prints it: a design's GiB as written, else MemTotal
+        in GiB to 0.1."""
+        if self.ram_gib:
+            return f"{self.ram_gib:g} GiB"
+        return "%.1f GiB" % (self.ram_kb / 1048576) if self.ram_kb else None
 
     def line(self) -> str:
-        """"18.5 GB, qwen3moe, 48 layers, 128 experts, top-8; 1.64× the device's 11.3 GB
-        RAM": decimal GB for both sizes, as model files are quoted, so the ratio reads off."""
+        """"qwen3moe, 48 layers, 128 experts, top-8, Q4_K_M, 17.23 GiB; ≈1.51× device RAM
+        (11.4 GiB)": each size with the precision it was given, the RAM as the header shows it,
+        the ratio to three significant digits (a small model is 0.0043×, never 0.00×)."""
         parts = []
-        if self.size_bytes:
-            parts.append("%.1f GB" % (self.size_bytes / 1e9))
         if self.arch:
             parts.append(self.arch)
         if self.layers:
@@ -59,16 +87,22 @@ class ModelFacts:
             parts.append(f"{self.experts} experts")
         if self.top_k:
             parts.append("top-" + "/".join(str(k) for k in self.top_k))
+        if self.quant:
+            parts.append(self.quant)
+        if (size := self.size_text()) is not None:
+            parts.append(size)
         text = ", ".join(parts)
         ratio = self.ram_ratio
-        if ratio is not None and self.ram_kb:  # a ratio implies ram_kb; the test narrows it
-            text += "; %.2f× the device's %.1f GB RAM" % (ratio, self.ram_kb * 1024 / 1e9)
+        if ratio is not None:
+            shown = f"≈{ratio:.3g}×" if ratio >= 0.01 else "under 0.01×"   # never 0.00×
+            text += f"; {shown} device RAM ({self.ram_text()})"
         return text
 
     def as_dict(self) -> dict[str, Any]:
         """For csv/json: the facts plus the ratio, under keys that name their unit."""
         out = asdict(self)
         out["top_k"] = list(self.top_k) or None
+        out["sources"] = list(self.sources) or None
         out["ram_ratio"] = self.ram_ratio
         return out
 
@@ -168,9 +202,12 @@ def model_file(name: str, matrix: dict[str, Any], matrix_path: str | None,
 
 
 def model_facts(name: str, runs: Sequence[RunRow], device_facts: Mapping[str, Any] | None = None,
-                file: Path | None = None) -> ModelFacts:
+                file: Path | None = None, given: Any = None,
+                label: str | None = None) -> ModelFacts:
     """The facts of model `name` from its runs (rows with `model_size` and `summary`), the
-    device's facts and, when given, its GGUF file (see `model_file`)."""
+    device's facts and, when given, its GGUF file (see `model_file`) and its design file entry
+    (`given`, a config/design.py ModelInfo: `facts:` and the size as written). First found
+    wins per fact: the file's header, the design, the engine's resolved settings."""
     header: dict[str, Any] = {}
     if file is not None:
         try:
@@ -178,6 +215,7 @@ def model_facts(name: str, runs: Sequence[RunRow], device_facts: Mapping[str, An
         except (OSError, ValueError, struct.error):
             header = {}        # unreadable or not GGUF: the preamble's facts still stand
     settings = [load_record(r.summary).settings for r in runs]
+    design = dict(given.facts) if given is not None else {}
 
     def first(key: str) -> Any:
         return next((s[key] for s in settings if not is_missing(s.get(key))), None)
@@ -186,17 +224,28 @@ def model_facts(name: str, runs: Sequence[RunRow], device_facts: Mapping[str, An
     size = file.stat().st_size if file is not None else (sizes[0] if sizes else None)
     used = sorted({int(s["n_expert_used"]) for s in settings
                    if isinstance(s.get("n_expert_used"), (int, float))})
-    # the file's own top-k is the model's; without it, what the runs resolved (a config that
-    # overrides it, e.g. --n-expert-used 6, makes several)
-    top_k = (int(header["top_k"]),) if header.get("top_k") else tuple(used)
-    ram = str((device_facts or {}).get("mem_total_kb", ""))
+    # the file's own top-k is the model's (a design's too); without it, what the runs resolved
+    # (a config that overrides it, e.g. --n-expert-used 6, makes several)
+    own_k = header.get("top_k") or _int(design.get("top_k"))
+    top_k = (int(own_k),) if own_k else tuple(used)
+    device = device_facts or {}
+    ram = str(device.get("mem_total_kb", ""))
+    ram_gib = device.get("ram_gib") if device.get("source") == "design file" else None
+    sources = [("GGUF header", bool(header)), ("design file", bool(design) or (
+        given is not None and (given.size_gib or given.size_bytes))),
+        ("engine settings", any(settings))]
     return ModelFacts(
         name=name, file=str(file) if file else (str(first("model")) if first("model") else None),
         size_bytes=int(size) if size else None,
-        arch=header.get("arch") or first("arch"),
-        layers=_int(header.get("layers") or first("n_layer")),
-        experts=_int(header.get("experts") or first("n_expert")),
-        top_k=top_k, ram_kb=int(ram) if ram.isdigit() else None)
+        arch=header.get("arch") or design.get("arch") or first("arch"),
+        layers=_int(header.get("layers") or design.get("layers") or first("n_layer")),
+        experts=_int(header.get("experts") or design.get("experts") or first("n_expert")),
+        top_k=top_k, ram_kb=int(ram) if ram.isdigit() else None,
+        quant=str(design["quant"]) if design.get("quant") else None,
+        size_gib=given.size_gib if given is not None and file is None else None,
+        ram_gib=float(ram_gib) if isinstance(ram_gib, (int, float)) else None,
+        label=label or (given.label if given is not None else None),
+        sources=tuple(s for s, used_it in sources if used_it))
 
 
 def _int(value: Any) -> int | None:
@@ -206,8 +255,18 @@ def _int(value: Any) -> int | None:
 def facts_for_group(store: Store, session: Any, model: str, device: str,
                     runs: Sequence[RunRow]) -> ModelFacts:
     """The facts that open a (model, device) group's section: `session` is the session row
-    the runs belong to (its matrix names the model's file), `runs` the group's run rows."""
+    the runs belong to (its matrix names the model's file, its design file the model's
+    facts and label; a matrix may label the model in `labels:`), `runs` the group's rows."""
     dev = store.device_by_name(device)
     kind = dev.kind if dev is not None else None
-    path = model_file(model, stored_matrix_data(session.matrix_text), session.matrix_path, kind)
-    return model_facts(model, runs, dev.facts if dev is not None else None, path)
+    matrix = stored_matrix_data(session.matrix_text)
+    path = model_file(model, matrix, session.matrix_path, kind)
+    design = session_design(session)
+    given = design.models.get(model) if design is not None else None
+    labels = matrix.get("labels")
+    label = labels.get(model) if isinstance(labels, dict) else None
+    # the session's own snapshot of the device (a design's facts as it gave them), else the
+    # device row's newest probe
+    facts = session.device_facts or (dev.facts if dev is not None else None)
+    return model_facts(model, runs, facts, path, given,
+                       str(label) if label is not None else None)

@@ -14,7 +14,6 @@ from orchestrator.report.document.plot_text import wrap
 from orchestrator.report.document.plots import Plot, _pyplot, emit, figure_dir
 from orchestrator.results.comparison import SideComparison
 from orchestrator.results.headline_figures import DIFFERENCE, FIGURES
-from orchestrator.stats.uncertainty import Comparison
 
 NAME = "comparison"
 NO_FIGURE = "No comparison figure: it is written only with `-o FILE` (next to the document)."

@@ -36,7 +36,7 @@ from orchestrator.report.document.sections_registry import SECTIONS
 from orchestrator.report.format import markdown as md
 from orchestrator.report.format.cells import id_list
 from orchestrator.report.format.formatters import cell, pct, ratio, when
-from orchestrator.report.format.labels import group_title
+from orchestrator.report.format.labels import group_title, model_on_device
 from orchestrator.results.report_data import ReportData
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
@@ -114,7 +114,7 @@ def document_context(data: ReportData, request: SectionRequest) -> dict[str, Any
     the groups (`title`, `slug`, `group`, then each section's group names), `data` and
     `quantile` (the p5/p95 method the Method paragraph names)."""
     ctx: dict[str, Any] = {"data": data, "quantile": data.quantile}
-    groups = [{"title": md.md_escape(group_title(g)), "slug": g.slug, "group": g}
+    groups = [{"title": md.md_escape(_heading(g)), "slug": g.slug, "group": g}
               for g in data.groups]
     for section in SECTIONS:
         if section.context is not None:
@@ -124,6 +124,13 @@ def document_context(data: ReportData, request: SectionRequest) -> dict[str, Any
                 names.update(section.group_context(g, data, request))
     ctx["groups"] = groups
     return ctx
+
+
+def _heading(group: Any) -> str:
+    """A group's heading: its model's label (a design's `models.NAME.label`, a matrix's
+    `labels:` entry) on its device, else the model's key."""
+    label = group.facts.label if group.facts is not None else None
+    return model_on_device(label, group.device, group.engine) if label else group_title(group)
 
 
 def _draw(data: ReportData, request: ReportRequest) -> SectionRequest:

@@ -22,6 +22,7 @@ from orchestrator.report.document import (
     ceilings,
     comparison,
     design,
+    environment,
     figures,
     findings,
     group_tables,
@@ -31,6 +32,7 @@ from orchestrator.report.document import (
     provenance,
     quality,
     regressions,
+    reproduce,
     routing,
     turns,
     warnings,
@@ -54,6 +56,7 @@ class Section:
 
 SECTIONS: tuple[Section, ...] = (
     Section(header.TEMPLATE, context=header.context),
+    Section(environment.TEMPLATE, context=environment.context),
     Section(design.TEMPLATE, context=design.context, group_context=design.group_context),
     Section(model_facts.TEMPLATE, group_context=model_facts.group_context),
     Section(group_tables.TEMPLATE, context=group_tables.context,
@@ -68,6 +71,7 @@ SECTIONS: tuple[Section, ...] = (
     Section(routing.TEMPLATE, context=routing.context),
     Section(regressions.TEMPLATE, context=regressions.context),
     Section(comparison.TEMPLATE, context=comparison.context),
+    Section(reproduce.TEMPLATE, context=reproduce.context),
     Section(left_out.TEMPLATE, context=left_out.context),
     Section(provenance.TEMPLATE, context=provenance.context),
 )
