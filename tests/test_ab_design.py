@@ -103,10 +103,11 @@ def test_an_interleaved_design_order_is_tested_paired(tmp_path):
 def test_several_baselines_per_model_each_with_its_own_rows_and_a_delta_row(tmp_path):
     db = imported(tmp_path, REPLAY, REPLAY_DESIGN)
     against = {(r["baseline"], r["config"]) for r in ab_records(db) if r["model"] == GPT}
-    # lanes4 against its pair and the unpaired cliff cell; lanes8 against prefetch
+    # lanes4 against its pair; lanes8 against prefetch, and the unpaired cliff cell under the
+    # baseline whose settings it is nearest (8 lanes, like it; 4 lanes is one more apart)
     assert against == {("lanes4_k2", "lanes4_k2"), ("lanes4_k2", "lanes8_k2"),
-                       ("lanes4_k2", "cliff_k4_c1500"), ("lanes8_k2", "lanes8_k2"),
-                       ("lanes8_k2", "pf1_k2")}
+                       ("lanes8_k2", "lanes8_k2"), ("lanes8_k2", "pf1_k2"),
+                       ("lanes8_k2", "cliff_k4_c1500")}
     code, text = orch("report", "--db", db, "--no-plots")
     assert code == 0, text
     assert "- **Baseline:**" in text and "4 I/O lanes, k=2 (ran first, cold) and 8 I/O lanes" \
@@ -116,7 +117,8 @@ def test_several_baselines_per_model_each_with_its_own_rows_and_a_delta_row(tmp_
     names = [r[0] for r in tables[0]["rows"]]
     # baseline, config, the config's Δ row in the write-up's words ("default vs k=6")
     i = names.index("8 I/O lanes, k=2, prefetch 1")
-    assert names[i - 1] == "8 I/O lanes, k=2" and gpt[names[i - 1]]["verdict"] == "baseline"
+    base = max(j for j, name in enumerate(names[:i]) if name == "8 I/O lanes, k=2")
+    assert tables[0]["rows"][base][2] == "baseline"       # its block: the baseline first
     delta = gpt["Δ 8 I/O lanes, k=2 vs 8 I/O lanes, k=2, prefetch 1"]
     assert names[i + 1] == "Δ 8 I/O lanes, k=2 vs 8 I/O lanes, k=2, prefetch 1"
     assert list(delta.values())[1] == "−37.1%" and delta["verdict"] == "not tested (n=1/1)"
@@ -192,3 +194,26 @@ def test_cli_exclude_on_report_table_and_compare(tmp_path):
                      "--exclude", "1", "--exclude", "10")
     assert code == 0, out
     assert "left out: " in out and "run 1 (anon-crossday): no reason given" in out
+
+
+def test_unpaired_configs_go_under_the_nearest_baseline():
+    """Two baselines (a study's base and its MAX base): each variant is compared with the
+    base it differs least from, a tie with each, a pair wins over the distance."""
+    from orchestrator.results.baselines import members
+    flags = {"base": {"io": 4}, "pf2": {"io": 4, "pf": 2}, "max": {"io": 4, "cache": 5000},
+             "max-pf1": {"io": 4, "cache": 5000, "pf": 1}, "other": {"io": 8}}
+
+    def distance(a: str, b: str) -> int:
+        fa, fb = flags[a], flags[b]
+        return sum(fa.get(k) != fb.get(k) for k in fa.keys() | fb.keys())
+
+    def never(a: str, b: str) -> bool:
+        return False
+
+    got = members(["base", "max"], list(flags), never, distance)
+    assert got == {"base": ["pf2", "other"], "max": ["max-pf1"]}
+    assert members(["base", "max"], list(flags), lambda a, b: {a, b} == {"max", "pf2"},
+                   distance)["max"] == ["pf2", "max-pf1"]
+    # without settings to tell them apart: under the first baseline
+    assert members(["base", "max"], ["base", "max", "pf2"], never) == {"base": ["pf2"],
+                                                                        "max": []}

@@ -145,7 +145,16 @@ class Design(_Strict):
 
     title: str | None = None             # the document's title (else "Benchmark report: NAME")
     label: str | None = None             # the session's description (as `orch import --label`)
-    environment: dict[str, str] = Field(default_factory=dict)   # Environment rows, in order
+    # Environment rows, in order; a number (`Compute threads: 4`) is its text
+    environment: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _environment_text(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+                    for k, v in value.items()}
+        return value
     device: DeviceFacts | None = None
     engine_build: str | None = None
     measured: str | None = None          # when, for files that cannot say (parse_measured)

@@ -46,6 +46,7 @@ from orchestrator.results.noise_floor import (  # noqa: F401
 )
 from orchestrator.results.pairing import Rounds, declared, rounds
 from orchestrator.results.query import by_model_and_device
+from orchestrator.results.confounds import run_settings
 from orchestrator.results.rows import config_label
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
 from orchestrator.stats.figures import RunFigures
@@ -181,8 +182,14 @@ def _group(model: str, device: str, runs_of: list[RunRow], figures: Mapping[int,
                 for name, rs in configs.items()}
 
     rows = []
+    def distance(a: str, b: str) -> int:
+        """How many settings two configs differ in, a key one sets and the other does not
+        included (a design's flags name only what varies)."""
+        sa, sb = (run_settings(configs[c][0]) for c in (a, b))
+        return sum(sa.get(k) != sb.get(k) for k in sa.keys() | sb.keys())
+
     for base_name, compared in members(baselines, list(configs), lambda a, b: declared(
-            a, b, matrix, design)).items():
+            a, b, matrix, design), distance).items():
         if not ok[base_name]:
             continue                    # a second baseline without an ok run: no rows
         base = combined[base_name]

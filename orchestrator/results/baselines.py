@@ -56,20 +56,29 @@ def choose_baseline(model: str, configs: Sequence[str], matrix: Matrix | None = 
 
 
 def members(baselines: Sequence[str], configs: Sequence[str],
-            paired: Callable[[str, str], bool]) -> dict[str, list[str]]:
+            paired: Callable[[str, str], bool],
+            distance: Callable[[str, str], int] | None = None) -> dict[str, list[str]]:
     """baseline -> the configs its rows compare, in run order. One baseline: every other
-    config. Several: a config paired with baselines (`pairs:`; a later baseline too) goes
-    under those; any other non-baseline config under every baseline that has no pair, else
-    under the first."""
+    config. Several: a config paired with baselines (`pairs:`) goes under those; any other
+    non-baseline config under the baseline it differs from in the fewest settings
+    (`distance`: a study's second baseline is the base of its own variants, `cache 5000` of
+    `cache 5000 + prefetch 1`), under each of the nearest when they tie, under the first
+    baseline when nothing tells them apart."""
     if len(baselines) == 1:
         return {baselines[0]: [c for c in configs if c != baselines[0]]}
-    unpaired_bases = [b for b in baselines if not any(paired(b, c) for c in configs if c != b)]
-    fallback = unpaired_bases or list(baselines[:1])
-    out: dict[str, list[str]] = {}
-    for i, b in enumerate(baselines):
-        out[b] = [c for c in configs if c != b and c not in baselines[:i] and (
-            paired(b, c) or (c not in baselines and b in fallback
-                             and not any(paired(o, c) for o in baselines)))]
+    out: dict[str, list[str]] = {b: [] for b in baselines}
+    for c in configs:
+        if c in baselines:
+            # a later baseline against an earlier one only when a pair says so
+            out.update({b: out[b] + [c] for b in baselines[:baselines.index(c)]
+                        if paired(b, c)})
+            continue
+        under = [b for b in baselines if paired(b, c)]
+        if not under and distance is not None:
+            far = {b: distance(b, c) for b in baselines}
+            under = [b for b in baselines if far[b] == min(far.values())]
+        for b in under or baselines[:1]:
+            out[b].append(c)
     return out
 
 

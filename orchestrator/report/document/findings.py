@@ -98,15 +98,16 @@ def exact(row: ABRow) -> str:
 
 
 def not_supported(row: ABRow) -> str:
-    """"ahwb vs anon, short pair: no significant difference (n=1/1, not tested)" with the
-    change as measured and what it would have to beat."""
+    """"ahwb vs anon, short pair: not tested (n=1/1, one run a side)" with the change as
+    measured and what it would have to beat; "no significant difference" only where a test
+    ran."""
     c, verdict = row.comparison, row.verdict
     name = pair_name(row)
     if verdict is Verdict.NO_OK_RUN or c is None:
         return f"{name}: no run ended ok, nothing to compare"
     if verdict is Verdict.NOT_TESTED:
         floor = noise_floor_text(row)
-        return (f"{name}: no significant difference (n={c.n_base}/{c.n_cand}, not tested): "
+        return (f"{name}: not tested (n={c.n_base}/{c.n_cand}, too few runs for a test): "
                 f"{pct(c.delta_pct)} decode tok/s is one measurement against another"
                 + (f", {floor}" if floor else ""))
     return (f"{name}: no significant difference in decode tok/s ({pct(c.delta_pct)}, "
