@@ -217,3 +217,12 @@ def test_unpaired_configs_go_under_the_nearest_baseline():
     # without settings to tell them apart: under the first baseline
     assert members(["base", "max"], ["base", "max", "pf2"], never) == {"base": ["pf2"],
                                                                         "max": []}
+
+
+def test_the_throughput_tables_interval_over_two_runs_is_its_half_width():
+    """The throughput table's 95% CI column follows the A/B table's rule: over two runs it is
+    ± its half-width, never a range running below 0 tok/s ("−3.10–13.49")."""
+    from orchestrator.report.format.cells import ci_cell
+    assert ci_cell(-3.10, 13.49, {"n": 2}) == "n = 2: ±8.29"
+    assert ci_cell(4.10, 4.30, {"n": 3}) == "4.10–4.30"
+    assert ci_cell(None, None, None) == "—"

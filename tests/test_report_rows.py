@@ -244,7 +244,7 @@ def test_trim_keeps_the_whole_run_mean_and_names_the_trimmed_one(pinned: str) ->
     assert anon["mean"] == pytest.approx(whole, rel=1e-9)             # 2.588, as published
     assert anon["mean_after_trim"] == pytest.approx(after, rel=1e-9)
     report = orch_ok("report", "--db", pinned, "--no-plots", "--trim", "50")
-    group = _section(report, f"### {QWEN}", "**Prefill")
+    group = _section(report, "### Qwen3.6-35B-A3B Q4_K_M on", "**Prefill")
     header = next(r for r in group.splitlines() if r.startswith("| Config"))
     assert re.search(r"\| decode mean \| (95% CI \| )?mean after trim 50 \|", header)
     row = next(r for r in group.splitlines() if r.startswith("| anon, long generation"))

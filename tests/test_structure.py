@@ -160,6 +160,8 @@ NOT_RUN_FIGURES = {
     "orchestrator/run/validity.py": "the machine's load and frequency while a run ran "
                                     "(a validity caveat, from the agent's samples)",
     "orchestrator/report/document/plots.py": "axis limits and a caption's sampling interval: drawing",
+    "orchestrator/report/document/trajectory_plot.py": "the y axis's top (a percentile of the "
+                                                        "drawn rates): drawing",
 }
 
 

@@ -65,5 +65,6 @@ def side_devices(store: Store, sides: Sequence[Side]) -> list[SideDevice]:
         dev = stored.get(side.device)
         facts = dict(dev.facts or {}) if dev is not None else {}
         out.append(SideDevice(side.device, facts, "probe" if facts else "",
-                              dev.facts_at if facts else None, False, side.session.id))
+                              dev.facts_at if facts and dev is not None else None, False,
+                              side.session.id))
     return out

@@ -33,11 +33,9 @@ def context(data: ReportData, request: SectionRequest) -> dict[str, Any]:
 
 
 def _model_label(data: ReportData, model: str) -> str:
-    for design in data.designs.values():
-        info = design.models.get(model) if design is not None else None
-        if info is not None and info.label:
-            return info.label
-    return model
+    """The model as its group's heading names it (the design's or matrix's label)."""
+    return next((g.facts.label for g in data.groups
+                 if g.model == model and g.facts is not None and g.facts.label), model)
 
 
 def _section(f: GroupFindings, data: ReportData, several_devices: bool) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.report.format.formatters import ratio
+from orchestrator.report.format.formatters import STATS, ratio
 from orchestrator.stats.values import DASH
 
 if TYPE_CHECKING:
@@ -64,10 +64,15 @@ def spread_cell(spread: Mapping[str, Any] | None) -> str:
                                             spread["n"], unit)
 
 
-def ci_cell(low: float | None, high: float | None) -> str:
-    """The 95% interval of a config's mean over its runs' means: "12.10–12.52"."""
+def ci_cell(low: float | None, high: float | None,
+            spread: Mapping[str, Any] | None = None) -> str:
+    """The 95% interval of a config's mean over its runs' means: "12.10–12.52"; over two
+    runs, as the A/B table gives it, ± its half-width ("n = 2: ±1.51"): with one degree of
+    freedom the range says little and can run below 0 tok/s."""
     from orchestrator.report.format.ab_rows import interval_text
 
+    if spread and spread.get("n") == 2 and low is not None and high is not None:
+        return f"n = 2: ±{STATS['mean'].fmt((high - low) / 2)}"
     return interval_text(low, high)
 
 

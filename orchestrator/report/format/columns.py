@@ -260,7 +260,8 @@ TABLES: dict[str, TableSpec] = {
 # ---- the report (report/document/group_tables.py): one row per config, so the mean of repeated runs
 # comes with its interval and spread; warm-up and latency next to the throughput -------------
 
-MEAN_CI = Column("mean_ci_low", "95% CI", ci_cell, also=("mean_ci_high",))
+MEAN_CI = Column("mean_ci_low", "95% CI", ci_cell, also=("mean_ci_high", "spread"),
+                 data=("mean_ci_low", "mean_ci_high"))
 SPREAD = Column("spread", "spread of means", spread_cell)   # the row's spread (context.py)
 CPU_RANGE = Column("cpu_temp_start_c", "CPU start → max", temp_range, also=("cpu_temp_max_c",),
                    note="CPU temperature at the start → its maximum")

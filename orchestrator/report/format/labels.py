@@ -63,7 +63,8 @@ def baseline_line(data: ReportData) -> str | None:
     chosen = data.baselines
     if len(set(chosen.values())) <= 1:
         return next(iter(chosen.values()), None)
-    return "; ".join(f"{model}: {label}" for model, label in chosen.items())
+    names = {g.model: g.facts.label for g in data.groups if g.facts is not None and g.facts.label}
+    return "; ".join(f"{names.get(model, model)}: {label}" for model, label in chosen.items())
 
 
 def left_out_line(run: RunView) -> str:
