@@ -251,7 +251,8 @@ def test_a_store_that_fills_stops_the_engine(nothing_left, monkeypatch):
     code, output = orch("run", "m.yaml", "--device", "local")
     lines = [line for line in output.splitlines() if "could not be written" in line]
     assert code == 1, output
-    assert len(lines) == 1 and "orch run m.yaml --resume" in lines[0], output
+    # the hint is the command that works: every option given, --device included
+    assert len(lines) == 1 and "`orch run m.yaml --resume --device local`" in lines[0], output
     assert "Traceback" not in output
     runs = _runs_dir(workspace)
     assert wait_until(lambda: not tagged_pids(f"{runs}/", prefix=True), 10), "the engine ran on"

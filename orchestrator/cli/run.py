@@ -85,7 +85,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     board = Board(errors)
     try:
         options = RunOptions(resume=resume, force=force, link=LinkPolicy(grace_s=link_grace),
-                             command="orch " + shlex.join(sys.argv[1:]))
+                             command="orch " + shlex.join(sys.argv[1:]), resume_hint=hint)
         results = run_devices(store, inv, loaded, names, board, options)
     except KeyboardInterrupt:
         board.close()

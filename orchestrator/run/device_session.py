@@ -41,6 +41,7 @@ class DevicePolicy:
     stop: threading.Event | None = None
     force: bool = False
     sleep: Callable[[float], None] = time.sleep
+    resume_hint: str | None = None      # the `orch run … --resume` with every option given
 
 
 @dataclass
@@ -58,7 +59,8 @@ class DeviceSession:
         self.runner = DeviceRunner(p.store, p.transport, p.adapter, p.loaded, self.session_id,
                                    p.device_id, p.progress, link=policy.link, stop=policy.stop,
                                    force=policy.force, sleep=policy.sleep, facts=dict(p.facts),
-                                   model_info=dict(p.model_info), agent=p.client)
+                                   model_info=dict(p.model_info), agent=p.client,
+                                   resume_hint=policy.resume_hint)
 
     # -- what the session's steps read -------------------------------------------------------
     @property

@@ -121,6 +121,7 @@ class DeviceRunner:
     sleep: Callable[[float], None] = time.sleep
     facts: dict[str, Any] = field(default_factory=dict)       # the device facts (cores, ...)
     model_info: dict[str, Any] = field(default_factory=dict)  # model -> ModelInfo (size, sha256)
+    resume_hint: str | None = None               # the `orch run … --resume` the user types
     agent: InitVar[AgentClient | None] = None    # the prepared device's client; None: a new one
 
     def __post_init__(self, agent: AgentClient | None) -> None:
@@ -257,7 +258,8 @@ class DeviceRunner:
             pass
         return StoreWriteError(f"the store could not be written during run #{run_id} "
                                f"({reason}); its engine was stopped. Free the space, then "
-                               f"`orch run {self.loaded.path} --resume` runs the cell again")
+                               f"`{self.resume_hint or f'orch run {self.loaded.path} --resume'}`"
+                               f" runs the cell again")
 
     def _stopped(self, run_id: int, jobdir: str, recorder: RunRecorder | None = None) -> None:
         """Ctrl-C or SIGTERM: stop the engine, keep what was streamed, mark the run

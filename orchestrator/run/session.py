@@ -58,6 +58,7 @@ class RunOptions:
     command: str | None = None   # the command line stored with the session (default: argv)
     sleep: Callable[[float], None] = time.sleep              # cooldowns wait with it
     stop: threading.Event | None = None   # set: every device stops (run_devices' Ctrl-C)
+    resume_hint: str | None = None        # `orch run … --resume` with every option given
 
 
 def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device: str,
@@ -73,7 +74,7 @@ def run_matrix(store: Store, inventory: Inventory, loaded: LoadedMatrix, device:
         raise ConfigError(f"{loaded.path}: engine: {exc.args[0]}") from None
     kind = inventory.get(device).kind
     resume, force = options.resume, options.force
-    policy = DevicePolicy(options.link, options.stop, force, options.sleep)
+    policy = DevicePolicy(options.link, options.stop, force, options.sleep, options.resume_hint)
     transport = open_transport(inventory, device)
     transport.link = policy.link  # every reconnect of this session waits as long as --link-grace
     seen = _seen_before(store, device)
