@@ -170,6 +170,7 @@ def test_design_exclude_leaves_a_run_out_of_every_figure_and_lists_it(tmp_path):
     assert ("anon-crossday † run 1 (`bmoe-20260720-212009.csv`) on OnePlus 15R: excluded — "
             "cross-day: device state and build differ (design file, `exclude:` "
             "`bmoe-20260720-212009.csv`)") in left_out
+    assert "- **Runs:** 8 ended ok, 0 left out (†), 1 excluded by the author" in text
     results = text[:text.index("## Left out")]
     assert "anon, 20 Jul 21:35" not in results           # its label: in no table or finding
     assert all(r["config"] != "anon-crossday" for r in ab_records(db))

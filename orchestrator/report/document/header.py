@@ -110,6 +110,8 @@ def header(data: ReportData) -> dict[str, Any]:
         # kept for user templates; the Environment section shows them (document/environment.py)
         "devices": "; ".join(device_line(n, d) for n, d in data.devices.items()),
         "engines": engine_builds(data.runs),
-        "counts": f"{len(rows) - len(failed)} ended ok, {len(failed)} left out ({DAGGER})",
+        "counts": f"{len(rows) - len(failed)} ended ok, {len(failed)} left out ({DAGGER})"
+                  + (f", {len(data.excluded)} excluded by the author (listed under Left out)"
+                     if data.excluded else ""),
         "baseline": md.md_escape(baseline) if (baseline := baseline_line(data)) else None,
     }
