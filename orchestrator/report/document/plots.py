@@ -115,7 +115,9 @@ def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str], tri
     # whiskers at p5/p95, the tables' columns; single fast tokens would otherwise set the scale
     ax.boxplot([v for _, v in rows], positions=pos, orientation="horizontal", whis=(5, 95),
                showfliers=False, widths=0.6, medianprops={"color": "C1", "lw": 1.8})
-    means = [a.values.get("mean") for a, _ in rows]
+    # the diamond is over the box's tokens: with a trim, the tables' "mean after trim"
+    key = "mean_after_trim" if trim else "mean"
+    means = [a.values.get(key) for a, _ in rows]
     shown = [(m, p) for m, p in zip(means, pos) if isinstance(m, (int, float))]
     if shown:
         ax.plot([m for m, _ in shown], [p for _, p in shown], ls="none", marker="D", ms=6,
@@ -132,9 +134,12 @@ def _distribution(group: Group, tokens: pd.DataFrame, names: dict[str, str], tri
         Line2D([], [], color="k", lw=1, label="whiskers: p5–p95"),
         Line2D([], [], color="C1", lw=1.8, label="median"),
         Line2D([], [], color="C3", ls="none", marker="D",
-               label=wrap("mean = tokens / Σ decode time (the tables' bold figure)", 30))])
+               label=wrap("mean after trim = tokens / Σ decode time, over the box's tokens"
+                          if trim else "mean = tokens / Σ decode time (the tables' bold figure)",
+                          30))])
+    diamond = (f"the tables' mean after trim {trim}" if trim else "the tables' mean")
     caption = ("Per-token rate per config, tok/s, ok runs pooled: box = p25–p75, whiskers = "
-               "p5–p95, orange line = median, red diamond = the tables' mean (tokens / Σ "
+               f"p5–p95, orange line = median, red diamond = {diamond} (tokens / Σ "
                "decode time: slow tokens weigh more, so it can sit far from the median); "
                + trim_caption(trim) + (", as in the tables" if trim else ""))
     return fig, caption
