@@ -137,7 +137,7 @@ def test_orch_report_takes_repeatable_b(pinned):
     assert code == 0, text
     header = next(line for line in text.splitlines() if line.startswith("- **Baseline:**"))
     # the header names each model's baseline (by config name or by its design label)
-    assert ("anon-crossday" in header or "anon, 20 Jul 21:35" in header) and QWEN in header
+    assert ("anon-crossday" in header or "anon, 20 Jul 21:35" in header) and "Qwen3.6-35B-A3B Q4_K_M:" in header   # the model by its label
     assert "ahwb-short-c1000" in header or "cache 1000 MiB forced" in header
     # the Δ rows under each config, named by the design's labels
     ab_rows = [line for line in text.splitlines()

@@ -255,7 +255,7 @@ def test_design_file_gives_labels_facts_baselines_and_notes(db):
     assert "anon, long generation (10:37)" in text            # a config's label
     assert "run order" in text.lower()                         # the design's note
     # its baseline per model, named by its label as the rows are
-    assert "Qwen_Qwen3.6-35B-A3B-Q4_K_M: anon, long generation (10:37)" in text
+    assert "Qwen3.6-35B-A3B Q4_K_M: anon, long generation (10:37)" in text
 
 
 def test_bad_design_is_one_line_and_writes_nothing(db, tmp_path):

@@ -36,7 +36,7 @@ from orchestrator.report.document.sections_registry import SECTIONS
 from orchestrator.report.format import markdown as md
 from orchestrator.report.format.cells import id_list
 from orchestrator.report.format.formatters import cell, pct, ratio, when
-from orchestrator.report.format.labels import group_title, model_on_device
+from orchestrator.report.format.labels import group_title
 from orchestrator.results.report_data import ReportData
 
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
@@ -127,10 +127,8 @@ def document_context(data: ReportData, request: SectionRequest) -> dict[str, Any
 
 
 def _heading(group: Any) -> str:
-    """A group's heading: its model's label (a design's `models.NAME.label`, a matrix's
-    `labels:` entry) on its device, else the model's key."""
-    label = group.facts.label if group.facts is not None else None
-    return model_on_device(label, group.device, group.engine) if label else group_title(group)
+    """A group's heading: its model's label on its device (labels.group_title)."""
+    return group_title(group)
 
 
 def _draw(data: ReportData, request: ReportRequest) -> SectionRequest:
