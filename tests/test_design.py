@@ -383,7 +383,8 @@ def test_report_prints_the_designs_notes_labels_and_device(tmp_path):
     # headed by the models' labels (the design's models.NAME.label)
     qwen = text.index("### Qwen3.6-35B-A3B Q4_K_M on OnePlus 15R")
     gptoss = text.index("### gpt-oss-120b Q4_K_M on OnePlus 15R")
-    assert qwen < text.index("**Qwen3.6-35B-A3B Q4_K_M**: In-app runs") < gptoss
+    assert qwen < text.index("\n\nIn-app runs, k=8") < gptoss      # the label is the heading's
+    assert "**Qwen3.6-35B-A3B Q4_K_M**" not in text[qwen:text.index("**Throughput**", qwen)]
     assert text.index("findings.md describes every run") > gptoss
     # the design's baselines: anon-long did not run here, so Qwen's A/B says so
     crossday = text.index("**anon, 20 Jul 21:35 (cross-day, not usable)**: Not usable")

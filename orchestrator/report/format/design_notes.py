@@ -35,14 +35,12 @@ def session_notes(designs: Iterable[Design | None]) -> list[str]:
 
 
 def model_note(designs: Iterable[Design | None], model: str) -> str | None:
-    """The model's label and note as one markdown paragraph (None when neither is given)."""
+    """The model's note (None without one). Its label is the group's heading
+    (labels.group_title), so the note does not repeat it."""
     for design in _present(designs):
-        info = design.models.get(model)
-        label = info.label if info is not None else None
         note = _text(design.model_note(model))
-        if label or note:
-            head = f"**{md_escape(label)}**" if label else ""
-            return f"{head}: {note}" if head and note else (head or note)
+        if note:
+            return note
     return None
 
 
