@@ -26,6 +26,7 @@ from test_analysis_oracle import (
     published,
 )
 
+from orchestrator.report.format.markdown import md_flags
 from orchestrator.cli import main
 from orchestrator.db.store import Store
 from orchestrator.report.format.ab_rows import delta_cell
@@ -263,7 +264,9 @@ def test_report_of_a_real_run_has_every_section(workspace):
     prov = by_label(find(tables, "flags", "Provenance")[0])
     assert table_ids(tables) == {int(i) for i in prov} == {r.id for r in runs}
     for r in runs:
-        assert prov[str(r.id)]["flags"] == f"`{r.flags}`" and prov[str(r.id)]["cooldown (s)"] == "0"
+        # one code span per option with its values, so an HTML cell wraps between options
+        assert prov[str(r.id)]["flags"] == md_flags(r.flags) and \
+            prov[str(r.id)]["cooldown (s)"] == "0"
     # figures: valid PNGs, linked relatively
     import matplotlib.image
     pngs = sorted((workspace / "docs" / "bench_files").glob("*.png"))

@@ -47,7 +47,7 @@ from orchestrator.results.noise_floor import (  # noqa: F401
 from orchestrator.results.pairing import Rounds, declared, rounds
 from orchestrator.results.query import by_model_and_device
 from orchestrator.results.confounds import run_settings
-from orchestrator.results.rows import config_label
+from orchestrator.results.rows import config_label, in_order, listed_configs
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.statistics import delta_pct
@@ -188,7 +188,9 @@ def _group(model: str, device: str, runs_of: list[RunRow], figures: Mapping[int,
         sa, sb = (run_settings(configs[c][0]) for c in (a, b))
         return sum(sa.get(k) != sb.get(k) for k in sa.keys() | sb.keys())
 
-    for base_name, compared in members(baselines, list(configs), lambda a, b: declared(
+    # the rows in the author's order (the design's or matrix's `configs:`), as every table
+    ordered = in_order(configs, listed_configs([design], [matrix]))
+    for base_name, compared in members(baselines, ordered, lambda a, b: declared(
             a, b, matrix, design), distance).items():
         if not ok[base_name]:
             continue                    # a second baseline without an ok run: no rows
