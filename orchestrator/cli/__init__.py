@@ -54,6 +54,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("history:history",
                 "The series of a metric over the sessions of MATRIX, one point per session and "
                 "engine build with its 95%"),
+    "site": ("site:site",
+             "Write the store as a static website into OUT: an index (latest regressions, "
+             "devices, matrices, sessions), a"),
     "routes": ("routes:routes",
                "Expert routing of a traced run: experts touched per layer and their bytes, how "
                "well the previous token / a"),

@@ -198,6 +198,10 @@ class Sessions:
             raise NotFound(f"no session {session_id} in {self.store.url}")
         return row
 
+    def all(self) -> list[SessionRow]:
+        """Every stored session, newest (highest id) first (`orch site`'s index)."""
+        return self._fetch(select(schema.session).order_by(schema.session.c.id.desc()))
+
     def by_ids(self, ids: Iterable[int]) -> list[SessionRow]:
         return self._fetch(select(schema.session).where(schema.session.c.id.in_(list(ids)))
                            .order_by(schema.session.c.id))
@@ -265,6 +269,11 @@ class Sessions:
         if devices is not None:
             stmt = stmt.where(dev.c.name.in_(list(devices)))
         return {r.name: r.sid for r in self.store.fetch(stmt)}
+
+
+def all_devices(store: StoreAccess) -> list[Any]:
+    """Every device row (name, kind, facts, facts_at), by name."""
+    return store.fetch(select(schema.device).order_by(schema.device.c.name))
 
 
 def devices_by_name(store: StoreAccess, names: Iterable[str]) -> dict[str, Any]:

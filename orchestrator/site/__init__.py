@@ -1,0 +1,26 @@
+"""`orch site`: the store as a static website (docs/site.md).
+
+The API (stable; `orch serve` serves the same pages live):
+
+    build_site(store, out, plots=True, progress=None) -> SiteBuild
+        Write the site into the directory `out`, rewriting only the pages whose inputs
+        changed (out/manifest.json); `progress(done, total, path)` is called per page.
+    render_page(store, path, plots=True) -> bytes | None
+        One page as build_site writes it, by its path in the site ("index.html",
+        "sessions/<id>.html", "history/<key>.html", "compare/<key>.html"); None when the
+        store has no such page.
+    pages(store, plots=True) -> list[Page]
+        Every page: `.path`, `.inputs` (digest of what it shows), `.render()` -> bytes.
+    ASSETS, plotly_js()
+        The folder of the site's script and style, and Plotly's plotly.min.js: a page
+        loads them as `assets/<name>` relative to the site's root.
+
+Pages read nothing themselves: results/site_data.py reads and computes, this package renders
+(the session page is `orch report`'s HTML). Every string from the store is escaped, in HTML
+and in the chart data (site/charts.py).
+"""
+from __future__ import annotations
+
+from orchestrator.site.build import ASSETS, SiteBuild, build_site, pages, plotly_js, render_page
+
+__all__ = ["ASSETS", "SiteBuild", "build_site", "pages", "plotly_js", "render_page"]
