@@ -9,6 +9,7 @@ copied when they differ.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import shutil
 from collections.abc import Callable
@@ -43,11 +44,10 @@ class SiteBuild:
 
 def plotly_js() -> Path:
     """plotly.min.js as the `plotly` package ships it (orch's `site` extra)."""
-    try:
-        import plotly
-    except ImportError:
-        raise ConfigError("orch site needs Plotly's script: pip install 'orch[site]'") from None
-    path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+    spec = importlib.util.find_spec("plotly")       # its file, without importing plotly
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("orch site needs Plotly's script: pip install 'orch[site]'")
+    path = Path(list(spec.submodule_search_locations)[0]) / "package_data" / "plotly.min.js"
     if not path.is_file():
         raise ConfigError(f"the plotly package has no {path}: reinstall it")
     return path

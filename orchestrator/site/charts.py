@@ -59,14 +59,14 @@ def history_chart(s: Series, session_href: Callable[[int], str]) -> dict[str, An
     cuts = [index[c.session] for c in s.change_points]
     bounds = [0, *cuts, len(s.points)]
     for j, c in enumerate(s.change_points):
-        x = cuts[j] - 0.5
-        shapes.append({"type": "line", "x0": x, "x1": x, "yref": "paper", "y0": 0, "y1": 1,
+        cut = cuts[j] - 0.5
+        shapes.append({"type": "line", "x0": cut, "x1": cut, "yref": "paper", "y0": 0, "y1": 1,
                        "line": {"color": COLORS[1], "dash": "dash", "width": 1.5}})
-        for level, x0, x1 in ((c.step.before, bounds[j] - 0.4, x),
-                              (c.step.after, x, bounds[j + 2] - 0.6)):
+        for level, x0, x1 in ((c.step.before, bounds[j] - 0.4, cut),
+                              (c.step.after, cut, bounds[j + 2] - 0.6)):
             shapes.append({"type": "line", "x0": x0, "x1": x1, "y0": level, "y1": level,
                            "line": {"color": COLORS[1], "width": 1}})
-        notes.append({"x": x, "yref": "paper", "y": 1.0, "yanchor": "bottom",
+        notes.append({"x": cut, "yref": "paper", "y": 1.0, "yanchor": "bottom",
                       "showarrow": False, "font": {"color": COLORS[1]},
                       "text": text(f"Δ {c.step.delta_pct:+.1f}%, p={c.step.p_value:.2g}")})
     trace = {"type": "scatter", "mode": "lines+markers", "x": xs, "y": ys,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -70,15 +71,15 @@ def plan(store: Store, data: SiteData, plots: bool = True) -> list[Page]:
         sid = s.session.id
         if sid in data.runs:
             pages.append(Page(session_path(sid), digest(report_inputs(data, sid), plots),
-                              lambda sid=sid: _session_page(store, data, sid, plots)))
+                              partial(_session_page, store, data, sid, plots)))
     for key, series in data.series.items():
         pages.append(Page(history_path(key),
                           digest(key, [p.record() for p in series.points],
                                  [c.record() for c in series.change_points]),
-                          lambda key=key: _history_page(data, key)))
+                          partial(_history_page, data, key)))
     for matrix in compared:
         pages.append(Page(compare_path(matrix), comparison_inputs(data, matrix),
-                          lambda matrix=matrix: _compare_page(store, data, matrix)))
+                          partial(_compare_page, store, data, matrix)))
     return pages
 
 
@@ -88,12 +89,13 @@ def _render(template: str, root: str, **context: Any) -> bytes:
     return env.get_template(template).render(root=root, **context).encode()
 
 
-def _index_context(data: SiteData, compared: list[str], digest_only: bool = False) -> dict:
+def _index_context(data: SiteData, compared: list[str],
+                   digest_only: bool = False) -> dict[str, Any]:
     matrices = [{"name": m, "devices": devices,
                  "compare": compare_path(m) if m in compared else None,
                  "series": [(k, history_path(k)) for k in data.series if k[1] == m]}
                 for m, devices in data.matrices.items()]
-    context = {"devices": data.devices, "sessions": data.sessions, "matrices": matrices,
+    context: dict[str, Any] = {"devices": data.devices, "sessions": data.sessions, "matrices": matrices,
                "flagged": [(f, history_path(f.key) if f.key in data.series else None)
                            for f in data.flagged],
                "session_path": session_path, "has_page": set(data.runs)}
