@@ -13,6 +13,8 @@ draws the figures first (_draw), then goes down the list.
 """
 from __future__ import annotations
 
+import functools
+
 import re
 from pathlib import Path
 from typing import Any
@@ -42,8 +44,11 @@ from orchestrator.results.report_data import ReportData
 MAIN = {"md": "report.md.j2", "html": "page.html.j2"}
 
 
+@functools.lru_cache(maxsize=16)
 def environment(template: str | Path | None = None) -> tuple[Environment, str | None]:
-    """(environment, name of the user's main template when --template is a file)."""
+    """(environment, name of the user's main template when --template is a file). One per
+    template argument, kept: its compiled templates are reused by every document rendered
+    with it (`orch site` renders hundreds; jinja reloads a template file that changed)."""
     loaders: list[Any] = []
     main = None
     if template is not None:
