@@ -11,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import multiprocessing as mp
+import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -77,34 +80,69 @@ def render_page(store: Store, path: str, plots: bool = True) -> bytes | None:
 
 
 def build_site(store: Store, out: Path, plots: bool = True,
-               progress: Progress | None = None) -> SiteBuild:
+               progress: Progress | None = None, jobs: int | None = None) -> SiteBuild:
     """Write the store's site into `out`: the pages whose inputs changed since the last
-    build (all of them the first time), the assets, the manifest."""
+    build (all of them the first time), the assets, the manifest. `jobs`: processes that
+    render pages (default: one per CPU; rendering is CPU-bound Python)."""
     out.mkdir(parents=True, exist_ok=True)
     _copy_assets(out)
     manifest_path = out / MANIFEST
     old = _read_manifest(manifest_path)
     code = code_digest()
     result = SiteBuild(out)
-    todo = pages(store, plots)
-    new: dict[str, str] = {}
-    for done, page in enumerate(todo, 1):
-        target = out / page.path
-        new[page.path] = page.inputs
+    every = pages(store, plots)
+    new = {page.path: page.inputs for page in every}
+    stale = []
+    for page in every:
         if old.get("code") == code and old["pages"].get(page.path) == page.inputs \
-                and target.is_file():
+                and (out / page.path).is_file():
             result.unchanged.append(page.path)
         else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            _write(target, page.render())
-            result.written.append(page.path)
+            stale.append(page)
+    done = len(result.unchanged)
+    for page, data in rendered(store, stale, jobs):
+        target = out / page.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write(target, data)
+        result.written.append(page.path)
+        done += 1
         if progress is not None:
-            progress(done, len(todo), page.path)
+            progress(done, len(every), page.path)
     for path in sorted(set(old["pages"]) - set(new)):
         (out / path).unlink(missing_ok=True)
         result.removed.append(path)
     _write(manifest_path, json.dumps({"code": code, "pages": new}, indent=0).encode())
     return result
+
+
+_PENDING: list[Page] = []      # what forked renderers render (inherited, never pickled)
+
+
+def rendered(store: Store, todo: list[Page], jobs: int | None) -> Iterator[tuple[Page, bytes]]:
+    """Each page with its bytes, in order. Many pages render in forked processes (the
+    store's connections are not shared: each child opens its own), a few in this one."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs < 2 or len(todo) < PARALLEL_FROM or "fork" not in mp.get_all_start_methods():
+        yield from ((page, page.render()) for page in todo)
+        return
+    _PENDING[:] = todo
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork"),
+                                 initializer=_child, initargs=(store,)) as pool:
+            yield from zip(todo, pool.map(_render_pending, range(len(todo)), chunksize=4))
+    finally:
+        _PENDING.clear()
+
+
+PARALLEL_FROM = 24            # fewer pages render sooner than processes start
+
+
+def _child(store: Store) -> None:
+    store.engine.dispose(close=False)   # the parent's pooled connections stay the parent's
+
+
+def _render_pending(index: int) -> bytes:
+    return _PENDING[index].render()
 
 
 def _read_manifest(path: Path) -> dict:
