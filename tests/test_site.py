@@ -40,7 +40,8 @@ def build(folder: Path) -> tuple[Store, list[int], Path, object]:
     folder.mkdir(exist_ok=True)
     store, sids = stepped_store(folder / "orch.db")
     out = folder / "site"
-    return store, sids, out, build_site(store, out, plots=False)
+    # two rendering processes, as `orch site` on a 2-CPU machine (render_page: one)
+    return store, sids, out, build_site(store, out, plots=False, jobs=2)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """`orch site -o DIR`: the store as a static website (orchestrator/site, docs/site.md)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -14,9 +15,11 @@ from orchestrator.cli.options import console, db_option
               help="The site's directory (created; a re-run rewrites only what changed).")
 @click.option("--no-plots", is_flag=True,
               help="Session pages without the report's figures (faster on big stores).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), metavar="N",
+              help="Processes that render pages (default: one per CPU).")
 @db_option
 @friendly
-def site(out: str, no_plots: bool, db: str | None) -> None:
+def site(out: str, no_plots: bool, jobs: int | None, db: str | None) -> None:
     """Write the store as a static website into OUT: an index (latest regressions, devices,
     matrices, sessions), a page per session (its `orch report`), per config history (tok/s
     over sessions and builds, change points marked) and per matrix run on two or more
@@ -34,7 +37,8 @@ def site(out: str, no_plots: bool, db: str | None) -> None:
             step[0] = done * 10 // total
             click.echo(f"{done}/{total} pages", err=True)
 
-    result = build_site(store, Path(out), plots=not no_plots, progress=progress)
+    result = build_site(store, Path(out), plots=not no_plots, progress=progress,
+                        jobs=jobs or os.cpu_count() or 1)
     console.print(f"wrote {out}/index.html: {len(result.written)} of {result.total} pages "
                   f"written, {len(result.unchanged)} unchanged"
                   + (f", {len(result.removed)} removed" if result.removed else ""),

@@ -2,10 +2,11 @@
 
 The API (stable; `orch serve` serves the same pages live):
 
-    build_site(store, out, plots=True, progress=None, jobs=None) -> SiteBuild
+    build_site(store, out, plots=True, progress=None, jobs=1) -> SiteBuild
         Write the site into the directory `out`, rewriting only the pages whose inputs
         changed (out/manifest.json); `progress(done, total, path)` is called per page
-        written; `jobs`: rendering processes (default one per CPU).
+        written; `jobs` > 1: pages render in that many forked processes (only from a
+        single-threaded caller: `orch site` does, a server should not).
     render_page(store, path, plots=True) -> bytes | None
         One page as build_site writes it, by its path in the site ("index.html",
         "sessions/<id>.html", "history/<key>.html", "compare/<key>.html"); None when the

@@ -12,7 +12,6 @@ import hashlib
 import importlib.util
 import json
 import multiprocessing as mp
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -80,10 +79,11 @@ def render_page(store: Store, path: str, plots: bool = True) -> bytes | None:
 
 
 def build_site(store: Store, out: Path, plots: bool = True,
-               progress: Progress | None = None, jobs: int | None = None) -> SiteBuild:
+               progress: Progress | None = None, jobs: int = 1) -> SiteBuild:
     """Write the store's site into `out`: the pages whose inputs changed since the last
     build (all of them the first time), the assets, the manifest. `jobs`: processes that
-    render pages (default: one per CPU; rendering is CPU-bound Python)."""
+    render pages (rendering is CPU-bound Python); above 1 they are forked, which only a
+    single-threaded caller may do (`orch site` passes one per CPU; a server keeps 1)."""
     out.mkdir(parents=True, exist_ok=True)
     _copy_assets(out)
     manifest_path = out / MANIFEST
@@ -118,10 +118,10 @@ def build_site(store: Store, out: Path, plots: bool = True,
 _PENDING: list[Page] = []      # what forked renderers render (inherited, never pickled)
 
 
-def rendered(store: Store, todo: list[Page], jobs: int | None) -> Iterator[tuple[Page, bytes]]:
-    """Each page with its bytes, in order. Many pages render in forked processes (the
-    store's connections are not shared: each child opens its own), a few in this one."""
-    jobs = jobs or os.cpu_count() or 1
+def rendered(store: Store, todo: list[Page], jobs: int) -> Iterator[tuple[Page, bytes]]:
+    """Each page with its bytes, in order. With jobs > 1, many pages render in forked
+    processes (the store's connections are not shared: each child opens its own), a few in
+    this one."""
     if jobs < 2 or len(todo) < PARALLEL_FROM or "fork" not in mp.get_all_start_methods():
         yield from ((page, page.render()) for page in todo)
         return
