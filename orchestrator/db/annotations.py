@@ -78,3 +78,8 @@ def sessions_ended_since(store: Store, since: Any) -> list[Any]:
     return store.fetch(select(s.c.id, s.c.matrix_name, s.c.ended_at)
                        .where(s.c.ended_at.is_not(None), s.c.ended_at >= since)
                        .order_by(s.c.ended_at, s.c.id))
+
+
+def alert(store: Store, key: str) -> Any | None:
+    rows = store.fetch(select(schema.alert).where(schema.alert.c.key == key))
+    return rows[0] if rows else None

@@ -55,7 +55,8 @@ def section(reg: Regression) -> dict[str, Any]:
                 tests += 1
             if c is not None and c.significant and c.ratio not in (None, 1.0):
                 moved.append(f"{k[1]} ({k[0]}): {c.delta_pct:+.1f}% "
-                             f"[{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%] since {label}")
+                             f"[{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%] since {label}"
+                             + _acknowledged(reg, k, c.ratio))
         table.rows.append([md_escape(x) for x in cells])
     if all(k[0] == "-" for k in keys):
         table.headers, table.aligns = table.headers[1:], table.aligns[1:]
@@ -66,6 +67,17 @@ def section(reg: Regression) -> dict[str, Any]:
             "started": when(s0.started_at) if s0 is not None else "",
             "build": md_escape(reg.builds), "bases": [md_escape(x) for x in labels],
             "table": table, "moved": [md_escape(x) for x in moved], "tests": tests}
+
+
+def _acknowledged(reg: Regression, key: Key, ratio: float | None) -> str:
+    """A slowdown's id (`orch ack ID`), and its acknowledgement when it has one."""
+    if ratio is None or ratio >= 1.0:
+        return ""
+    cid = reg.step_id(*key)
+    ack = reg.acks.get(cid)
+    if ack is None:
+        return f"; id {cid}"
+    return f"; id {cid}, acknowledged: {ack.text}, {when(ack.created_at)[:10]}"
 
 
 def sections(found: Sequence[Regression]) -> list[dict[str, Any]]:
