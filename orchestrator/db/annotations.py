@@ -25,7 +25,7 @@ def add_annotation(store: Store, target_kind: str, target: str, text: str,
             created_at=now())))
 
 
-def annotations(store: Store, target_kind: str | None = None,
+def annotation_rows(store: Store, target_kind: str | None = None,
                 targets: Iterable[str] | None = None) -> list[Any]:
     """Annotations, oldest first; of one kind of target, and of these targets, when given."""
     t = schema.annotation

@@ -53,6 +53,7 @@ def watch_since(store: Store) -> dt.datetime:
     """When the lab began watching this store (recorded the first time it is asked)."""
     db.claim_alert(store, SINCE_KEY, "since", {"since": now().isoformat()})
     row = db.alert(store, SINCE_KEY)
+    assert row is not None      # claimed just now, or before
     return dt.datetime.fromisoformat(row.payload["since"])
 
 

@@ -71,7 +71,7 @@ def notes_of(store: Store, sessions: Iterable[int] = (), runs: Iterable[int] = (
     out = Notes()
     for kind, ids, into in (("session", sessions, out.sessions), ("run", runs, out.runs)):
         wanted = set(ids)
-        for row in db.annotations(store, kind):
+        for row in db.annotation_rows(store, kind):
             if int(row.target) in wanted:
                 into.setdefault(int(row.target), []).append(Note.of(row))
     return out
@@ -79,12 +79,12 @@ def notes_of(store: Store, sessions: Iterable[int] = (), runs: Iterable[int] = (
 
 def acknowledgements(store: Store) -> dict[str, Note]:
     """Change point id -> its newest acknowledgement."""
-    return {row.target: Note.of(row) for row in db.annotations(store, "change_point")}
+    return {row.target: Note.of(row) for row in db.annotation_rows(store, "change_point")}
 
 
 def all_notes(store: Store) -> list[Note]:
     """Every annotation, oldest first (`orch notes`)."""
-    return [Note.of(row) for row in db.annotations(store)]
+    return [Note.of(row) for row in db.annotation_rows(store)]
 
 
 def add_note(store: Store, on: str, target: int, text: str, author: str | None) -> Note:

@@ -11,6 +11,7 @@ to get right by hand.
 from __future__ import annotations
 
 import datetime as dt
+import html
 from collections.abc import Callable
 
 from orchestrator.results.regression_feed import RegressionEntry, Store, regression_entries
@@ -26,7 +27,13 @@ def _title(e: RegressionEntry) -> str:
 
 
 def entry_summary(e: RegressionEntry) -> str:
-    """The entry's text: the figures on each side, the test, the builds, the id."""
+    """The entry's text, as HTML (Atom's summary type="html", what feedgenerator writes):
+    each line escaped, so a config named `<b>` reads as text in a feed reader."""
+    return "<br/>".join(html.escape(line) for line in summary_lines(e))
+
+
+def summary_lines(e: RegressionEntry) -> list[str]:
+    """The figures on each side, the test, the builds, the id and how to acknowledge it."""
     figures = (f"{e.before:.2f} → {e.after:.2f} tok/s" if e.before is not None
                and e.after is not None else "")
     p = f"p={e.p_value:.2g}" if e.p_value is not None else ""
@@ -39,7 +46,7 @@ def entry_summary(e: RegressionEntry) -> str:
     if e.ack:
         lines[-1] = f"acknowledged: {e.ack.text} ({_date(e.ack.created_at)}" + \
                     (f", {e.ack.author})" if e.ack.author else ")")
-    return "\n".join(lines)
+    return lines
 
 
 def _date(when: dt.datetime | None) -> str:

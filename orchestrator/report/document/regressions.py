@@ -42,7 +42,7 @@ def section(reg: Regression) -> dict[str, Any]:
         now = now_row.means[CURRENT]
         cells = [k[0], k[1], mean_cell(now) if now is not None else
                  f"failed (runs {id_list(now_row.failed[CURRENT])})"]
-        for (side, _, rows), label in zip(compared, labels):
+        for i, ((side, _, rows), label) in enumerate(zip(compared, labels)):
             row = rows.get(k)
             c = row.vs_reference[0] if row is not None else None
             absent = DASH if now is not None else ""
@@ -56,7 +56,8 @@ def section(reg: Regression) -> dict[str, Any]:
             if c is not None and c.significant and c.ratio not in (None, 1.0):
                 moved.append(f"{k[1]} ({k[0]}): {c.delta_pct:+.1f}% "
                              f"[{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%] since {label}"
-                             + _acknowledged(reg, k, c.ratio))
+                             # a step at this session: against the last earlier one
+                             + (_acknowledged(reg, k, c.ratio) if i == 0 else ""))
         table.rows.append([md_escape(x) for x in cells])
     if all(k[0] == "-" for k in keys):
         table.headers, table.aligns = table.headers[1:], table.aligns[1:]
