@@ -17,11 +17,13 @@ import pytest
 from cli_helpers import orch_ok
 from test_history import T0, add_session
 
-from orchestrator.config.inventory import LabAlerts
+from orchestrator.config.inventory import LabAlerts, load_inventory
 from orchestrator.db import annotations as db
 from orchestrator.db import lab as lab_db
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
+from orchestrator.errors import ConfigError
+from orchestrator.lab.supervisor import Supervisor, WorkerOptions
 from orchestrator.lab.watch import check
 from orchestrator.results.annotations import changepoint_id
 from orchestrator.results.history import history
@@ -202,3 +204,16 @@ def test_ack_marks_the_regression_everywhere_and_the_webhook_skips_it(tmp_path):
     with Receiver() as hook:
         assert check(store, LabAlerts(webhook=hook.url), since=LONG_AGO) == []
         assert hook.bodies == []
+
+
+def test_the_inventory_lab_key_reaches_the_workers_watcher(tmp_path):
+    inventory = tmp_path / "devices.yaml"
+    inventory.write_text("lab:\n  webhook: http://127.0.0.1:9/hook\n  silent_after: 90m\n"
+                         "devices:\n  box: {kind: local}\n")
+    worker = Supervisor(Store.open(str(tmp_path / "orch.db")),
+                        WorkerOptions("w1", "unused", "redis://127.0.0.1:1/0", str(inventory)))
+    assert worker.watcher.settings.webhook == "http://127.0.0.1:9/hook"
+    assert worker.watcher.settings.silent_after == 5400.0
+    inventory.write_text("lab:\n  webhook: chat.example/hook\ndevices: {}\n")
+    with pytest.raises(ConfigError, match="lab.webhook"):
+        load_inventory(str(inventory))
