@@ -81,3 +81,27 @@ def test_threshold(tmp_path):
     for bad in ("regression:x", "slowdown", "regression:-3"):
         code, out = gate(db, "--fail-on", bad)
         assert code == 2 and "--fail-on" in out, out
+
+
+def test_fail_on_spec_and_the_verdict_it_reads():
+    from orchestrator.errors import ConfigError
+    from orchestrator.results.gate import is_regression, parse_fail_on
+    from orchestrator.stats.uncertainty import Comparison
+
+    assert parse_fail_on("regression") == parse_fail_on("regression:") == 0
+    assert parse_fail_on("regression:2.5%") == 2.5
+    for bad in ("regression:nan", "regression:inf", "faster:3"):
+        with pytest.raises(ConfigError, match="--fail-on"):
+            parse_fail_on(bad)
+
+    def c(ratio: float, p_adj: float | None, significant: bool) -> Comparison:
+        return Comparison(ratio, ratio - 0.01, ratio + 0.01, p_adj, "welch", 3, 3,
+                          p_adjusted=p_adj, significant=significant)
+
+    assert is_regression(c(0.9, 0.01, True), 0)
+    assert not is_regression(c(0.95, 0.01, True), 10)           # 5%: within the threshold
+    assert is_regression(c(0.89, 0.01, True), 10)
+    assert not is_regression(c(0.9, 0.2, False), 0)             # the table says: no difference
+    assert not is_regression(c(1.2, 0.001, True), 0)            # faster
+    assert not is_regression(c(0.5, None, False), 0)            # one run: no test
+    assert not is_regression(None, 0)
