@@ -8,51 +8,32 @@ from __future__ import annotations
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.results.history import build_label, build_matches
-
-
-def known_builds(store: Store, device: str | None = None,
-                 matrix: str | None = None) -> list[str]:
-    """The labels of the builds with current runs (of `matrix`, on `device`), newest session
-    first."""
-    labels: dict[str, None] = {}
-    for sid in Runs(store).session_ids(matrix=matrix, device=device):
-        for r in Runs(store).current(sid):
-            label = build_label(r)
-            if label and (device is None or r.device == device):
-                labels.setdefault(label, None)
-    return list(labels)
+from orchestrator.results.history import names_build
+from orchestrator.stats.config_key import build_label
 
 
 def resolve_build(store: Store, build: str, device: str | None = None,
                   matrix: str | None = None) -> str:
-    """The one build label `build` names (module doc)."""
-    where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
-                                device and f" on {device}") if x)
-    labels = known_builds(store, device, matrix)
+    """The one build label `build` names (module doc), from one read of the known builds."""
+    known = Runs(store).builds(matrix, device)          # newest first
+    labels = list(dict.fromkeys(label for r in known
+                                if (label := build_label(r.binary_path, r.engine_build))))
     if build in labels:
         return build
-    found = _matching(store, build, device, matrix)
+    found = list(dict.fromkeys(build_label(r.binary_path, r.engine_build) or build
+                               for r in known if names_build(r.binary_path, r.engine_build,
+                                                             build)))
     if not found:
         word = build.lower()
         found = [label for label in labels
                  if label.lower().startswith(word) or label.split(" ")[0].lower() == word]
     if len(found) == 1:
         return found[0]
-    listing = ", ".join(labels[:20]) + (", ..." if len(labels) > 20 else "")
+    where = "".join(x for x in (matrix and f" of matrix {matrix!r}",
+                                device and f" on {device}") if x)
     if not found:
+        listing = ", ".join(labels[:20]) + (", ..." if len(labels) > 20 else "")
         raise ConfigError(f"--builds {build}: no build of that name or prefix{where} "
                           f"(known builds, newest first: {listing or 'none'})")
     raise ConfigError(f"--builds {build}: names several builds{where}: {', '.join(found)} "
                       f"(give more of it)")
-
-
-def _matching(store: Store, build: str, device: str | None, matrix: str | None) -> list[str]:
-    """The labels of the runs history.build_matches says `build` names (engine_build, commit
-    prefix of 7 or more)."""
-    found: dict[str, None] = {}
-    for sid in Runs(store).session_ids(matrix=matrix, device=device):
-        for r in Runs(store).current(sid):
-            if (device is None or r.device == device) and build_matches(r, build):
-                found.setdefault(build_label(r) or build, None)
-    return list(found)
