@@ -28,7 +28,7 @@ from orchestrator.cli.options import console, db_option, exclude_option, trim_op
                    "group.md.j2, left_out.md.j2, provenance.md.j2, page.html.j2).")
 @click.option("--baseline", "-b", "baselines", multiple=True, metavar="[MODEL:]CONFIG",
               help="The config the A/B tables compare against: CONFIG for every model that "
-              "ran it, MODEL:CONFIG for one model; repeatable: two for one model give each "
+              "ran it (or a unique prefix of it), MODEL:CONFIG for one model; repeatable: two for one model give each "
               "its own A/B rows (default: the "
               "matrix's `baseline:`; for an import, its design file's `baseline:`, else a "
               "config named with the word `base` or `baseline`, else the first config run). "
@@ -99,7 +99,8 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
                    "newest session.")
 @click.option("--matrix", "-m", help="For --device: the newest session of this matrix.")
 @click.option("--builds", "builds", nargs=2, metavar="A B", help="Compare two engine builds "
-              "(a llama.cpp cache version such as 0.3.30, an engine build or a commit prefix): "
+              "(a llama.cpp cache version such as 0.3.30, an engine build, a commit prefix, or a "
+              "unique prefix of one; none or several: exit 2 listing the builds): "
               "each build's runs in the newest session that has them (of --matrix, on "
               "--device when given); A is the reference.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]),
