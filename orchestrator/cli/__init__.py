@@ -155,6 +155,7 @@ def main(debug: bool) -> None:
       2    bad input: matrix, inventory, options or --db (checked before anything is written)
       3    not found: no session, run or device of that id or name
       4    busy: the session, device or import folder is held by another running orch
+      5    regression: `orch compare --fail-on` found a significant slowdown (CI gate)
       129  hung up (SIGHUP: terminal or ssh session closed); the run stops as on SIGTERM
       130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
     """

@@ -51,10 +51,15 @@ def base_config(row: RunRow) -> str:
 def build_matches(row: RunRow, build: str) -> bool:
     """Whether `build` (a cache version, an engine_build string or a commit prefix) names the
     build this run measured."""
-    label = build_label(row)
-    if build == label or build == (row.engine_build or ""):
+    return names_build(row.binary_path, row.engine_build, build)
+
+
+def names_build(binary_path: str | None, engine_build: str | None, build: str) -> bool:
+    """build_matches, of a run's binary path and engine build."""
+    label = config_key.build_label(binary_path, engine_build)
+    if build == label or build == (engine_build or ""):
         return True
-    commit = (row.engine_build or "").split(" ")[0]
+    commit = (engine_build or "").split(" ")[0]
     return len(build) >= 7 and len(commit) >= 7 and (commit.startswith(build)
                                                      or build.startswith(commit))
 
