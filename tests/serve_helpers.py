@@ -3,13 +3,23 @@ plain `orch run` session with a run recording (tokens added by the test as they 
 stream), a failed run whose cause and config are markup, and lab devices in each state."""
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+
+from agent_helpers import alive
+from waiting import wait_for
 
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store, now
 from orchestrator.db.writes import write_batch
 
 HOSTILE = "<script>alert(1)</script>"
+ORCH = Path(sys.executable).with_name("orch")
 
 
 def token_rows(run_id: int, start: int, count: int, wall_ms: float = 50.0) -> list[tuple[Any, ...]]:
@@ -51,8 +61,68 @@ class LiveStore:
         lab_db.update_device(store, "phone-q", state=lab_db.QUARANTINED,
                              reason=f"unreachable {HOSTILE}", failures=3)
         lab_db.register_device(store, "phone-lost", "adb", "w1", "host1")   # no heartbeat
+        # a consumer that lives (this process's pid, a fresh heartbeat): idle, and cooling
+        # with a cell taken whose run has not begun
+        for name in ("phone-idle", "phone-cool"):
+            lab_db.register_device(store, name, "adb", "w2", "host2")
+            lab_db.update_device(store, name, pid=os.getpid(), seen_at=now())
+        batch = lab_db.create_batch(store, matrix_name="phones")
+        cool = store.create_session(kind="run", name="phones-cool", matrix_name="phones")
+        cells = lab_db.insert_cells(store, [
+            {"batch_id": batch, "session_id": cool, "device": "phone-cool", "cell_key": key,
+             "position": i, "state": "delivered" if i == 0 else "queued", "attempts": 0}
+            for i, key in enumerate(["m|a|r0", f"m|{HOSTILE}|r0", "m|c|r0"])])
+        lab_db.update_device(store, "phone-cool", current_cell_id=cells[0])
 
     def stream(self, count: int) -> None:
         rows = token_rows(self.run_id, self.tokens, count)
         self.tokens += count
         write_batch(self.store, self.run_id, rows, [], [], self.tokens + 1)
+
+
+class Server:
+    """`orch serve --port 0` in its own process group; `url` once it listens (its first
+    stderr line names the port). stop(): SIGTERM, bounded wait, then SIGKILL of the group."""
+
+    def __init__(self, workspace: Path, db: str, *options: str) -> None:
+        self.err = workspace / "serve.err"
+        self.argv = [str(ORCH), "serve", "--db", db, "--port", "0", *options]
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 60) -> Server:
+        with open(self.err, "wb") as err:
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=err,
+                                         stdin=subprocess.DEVNULL, start_new_session=True)
+        found = wait_for(lambda: self.proc.poll() is not None
+                         or re.search(r"http://(127\.0\.0\.1:\d+)/lab", self.err.read_text()),
+                         timeout, what="orch serve to listen",
+                         on_fail=lambda: self.err.read_text())
+        assert self.proc.poll() is None, self.err.read_text()
+        self.url = "http://" + found.group(1)
+        return self
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+    def survivors(self) -> list[int]:
+        """Processes of the server's group still alive (none once it stopped)."""
+        assert self.proc is not None
+        out = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if os.getpgid(int(entry.name)) == self.proc.pid and alive(int(entry.name)):
+                        out.append(int(entry.name))
+                except OSError:
+                    continue
+        return out

@@ -67,14 +67,13 @@ def serve(host: str, port: int, poll_s: float, db: str | None) -> None:
     from orchestrator.serve import create_app
 
     app = create_app(resolve_url(db), poll_s=poll_s)
-    sock = bind(host, port)
-    bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     if not is_loopback(host):
-        errors.print(f"warning: listening on {shown}:{bound}: the pages and /api/ are "
-                     f"reachable from that network, read-only and without a login",
+        errors.print(f"warning: --host {host} is not a loopback address: the pages and /api/ "
+                     f"are reachable from that network (read-only, no login)",
                      markup=False, highlight=False)
-    errors.print(f"orch serve: http://{shown}:{bound}/lab (store {app.state.store.url}; "
-                 f"Ctrl-C stops)", markup=False, highlight=False)
+    sock = bind(host, port)
+    errors.print(f"orch serve: http://{shown}:{sock.getsockname()[1]}/lab "
+                 f"(store {app.state.store.url}; Ctrl-C stops)", markup=False, highlight=False)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])

@@ -97,11 +97,15 @@ def create_app(store_url: str, site_dir: Path | None = None, poll_s: float = 1.0
         except NotFound as exc:
             raise HTTPException(404, str(exc)) from None
 
+    def no_icon(request: Request) -> Response:
+        return Response(status_code=204)     # a browser asks; a 404 would be a console error
+
     def home(request: Request) -> Response:
         return RedirectResponse("/lab", status_code=307)
 
     routes: list[Any] = [
         Route("/lab", lab_page),
+        Route("/favicon.ico", no_icon),
         Route("/api/lab", api_lab),
         Route("/api/devices", api_devices),
         Route("/api/sessions", api_sessions),
