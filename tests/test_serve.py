@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from serve_helpers import HOSTILE, ORCH, LiveStore, Server
+from waiting import wait_for
 
 from orchestrator.cli.serve import is_loopback
 from orchestrator.lab.live import device_state
@@ -175,3 +176,24 @@ def test_the_lab_page_shows_tokens_rise_as_they_stream(server, live, tmp_path):
     assert problems == []
     hosts = {urllib.parse.urlsplit(u).hostname for u in requests}
     assert hosts == {"127.0.0.1"}, requests
+
+
+@pytest.mark.slow
+def test_the_site_pages_are_served_and_rebuilt_when_the_store_changes(tmp_path, live):
+    import importlib.util
+
+    if importlib.util.find_spec("orchestrator.site") is None:
+        pytest.skip("this orch has no orchestrator.site (`orch site`): no site pages to serve")
+    srv = Server(tmp_path, str(tmp_path / "orch.db")).start()
+    try:
+        status, index, kind = get(srv, "/")
+        assert status == 200 and kind.startswith("text/html")
+        assert get(srv, "/index.html")[1] == index
+        assert get(srv, "/../index.html")[0] == 404
+        assert b"later-session" not in index
+        live.store.create_session(kind="run", name="later-session", matrix_name="local-matrix")
+        wait_for(lambda: b"later-session" in get(srv, "/")[1], 30, 0.2,
+                 what="the index rebuilt with the new session")
+    finally:
+        srv.stop()
+        assert srv.survivors() == []
