@@ -36,7 +36,11 @@ function queueCell(device) {
   const waiting = device.lab ? device.lab.waiting : device.queue.length;
   if (!device.queue.length) { td.textContent = waiting ? String(waiting) : "—"; return td; }
   const list = el("ol", null, "queue");
-  for (const cell of device.queue) list.append(el("li", `${cell.cell_key} (session ${cell.session_id})`));
+  for (const cell of device.queue) {
+    // `delivered`: a consumer took it (the cell it runs now, or one a dead consumer left)
+    const taken = cell.state === "delivered" ? ", taken" : "";
+    list.append(el("li", `${cell.cell_key} (session ${cell.session_id}${taken})`));
+  }
   td.append(list);
   if (waiting > device.queue.length) td.append(el("span", `${waiting} waiting in all`, "sub"));
   return td;
@@ -65,12 +69,25 @@ function deviceRow(device) {
   return tr;
 }
 
-function failureRow(f) {
+function when(iso) {
+  return iso ? new Date(iso).toLocaleString() : "—";
+}
+
+function linked(text, href) {
+  const td = el("td");
+  const link = el("a", text);
+  link.href = href;
+  td.append(link);
+  return td;
+}
+
+function failureRow(f, site) {
   const tr = el("tr");
-  const link = el("a", String(f.run_id));
-  link.href = `/api/runs/${encodeURIComponent(f.run_id)}`;
-  const run = el("td"); run.append(link); tr.append(run);
-  for (const value of [f.session_id, f.device, f.cell_key, f.status, f.cause || "—", f.ended_at || "—"]) {
+  tr.append(linked(String(f.run_id), `/api/runs/${encodeURIComponent(f.run_id)}`));
+  // the session's page where the server has the site's pages, else its number
+  tr.append(site ? linked(String(f.session_id), `/sessions/${encodeURIComponent(f.session_id)}.html`)
+                 : el("td", f.session_id));
+  for (const value of [f.device, f.cell_key, f.status, f.cause || "—", when(f.ended_at)]) {
     tr.append(el("td", value));
   }
   return tr;
@@ -81,7 +98,8 @@ function render(data) {
   devices.replaceChildren(...data.devices.map(deviceRow));
   document.getElementById("no-devices").hidden = data.devices.length > 0;
   const failures = document.querySelector("#failures tbody");
-  failures.replaceChildren(...data.failures.map(failureRow));
+  const site = document.body.dataset.site === "1";
+  failures.replaceChildren(...data.failures.map(f => failureRow(f, site)));
   document.getElementById("no-failures").hidden = data.failures.length > 0;
   document.getElementById("updated").textContent = new Date(data.at).toLocaleTimeString();
 }
