@@ -84,8 +84,10 @@ class Server:
     """`orch serve --port 0` in its own process group; `url` once it listens (its first
     stderr line names the port). stop(): SIGTERM, bounded wait, then SIGKILL of the group."""
 
-    def __init__(self, workspace: Path, db: str, *options: str) -> None:
+    def __init__(self, workspace: Path, db: str, *options: str,
+                 env: dict[str, str] | None = None) -> None:
         self.err = workspace / "serve.err"
+        self.env = None if env is None else {**os.environ, **env}
         self.argv = [str(ORCH), "serve", "--db", db, "--port", "0", *options]
         self.proc: subprocess.Popen | None = None
         self.url = ""
@@ -93,7 +95,8 @@ class Server:
     def start(self, timeout: float = 60) -> Server:
         with open(self.err, "wb") as err:
             self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL, stderr=err,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         env=self.env)
         found = wait_for(lambda: self.proc.poll() is not None
                          or re.search(r"http://(127\.0\.0\.1:\d+)/lab", self.err.read_text()),
                          timeout, what="orch serve to listen",

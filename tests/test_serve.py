@@ -18,6 +18,7 @@ from serve_helpers import HOSTILE, ORCH, LiveStore, Server
 from waiting import wait_for
 
 from orchestrator.cli.serve import is_loopback
+from orchestrator.db.store import Store
 from orchestrator.lab.live import device_state
 
 pytestmark = [pytest.mark.extra("serve"), pytest.mark.timeout(180)]
@@ -184,8 +185,11 @@ def test_the_site_pages_are_served_and_rebuilt_when_the_store_changes(tmp_path, 
 
     if importlib.util.find_spec("orchestrator.site") is None:
         pytest.skip("this orch has no orchestrator.site (`orch site`): no site pages to serve")
-    srv = Server(tmp_path, str(tmp_path / "orch.db")).start()
+    temp = tmp_path / "tmp"       # where the server builds the site: removed when it stops
+    temp.mkdir()
+    srv = Server(tmp_path, str(tmp_path / "orch.db"), env={"TMPDIR": str(temp)}).start()
     try:
+        assert [p.name[:11] for p in temp.iterdir()] == ["orch-serve-"]
         status, index, kind = get(srv, "/")
         assert status == 200 and kind.startswith("text/html")
         assert get(srv, "/index.html")[1] == index
@@ -195,5 +199,44 @@ def test_the_site_pages_are_served_and_rebuilt_when_the_store_changes(tmp_path, 
         wait_for(lambda: b"later-session" in get(srv, "/")[1], 30, 0.2,
                  what="the index rebuilt with the new session")
     finally:
+        srv.stop()
+        assert srv.survivors() == []
+    assert list(temp.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_plain_orch_run_shows_its_running_cell_and_tokens(workspace):
+    # the fake bmoe engine: 60 tokens of 0.1 s each, one cell, on the inventory's `local`
+    from lab_helpers import matrix
+
+    path = matrix(workspace, "plain", tokens=60, delay=0.1, repeat=1)
+    path.write_text(path.read_text().replace("  second: --delay 0.05\n", ""))
+    Store.open(str(workspace / "orch.db"))
+    srv = Server(workspace, str(workspace / "orch.db")).start()
+    run = subprocess.Popen([str(ORCH), "run", str(path), "--db", str(workspace / "orch.db")],
+                           cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        def local(lab: dict) -> dict:
+            return next((d for d in lab["devices"] if d["device"] == "local"), {})
+
+        seen = wait_for(lambda: (d := local(api(srv, "/api/lab"))).get("running")
+                        and d["running"][0]["tokens"] > 0 and d, 60, 0.2,
+                        what="the run's first tokens on /api/lab")
+        assert seen["state"] == "running" and seen["lab"] is None
+        first = seen["running"][0]
+        assert first["cell_key"].startswith("m|first") and first["matrix"] == "plain"
+        later = wait_for(lambda: (r := local(api(srv, "/api/lab"))["running"])
+                         and r[0]["tokens"] > first["tokens"] and r[0], 60, 0.2,
+                         what="more tokens of the same run")
+        assert later["run_id"] == first["run_id"] and later["tok_s"] > 0
+        out, _ = run.communicate(timeout=120)
+        assert run.returncode == 0, out
+        done = local(api(srv, "/api/lab"))
+        assert done["state"] == "idle" and done["running"] == []
+        assert api(srv, f"/api/runs/{first['run_id']}")["tokens"] == 60
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)
         srv.stop()
         assert srv.survivors() == []
