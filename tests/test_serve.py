@@ -40,12 +40,12 @@ def server(tmp_path: Path, live: LiveStore) -> Iterator[Server]:
         assert srv.survivors() == []
 
 
-def get(server: Server, path: str) -> tuple[int, bytes, str]:
-    """One GET of `path` sent as it is (no client-side normalising of `..`)."""
+def get(server: Server, path: str, method: str = "GET") -> tuple[int, bytes, str]:
+    """One request of `path` sent as it is (no client-side normalising of `..`)."""
     parts = urllib.parse.urlsplit(server.url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     try:
-        conn.request("GET", path)
+        conn.request(method, path)
         response = conn.getresponse()
         return response.status, response.read(), response.getheader("content-type") or ""
     finally:
@@ -86,6 +86,9 @@ def test_api_gives_every_device_state_runs_sessions_and_failures(server, live):
     assert run["run"]["config"] == HOSTILE and run["run"]["status"] == "failed"
     assert api(server, f"/api/runs/{live.run_id}")["tokens"] == 40
     assert get(server, "/api/runs/999")[0] == 404
+    # read-only: nothing but GET (and HEAD)
+    assert {get(server, p, m)[0] for p in ("/api/lab", "/lab") for m in ("POST", "PUT", "DELETE")} \
+        == {405}
 
     status, page, kind = get(server, "/lab")
     assert status == 200 and kind.startswith("text/html")

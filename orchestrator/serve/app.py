@@ -126,7 +126,6 @@ def create_app(store_url: str, site_dir: Path | None = None, poll_s: float = 1.0
         finally:
             if temporary and root is not None:
                 shutil.rmtree(root, ignore_errors=True)
-            store.engine.dispose()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.store = store
