@@ -243,3 +243,28 @@ def test_a_plain_orch_run_shows_its_running_cell_and_tokens(workspace):
             run.wait(timeout=30)
         srv.stop()
         assert srv.survivors() == []
+
+
+@pytest.mark.slow
+def test_the_api_over_a_postgresql_store(pg_url, tmp_path):
+    # a lab's store is PostgreSQL: the same data over the server as from SQLite
+    from pg_fixture import fresh_pg_database
+
+    url = fresh_pg_database(pg_url, "serve_api")
+    live = LiveStore(url)
+    live.stream(25)
+    srv = Server(tmp_path, url).start()
+    try:
+        lab = api(srv, "/api/lab")
+        states = {d["device"]: d["state"] for d in lab["devices"]}
+        assert states["local"] == "running" and states["phone-cool"] == "cooling"
+        assert states["phone-q"] == "quarantined" and states["phone-lost"] == "lost"
+        local = next(d for d in lab["devices"] if d["device"] == "local")
+        assert local["running"][0]["tokens"] == 25 and local["sample"]["temp_c"] == 48.5
+        cool = next(d for d in lab["devices"] if d["device"] == "phone-cool")
+        assert len(cool["queue"]) == 3
+        assert api(srv, "/api/sessions")[-1]["status_counts"] == {"running": 1, "failed": 1}
+        assert api(srv, f"/api/runs/{live.failed_id}")["run"]["cause"] == f"engine said {HOSTILE}"
+    finally:
+        srv.stop()
+        assert srv.survivors() == []
