@@ -101,3 +101,16 @@ def recent_sessions(store: StoreAccess, limit: int) -> list[tuple[Any, dict[str,
         for r in store.fetch(stmt):
             counts[r.session_id][r.status] = r.n
     return [(r, counts[r.id]) for r in rows]
+
+
+def token_progress(store: StoreAccess, run_ids: Iterable[int]) -> dict[int, tuple[int, float]]:
+    """Each run's token rows stored so far and their summed wall_ms (NULL walls add
+    nothing), by run id: one aggregate over the (run_id, seq) key, however long the run."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    token = schema.token
+    rows = store.fetch(select(token.c.run_id, func.count().label("n"),
+                              func.coalesce(func.sum(token.c.wall_ms), 0.0).label("wall"))
+                       .where(token.c.run_id.in_(ids)).group_by(token.c.run_id))
+    return {r.run_id: (int(r.n), float(r.wall)) for r in rows}

@@ -2,44 +2,28 @@
 far and tok/s, each device's newest temperature and free RAM, the newest failures with their
 cause, and the recent sessions with their status counts, as plain JSON-ready dicts.
 
-tok/s is the run's figure `mean` (stats/figures.py RunFigures: n / Σ decode s over the token
-rows stored so far), computed by the read model as for any run without stored figures
-(Runs.figures): the live page and `orch show` cannot disagree. Computed once per stored
-token count (a page polls every second; the rows only grow)."""
+tok/s so far is stats/figures.py `rate` over the tokens stored so far and their summed decode
+time, as `orch run`'s progress line shows it (run/progress.py rate_so_far; the division of the
+figure `mean`, n / Σ decode s), read from one aggregate of the store rather than from every
+token row, so a poll costs the same at token 10 and at token 100,000."""
 from __future__ import annotations
 
 import datetime as dt
-import threading
 from typing import Any
 
 from orchestrator.db import live as live_db
-from orchestrator.db.rows import RunRow
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.results.listings import run_detail
+from orchestrator.stats.figures import rate
 
 FAILURES = 20          # failures the lab page lists
-_tps: dict[tuple[int, int], float | None] = {}     # (run id, token rows) -> tok/s
-_tps_lock = threading.Lock()
 
 
 def _iso(value: dt.datetime | None) -> str | None:
     if value is None:
         return None
     return (value if value.tzinfo else value.replace(tzinfo=dt.UTC)).isoformat()
-
-
-def _tok_s(store: Store, row: RunRow, tokens: int) -> float | None:
-    key = (row.id, tokens)
-    with _tps_lock:
-        if key in _tps:
-            return _tps[key]
-    mean = Runs(store).figures([row])[row.id].mean
-    with _tps_lock:
-        if len(_tps) > 1000:
-            _tps.clear()
-        _tps[key] = mean
-    return mean
 
 
 def sample_dict(sample: Any, started: dt.datetime | None) -> dict[str, Any]:
@@ -56,14 +40,15 @@ def sample_dict(sample: Any, started: dt.datetime | None) -> dict[str, Any]:
 def running(store: Store) -> list[dict[str, Any]]:
     """The runs recording now: run, session, device, cell, tokens stored so far, tok/s."""
     out = []
-    runs = Runs(store)
-    for row in live_db.running_runs(store):
-        tokens = runs.token_count(row.id)
+    rows = live_db.running_runs(store)
+    progress = live_db.token_progress(store, [r.id for r in rows])
+    for row in rows:
+        tokens, wall_ms = progress.get(row.id, (0, 0.0))
         out.append({"run_id": row.id, "session_id": row.session_id, "device": row.device,
                     "matrix": row.matrix_name, "cell_key": row.cell_key, "model": row.model,
                     "config": row.config, "repeat": row.repeat_index, "engine": row.engine,
                     "started_at": _iso(row.started_at), "tokens": tokens,
-                    "tok_s": _tok_s(store, row, tokens) if tokens else None})
+                    "tok_s": rate(tokens, wall_ms) if tokens else None})
     return out
 
 
