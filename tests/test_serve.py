@@ -86,6 +86,12 @@ def test_api_gives_every_device_state_runs_sessions_and_failures(server, live):
     assert run["run"]["config"] == HOSTILE and run["run"]["status"] == "failed"
     assert api(server, f"/api/runs/{live.run_id}")["tokens"] == 40
     assert get(server, "/api/runs/999")[0] == 404
+    # a name that is not this machine's (DNS rebinding) is not answered
+    parts = urllib.parse.urlsplit(server.url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    conn.request("GET", "/api/lab", headers={"Host": f"attacker.example:{parts.port}"})
+    assert conn.getresponse().status == 400
+    conn.close()
     # read-only: nothing but GET (and HEAD)
     assert {get(server, p, m)[0] for p in ("/api/lab", "/lab") for m in ("POST", "PUT", "DELETE")} \
         == {405}

@@ -66,7 +66,11 @@ def serve(host: str, port: int, poll_s: float, db: str | None) -> None:
     from orchestrator.db.store import resolve_url
     from orchestrator.serve import create_app
 
-    app = create_app(resolve_url(db), poll_s=poll_s)
+    # on an IPv4 loopback address, only requests naming it (or localhost) are answered; the
+    # middleware cannot parse an IPv6 Host header, and another address may have many names
+    local = host == "localhost" or (is_loopback(host) and ":" not in host)
+    app = create_app(resolve_url(db), poll_s=poll_s,
+                     allowed_hosts=sorted({host, "localhost", "127.0.0.1"}) if local else None)
     shown = f"[{host}]" if ":" in host else host
     if not is_loopback(host):
         errors.print(f"warning: --host {host} is not a loopback address: the pages and /api/ "

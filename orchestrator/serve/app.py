@@ -26,6 +26,8 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -61,10 +63,13 @@ class ApiResponse(JSONResponse):
         return super().render(_finite(content))
 
 
-def create_app(store_url: str, site_dir: Path | None = None, poll_s: float = 1.0) -> Starlette:
+def create_app(store_url: str, site_dir: Path | None = None, poll_s: float = 1.0,
+               allowed_hosts: list[str] | None = None) -> Starlette:
     """The app over the store at `store_url` (opened now: a StoreError if it cannot be).
     `site_dir`: where the site's pages are built (default a temporary folder, removed when
-    the app stops); `poll_s`: how often the lab page asks /api/lab."""
+    the app stops); `poll_s`: how often the lab page asks /api/lab; `allowed_hosts`: the
+    only Host headers answered (others get 400: a web page whose name was made to resolve
+    to 127.0.0.1, DNS rebinding, cannot read the store through the browser), None for any."""
     store = Store.open(store_url, create=False)
     templates = Jinja2Templates(directory=HERE / "templates")
     build = site_builder()
@@ -127,6 +132,8 @@ def create_app(store_url: str, site_dir: Path | None = None, poll_s: float = 1.0
             if temporary and root is not None:
                 shutil.rmtree(root, ignore_errors=True)
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    middleware = [] if allowed_hosts is None else [
+        Middleware(TrustedHostMiddleware, allowed_hosts=allowed_hosts)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.store = store
     return app
