@@ -54,6 +54,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("history:history",
                 "The series of a metric over the sessions of MATRIX, one point per session and "
                 "engine build with its 95%"),
+    "note": ("regressions:note",
+             "Note TEXT on a session or a run: `orch note session 3 \"firmware 16.0.2\"`, "
+             "`orch note"),
+    "notes": ("regressions:notes",
+              "List the notes on sessions and runs and the acknowledged regressions, oldest "
+              "first."),
+    "ack": ("regressions:ack",
+            "Acknowledge the regression CHANGEPOINT (its id as `orch history`, `orch feed` and "
+            "the report's"),
+    "feed": ("regressions:feed",
+             "The regressions feed (Atom): every step down in the store's histories, newest "
+             "first, with its id,"),
     "routes": ("routes:routes",
                "Expert routing of a traced run: experts touched per layer and their bytes, how "
                "well the previous token / a"),

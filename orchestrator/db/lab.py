@@ -170,3 +170,20 @@ def session_batch(store: Store, session_id: int) -> int | None:
     table = schema.lab_cell
     rows = store.fetch(select(table.c.batch_id).where(table.c.session_id == session_id).limit(1))
     return rows[0][0] if rows else None
+
+
+def device_activity(store: Store) -> list[Any]:
+    """Per lab device not removed: `pending` (its cells not ended), `last_end` (when its last
+    cell ended, None if none has) and `first_queued` (its oldest pending cell's enqueue time):
+    what tells a device that stopped producing data (lab/watch.py)."""
+    c, d = schema.lab_cell, schema.lab_device
+    pending = (select(c.c.device, func.count().label("pending"),
+                      func.min(c.c.enqueued_at).label("first_queued"))
+               .where(c.c.state.in_(PENDING)).group_by(c.c.device).subquery())
+    ended = (select(c.c.device, func.max(c.c.ended_at).label("last_end"))
+             .where(c.c.ended_at.is_not(None)).group_by(c.c.device).subquery())
+    stmt = (select(d.c.name, pending.c.pending, pending.c.first_queued, ended.c.last_end)
+            .join(pending, pending.c.device == d.c.name)
+            .outerjoin(ended, ended.c.device == d.c.name)
+            .where(d.c.state != REMOVED).order_by(d.c.name))
+    return store.fetch(stmt)
