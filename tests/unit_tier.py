@@ -41,6 +41,8 @@ SHARED_PURE = {"gemma"}   # tests/test_replay.py: a routing trace read with pand
 # parametrized id (`test_x[param]`). Slow tests are never unit tests and need no entry.
 UNIT: dict[str, tuple[str, ...]] = {
     # statistics
+    "test_serve.py": ("test_a_store_it_cannot_open_is_one_line_and_exit_2",
+                      "test_a_non_loopback_host_is_said_before_listening"),
     "test_uncertainty.py": (),
     "test_analysis_oracle.py": (),
     "test_results.py": (),

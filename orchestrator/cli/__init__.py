@@ -78,6 +78,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("lab:lab",
             "A lab of many devices: workers on the hosts the devices are plugged into, one "
             "queue per device on a Celery"),
+    "serve": ("serve:serve",
+              "Serve the store's pages live: the lab page (/lab: every device's state, running "
+              "cell with its tokens and"),
     "tokens": ("tokens:tokens",
                "Print a run's chosen tokens: step, wall_ms, compute_ms, io_ms, stall_ms, cache "
                "hit % and read MiB (read_bytes"),
@@ -147,6 +150,7 @@ def main(debug: bool) -> None:
       orch calibrate -d phone               # idle temperature baseline for cooldowns
       orch ceilings -d phone                # storage, memory (and compute) ceilings
       orch lab submit M.yaml -d A -d B      # a lab: devices on many hosts (orch lab --help)
+      orch serve                            # the lab page and /api/ on http://127.0.0.1:8700
 
     \b
     Exit codes:
