@@ -11,6 +11,7 @@ codes"; `orch --help`):
     2    ConfigError, StoreError: bad input (matrix, inventory, options, --db), nothing written
     3    NotFound: no session / run / device of that id or name
     4    Busy: a session, device or import is held by another live orch
+    5    Regression: `orch compare --fail-on` found a significant slowdown (the CI gate)
     130  Interrupted (Ctrl-C; 128 + the signal for SIGTERM 143, SIGHUP 129)
 """
 from __future__ import annotations
@@ -56,6 +57,15 @@ class Busy(OrchError):
     dies with its holder, db/session_lock.py): exit 4; waiting and trying again helps."""
 
     exit_code = 4
+
+
+class Regression(OrchError):
+    """`orch compare --fail-on regression[:PCT]`: the comparison holds a significant slowdown
+    beyond PCT (results/gate.py): exit 5, so a CI job tells a regression from a typo'd
+    session (3) or a bad option (2)."""
+
+    exit_code = 5
+    prefix = "regression: "
 
 
 class StoreWriteError(OrchError):

@@ -119,7 +119,7 @@ def test_compare_builds(tmp_path):
     assert "Failed on build 0.3.36, not missing (the others above never ran there): m t2 " \
         "(runs" in out
     code, out = orch("compare", "--db", db, "--builds", "0.3.30", "0.2.1")
-    assert code == 3 and "no runs of build 0.2.1" in out
+    assert code == 2 and "--builds 0.2.1: no build of that name or prefix" in out
     code, out = orch("compare", "--db", db, "--builds", "0.3.30", "0.3.36", "-s", "1")
     assert code == 2 and "--builds" in out
 

@@ -35,7 +35,8 @@ def test_the_readme_table_is_the_classes_codes():
     documented = _documented()
     assert documented == {
         "Failed": 1, "DeviceError": 1, "BuildError": 1, "StoreWriteError": 1,
-        "ConfigError": 2, "StoreError": 2, "NotFound": 3, "Busy": 4, "Interrupted": 130}
+        "ConfigError": 2, "StoreError": 2, "NotFound": 3, "Busy": 4, "Regression": 5,
+        "Interrupted": 130}
     for name, code in documented.items():
         cls = getattr(errors, name)
         assert issubclass(cls, errors.OrchError)
@@ -57,6 +58,7 @@ def _exit(exc: BaseException) -> tuple[int, str]:
     (errors.ConfigError("bad"), 2, "error: bad"),
     (errors.StoreError("no store"), 2, "error: no store"),
     (errors.NotFound("no run 9"), 3, "error: no run 9"),
+    (errors.Regression("1 of 2 comparisons slower"), 5, "regression: 1 of 2 comparisons slower"),
     (SessionBusy("session 7 is being run"), 4, "error: session 7 is being run"),
     (ImportBusy("another import"), 4, "error: another import"),
     (DeviceTaken("device d is served"), 4, "error: device d is served"),

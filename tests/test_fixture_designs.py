@@ -62,3 +62,24 @@ def test_the_report_reads_like_the_write_up(tmp_path: Path, folder: str) -> None
     for config in design["configs"].values():
         if config.get("flags"):
             assert f"`{config['flags']}`" in reproduce
+
+
+def test_the_adaptive_cache_table_is_the_summarys(tmp_path: Path) -> None:
+    """2026-07-13's summary.md has a third table per model (cache budget, resizes, resident,
+    spec recall / useful / read, auto-off): the report has it where it says something, with
+    the published figures; a group of fixed, equal budgets and no speculation has none."""
+    db = str(tmp_path / "s.db")
+    orch("import", str(FIX / "bigmoe" / "2026-07-13"), "--design",
+         str(FIX / "designs" / "2026-07-13.yaml"), "--db", db)
+    text = orch("report", "--db", db, "--no-plots")
+    assert ("| fixed cache + overlap + speculative gating | 2000 MiB | 0 | 1996 MiB | 63% | yes |"
+            in text)                                                       # Gemma
+    assert ("| fixed cache + overlap + speculative gating | 4000 MiB | 0 | 3998 MiB | 88% | 87% "
+            "| 22 MiB | no |") in text                                      # Qwen
+    assert "| adaptive cache (--cache-mb auto) + overlap | 4675 MiB | 0 | 4675 MiB |" in text
+    db = str(tmp_path / "p.db")
+    orch("import", str(FIX / "bigmoe" / "2026-07-21-pinned-dense-ab"), "--design",
+         str(FIX / "designs" / "2026-07-21-pinned-dense-ab.yaml"), "--db", db)
+    text = orch("report", "--db", db, "--no-plots")
+    qwen = text[text.index("### Qwen3.6"):text.index("### gpt-oss")]
+    assert "Adaptive cache" not in qwen                    # one fixed budget, no speculation

@@ -273,3 +273,43 @@ def test_status_shows_waiting_cells_from_the_store_and_the_broker(lab):
     assert "not running" in out and "gone@nowhere" in out
     code, out = orch("lab", "wait", "--timeout", "0.5")
     assert code == 1 and "gave up after --timeout" in out, out
+
+
+def test_a_cancelled_submission_runs_nothing_and_can_be_resubmitted(lab):
+    """`orch lab cancel`: the waiting cells are cancelled in the store and revoked in Celery;
+    a consumer that starts afterwards drains their messages and runs none of them. `orch lab
+    resubmit` submits the same matrix again on the same devices."""
+    import re
+
+    from orchestrator.db import lab as lab_db
+
+    ws, store, start = lab
+    lab_db.register_device(store, "c1", "local", "gone", "nowhere")   # no consumer yet
+    code, out = orch("lab", "submit", str(matrix(ws, "cancelled", repeat=2)), "-d", "c1")
+    assert code == 0, out
+    batch = int(re.search(r"as batch (\d+)", out).group(1))
+    code, out = orch("lab", "cancel", str(batch))
+    assert code == 0 and f"batch {batch}: 4 waiting cells cancelled" in out, out
+    states = [r.state for r in store.fetch(text(f"SELECT state FROM lab_cell "
+                                                 f"WHERE batch_id = {batch}"))]
+    assert states == ["cancelled"] * 4
+    assert orch("lab", "cancel", str(batch))[1].startswith(f"batch {batch}: 0 waiting cells")
+    code, out = orch("lab", "cancel", "999")
+    assert code == 3 and "no lab submission 999" in out
+
+    code, out = orch("lab", "wait")
+    assert code == 1, out                             # cancelled cells did not end ok
+
+    worker = start("wc", inventory(ws, "inv", ["c1"]))
+    wait_for("the consumer", lambda: registered(store, ["c1"]), on_fail=worker.log)
+    code, out = orch("lab", "resubmit", str(batch))
+    assert code == 0 and f"resubmitted batch {batch} as batch {batch + 1}: 4 cells" in out, out
+    code, out = orch("lab", "wait")                   # the queue is FIFO: the cancelled
+    assert code == 0, out + worker.log()              # tasks came first, and ran nothing
+    runs = _runs(store)
+    assert [r.status for r in runs] == ["ok"] * 4
+    old = {r.session_id for r in store.fetch(text(f"SELECT session_id FROM lab_cell "
+                                                   f"WHERE batch_id = {batch}"))}
+    assert not old & {r.session_id for r in runs}
+    assert worker.log().count("ended before it was taken") + \
+        worker.log().count("already ended (cancelled)") == 4

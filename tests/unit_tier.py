@@ -41,6 +41,8 @@ SHARED_PURE = {"gemma"}   # tests/test_replay.py: a routing trace read with pand
 # parametrized id (`test_x[param]`). Slow tests are never unit tests and need no entry.
 UNIT: dict[str, tuple[str, ...]] = {
     # statistics
+    "test_serve.py": ("test_a_store_it_cannot_open_is_one_line_and_exit_2",
+                      "test_a_non_loopback_host_is_said_before_listening"),
     "test_uncertainty.py": (),
     "test_analysis_oracle.py": (),
     "test_results.py": (),
@@ -58,6 +60,8 @@ UNIT: dict[str, tuple[str, ...]] = {
                           "test_design_exclude_leaves_a_run_out_of_every_figure_and_lists_it",
                           "test_cli_exclude_on_report_table_and_compare"),
     "test_findings.py": ("test_findings_follow_the_results_and_say_what_the_data_do_not_support",),
+    "test_ci_gate.py": ("test_slowdown_fails_with_summary_and_junit", "test_aa_store_passes",
+                        "test_threshold"),
     "test_baselines_by_name.py": ("test_orch_report_takes_repeatable_b",
                                   "test_orch_table_b_prints_the_studys_deltas",
                                   "test_orch_table_bad_b_exits_2_with_one_line",

@@ -54,6 +54,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("history:history",
                 "The series of a metric over the sessions of MATRIX, one point per session and "
                 "engine build with its 95%"),
+    "note": ("regressions:note",
+             "Note TEXT on a session or a run: `orch note session 3 \"firmware 16.0.2\"`, "
+             "`orch note"),
+    "notes": ("regressions:notes",
+              "List the notes on sessions and runs and the acknowledged regressions, oldest "
+              "first."),
+    "ack": ("regressions:ack",
+            "Acknowledge the regression CHANGEPOINT (its id as `orch history`, `orch feed` and "
+            "the report's"),
+    "feed": ("regressions:feed",
+             "The regressions feed (Atom): every step down in the store's histories, newest "
+             "first, with its id,"),
     "site": ("site:site",
              "Write the store as a static website into OUT: an index (latest regressions, "
              "devices, matrices, sessions), a"),
@@ -69,6 +81,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("lab:lab",
             "A lab of many devices: workers on the hosts the devices are plugged into, one "
             "queue per device on a Celery"),
+    "serve": ("serve:serve",
+              "Serve the store's pages live: the lab page (/lab: every device's state, running "
+              "cell with its tokens and"),
     "tokens": ("tokens:tokens",
                "Print a run's chosen tokens: step, wall_ms, compute_ms, io_ms, stall_ms, cache "
                "hit % and read MiB (read_bytes"),
@@ -138,6 +153,7 @@ def main(debug: bool) -> None:
       orch calibrate -d phone               # idle temperature baseline for cooldowns
       orch ceilings -d phone                # storage, memory (and compute) ceilings
       orch lab submit M.yaml -d A -d B      # a lab: devices on many hosts (orch lab --help)
+      orch serve                            # the lab page and /api/ on http://127.0.0.1:8700
 
     \b
     Exit codes:
@@ -146,6 +162,7 @@ def main(debug: bool) -> None:
       2    bad input: matrix, inventory, options or --db (checked before anything is written)
       3    not found: no session, run or device of that id or name
       4    busy: the session, device or import folder is held by another running orch
+      5    regression: `orch compare --fail-on` found a significant slowdown (CI gate)
       129  hung up (SIGHUP: terminal or ssh session closed); the run stops as on SIGTERM
       130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
     """

@@ -184,7 +184,7 @@ def import_cmd(directory: str, engine: str, device: str | None, name: str | None
                    "neighbour (what some older published tables used).")
 @click.option("--baseline", "-b", "baselines", multiple=True, metavar="[MODEL:]CONFIG",
               help="The config the A/B rows compare against: CONFIG for every model that ran "
-                   "it, MODEL:CONFIG for one model; repeatable: two for one model give each "
+                   "it (or a unique prefix of it), MODEL:CONFIG for one model; repeatable: two for one model give each "
                    "its own A/B rows (default: the matrix's or the design file's "
                    "`baseline:`).")
 @click.option("--columns", help=COLUMNS_HELP)

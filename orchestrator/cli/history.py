@@ -63,25 +63,28 @@ def print_series(s: Any) -> None:
 
     table = Table(title=f"{s.metric}: {s.model} {s.config} on {s.device}", title_justify="left")
     for name, right in (("session", True), ("started (UTC)", False), ("build", False),
-                        (s.metric, True), ("95% CI", True), ("n", True), ("", False)):
+                        (s.metric, True), ("95% CI", True), ("n", True), ("", False),
+                        ("notes", False)):
         table.add_column(name, justify="right" if right else "left")
     starts = {c.session for c in s.change_points}
     for p in s.points:
         iv = p.interval
         ci = f"{iv.low:.2f}–{iv.high:.2f}" if iv.low is not None else "-"
         mark = "◀ step" if p.session in starts else ""
+        notes = "; ".join(n.text for n in p.notes)
         table.add_row(Text(str(p.session)), Text(when(p.started_at)), Text(p.build or "-"),
                       Text(f"{iv.mean:.2f}" if iv.mean is not None else "-"), Text(ci),
                       Text(f"{iv.n} {p.basis}" + (f", {p.failed} failed" if p.failed else "")),
-                      Text(mark))
+                      Text(mark), Text(notes))
     console.print(table)
     if not s.change_points:
         console.print("no change point", highlight=False)
     for c in s.change_points:
+        ack = (f"; acknowledged: {c.ack.text}, {when(c.ack.created_at)[:10]}" if c.ack else "")
         console.print(Text(
-            f"change point at session {c.session}: {c.step.before:.2f} -> {c.step.after:.2f} "
-            f"({c.step.delta_pct:+.1f}%, p={c.step.p_value:.2g}); builds "
-            f"{c.build_before or '-'} -> {c.build_after or '-'}"))
+            f"change point at session {c.session}: {c.step.before:.2f} -> "
+            f"{c.step.after:.2f} ({c.step.delta_pct:+.1f}%, p={c.step.p_value:.2g}); builds "
+            f"{c.build_before or '-'} -> {c.build_after or '-'}; id {c.id}{ack}"))
 
 
 def index_of(s: Any, session: int) -> int:

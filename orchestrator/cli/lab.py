@@ -45,6 +45,7 @@ def lab() -> None:
       orch lab status                               # devices, queues, running cells, health
       orch lab wait                                 # until the newest submission has ended
       orch lab release oneplus                      # a quarantined device runs again
+      orch lab cancel 12; orch lab resubmit 12      # withdraw a submission; submit it again
 
     Every command takes --broker (ORCH_BROKER) and --db (ORCH_DB); the lab's state (devices,
     quarantine, cells) is in the store, so `devices`, `release` and `wait` work from it alone.
@@ -230,6 +231,48 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
         print_session_table(console, session_listing(store, sid))
     if not result.ok:   # the tables above say which cells did not end ok
         raise Failed()
+
+
+@lab.command()
+@click.argument("batch", type=int)
+@broker_option
+@db_option
+@friendly
+def cancel(batch: int, broker: str | None, db: str | None) -> None:
+    """Cancel submission BATCH (the number `orch lab submit` printed): its waiting cells are
+    marked cancelled in the store and revoked in Celery (with --broker / ORCH_BROKER), so
+    none of them runs; a cell already running finishes and is stored, as when a worker is
+    stopped with Ctrl-C. `orch lab resubmit BATCH` submits it again."""
+    from orchestrator.lab.app import make_app
+    from orchestrator.lab.cancel import cancel as cancel_batch
+
+    result = cancel_batch(_store(db, create=False), batch, make_app(broker) if broker else None)
+    running = (f"; {result.running} running cell{'s' * (result.running != 1)} will finish"
+               if result.running else "")
+    revoked = "" if result.revoked else " (no broker given: not revoked in Celery; consumers " \
+                                        "skip them by the store)"
+    click.echo(f"batch {batch}: {result.cancelled} waiting cell"
+               f"{'s' * (result.cancelled != 1)} cancelled{revoked}{running}")
+
+
+@lab.command()
+@click.argument("batch", type=int)
+@broker_option
+@db_option
+@friendly
+def resubmit(batch: int, broker: str | None, db: str | None) -> None:
+    """Submit BATCH's matrix again (as it was stored at submission) on the same devices: a
+    new batch with new sessions; follow it with `orch lab wait`."""
+    from orchestrator.lab.app import broker_url, make_app
+    from orchestrator.lab.cancel import resubmit as resubmit_batch
+
+    app = make_app(broker_url(broker))
+    result = resubmit_batch(_store(db, create=False), app, batch,
+                            command="orch lab " + shlex.join(sys.argv[2:]))
+    for device, session in result.sessions.items():
+        click.echo(f"{device}: session {session}")
+    click.echo(f"resubmitted batch {batch} as batch {result.batch_id}: {result.cells} cells; "
+               f"follow with `orch lab wait`")
 
 
 @lab.group()

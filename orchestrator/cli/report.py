@@ -28,7 +28,7 @@ from orchestrator.cli.options import console, db_option, exclude_option, trim_op
                    "group.md.j2, left_out.md.j2, provenance.md.j2, page.html.j2).")
 @click.option("--baseline", "-b", "baselines", multiple=True, metavar="[MODEL:]CONFIG",
               help="The config the A/B tables compare against: CONFIG for every model that "
-              "ran it, MODEL:CONFIG for one model; repeatable: two for one model give each "
+              "ran it (or a unique prefix of it), MODEL:CONFIG for one model; repeatable: two for one model give each "
               "its own A/B rows (default: the "
               "matrix's `baseline:`; for an import, its design file's `baseline:`, else a "
               "config named with the word `base` or `baseline`, else the first config run). "
@@ -99,7 +99,8 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
                    "newest session.")
 @click.option("--matrix", "-m", help="For --device: the newest session of this matrix.")
 @click.option("--builds", "builds", nargs=2, metavar="A B", help="Compare two engine builds "
-              "(a llama.cpp cache version such as 0.3.30, an engine build or a commit prefix): "
+              "(a llama.cpp cache version such as 0.3.30, an engine build, a commit prefix, or a "
+              "unique prefix of one; none or several: exit 2 listing the builds): "
               "each build's runs in the newest session that has them (of --matrix, on "
               "--device when given); A is the reference.")
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json"]),
@@ -116,6 +117,16 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
               help="The table's columns, by key, in that order (default model,config,tps,"
                    "runs,ratio,ci,p_holm,verdict; `p` adds the raw p-value); an unknown key "
                    "exits 2 listing the valid ones.")
+@click.option("--fail-on", "fail_on", metavar="regression[:PCT]",
+              help="The CI gate: exit 5 when a config is significantly slower than on the "
+                   "reference (the table's Holm-corrected verdict) by more than PCT percent "
+                   "(default 0: any significant slowdown). docs/ci-gate.md.")
+@click.option("--summary", "summary", type=click.Path(dir_okay=False, allow_dash=True),
+              metavar="FILE", help="Write the gate's markdown summary (a pull-request comment) "
+                                   "here; `-`: to stdout, instead of the table.")
+@click.option("--junit", "junit", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Write a JUnit XML file: one testcase per compared config, a failure per "
+                   "regression (needs orch's `ci` extra).")
 @exclude_option
 @trim_option
 @db_option
@@ -123,6 +134,7 @@ def report(session: str | None, matrix: str | None, devices: tuple[str, ...], ou
 def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | None,
             builds: tuple[str, ...] | None, fmt: str | None, out: str | None,
             template: str | None, matches: tuple[str, ...], columns: str | None,
+            fail_on: str | None, summary: str | None, junit: str | None,
             excludes: tuple[str, ...],
             trim: int | None, db: str | None) -> None:
     """Compare two or more sides (devices or sessions, two sessions of one device included)
@@ -140,23 +152,35 @@ def compare(sessions: tuple[str, ...], devices: tuple[str, ...], matrix: str | N
 
     There is no --baseline here: each config is compared with the same config (or its
     --match) on the first side, not with another config; for A/B rows against a baseline
-    config use `orch table -b` or `orch report -b`."""
+    config use `orch table -b` or `orch report -b`.
+
+    The CI gate: --fail-on regression[:PCT] exits 5 on a significant slowdown beyond PCT;
+    --summary FILE and --junit FILE write its verdict for a pull request and a CI's test
+    view (docs/ci-gate.md)."""
     from orchestrator.db.store import Store
     from orchestrator.cli.documents import comparison_of
     from orchestrator.report.document.compare import compare as run_compare
     from orchestrator.report.format.outputs import check_out_file
+    from orchestrator.results.gate import parse_fail_on
 
-    if out:
-        check_out_file(Path(out))
+    for path in (out, junit, summary if summary != "-" else None):
+        if path:
+            check_out_file(Path(path))
+    threshold = parse_fail_on(fail_on) if fail_on else 0.0
     keys = compare_column_keys(columns)
     comp = comparison_of(Store.open(db, create=False), sessions, devices, matrix,
                          builds=builds or (), matches=matches, trim=trim, exclude=excludes)
-    text = run_compare(comp, fmt=fmt, out=Path(out) if out else None, console=console,
-                       template=template, keys=keys)
-    if out:
-        console.print(f"wrote {out}", highlight=False)
-    elif text is not None:
-        sys.stdout.write(text)
+    if summary != "-" or out:      # `--summary -`: stdout is the summary's
+        text = run_compare(comp, fmt=fmt, out=Path(out) if out else None, console=console,
+                           template=template, keys=keys)
+        if out:
+            console.print(f"wrote {out}", highlight=False)
+        elif text is not None:
+            sys.stdout.write(text)
+    if fail_on or summary or junit:
+        from orchestrator.cli.gate import run_gate
+
+        run_gate(comp, threshold, gating=bool(fail_on), summary=summary, junit=junit)
 
 
 def compare_column_keys(columns: str | None) -> list[str] | None:

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from orchestrator.config.matrix_values import parse_duration
 from orchestrator.config.yamlfile import (
     Problems,
     errors_at,
@@ -85,10 +86,37 @@ def entry_problems(name: str, entry: DeviceEntry) -> Problems:
     return problems
 
 
+class LabAlerts(BaseModel):
+    """The inventory's `lab:` key: where the lab's watcher (`orch lab worker`, lab/watch.py)
+    posts its alerts (docs/lab.md, docs/regressions.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    webhook: str | None = None        # http(s) URL the JSON of each event is POSTed to
+    site_url: str | None = None       # where `orch site` is published: links in the JSON
+    silent_after: float = 7200.0      # a device with queued work and no cell ended this long
+    webhook_timeout: float = 5.0      # seconds for one POST, connect and answer
+
+    @field_validator("webhook", "site_url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(r"https?://[^/\s]+", url):
+            raise ValueError(f"{url!r}: an http:// or https:// URL")
+        return url
+
+    @field_validator("silent_after", "webhook_timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> float:
+        seconds = parse_duration(value)
+        if seconds <= 0:
+            raise ValueError("must be above 0")
+        return seconds
+
+
 class InventoryFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     devices: dict[str, Annotated[DeviceEntry, BeforeValidator(_entry)]] = \
         Field(default_factory=dict)
+    lab: LabAlerts = Field(default_factory=LabAlerts)
 
     @model_validator(mode="after")
     def _confined(self) -> InventoryFile:
@@ -101,9 +129,11 @@ class InventoryFile(BaseModel):
 class Inventory:
     """Named devices. `local` always exists (kind local, default workdir)."""
 
-    def __init__(self, entries: dict[str, DeviceEntry], source: Path | None = None) -> None:
+    def __init__(self, entries: dict[str, DeviceEntry], source: Path | None = None,
+                 lab: LabAlerts | None = None) -> None:
         self.entries = dict(entries)
         self.source = source
+        self.lab = lab or LabAlerts()
         if "local" not in self.entries:
             self.entries["local"] = device_kind("local").entry_model(kind="local")
 
@@ -142,7 +172,7 @@ def load_inventory(explicit: str | None = None) -> Inventory:
             if not isinstance(data, dict):
                 raise ConfigError(f"{path}:1: expected a mapping with a top-level `devices:` key")
             parsed = validate(InventoryFile, data, node, path)
-            return Inventory(parsed.devices, source=path)
+            return Inventory(parsed.devices, source=path, lab=parsed.lab)
     return Inventory({})
 
 

@@ -18,6 +18,7 @@ from orchestrator.stats.status import RESUMABLE
 
 PENDING = ("queued", "delivered")          # a cell that has not ended
 GOOD = ("ok", "kept")                      # ended well (`kept`: it was ok already)
+CANCELLED = "cancelled"                    # `orch lab cancel` ended it before it ran
 
 ACTIVE, QUARANTINED, REMOVED = "active", "quarantined", "removed"
 STALE_S = 30.0     # a consumer whose heartbeat (every 5 s) is older than this is gone
@@ -109,12 +110,43 @@ def update_cell(store: Store, cell_id: int, **values: Any) -> None:
                      .values(**values))
 
 
-def take_cell(store: Store, cell_id: int, worker: str) -> None:
-    """A consumer took the cell: from here on a successor consumer of the device finishes it."""
+def take_cell(store: Store, cell_id: int, worker: str) -> bool:
+    """A consumer took the cell: from here on a successor consumer of the device finishes it.
+    False when the cell ended meanwhile (`orch lab cancel` between the read and this write):
+    one conditional UPDATE, so a cell is either taken or cancelled, never both."""
     table = schema.lab_cell
     with store.lock, store.engine.begin() as conn:
-        conn.execute(update(table).where(table.c.id == cell_id).values(
+        done = conn.execute(update(table).where(table.c.id == cell_id,
+                                                table.c.state.in_(PENDING)).values(
             state="delivered", worker=worker, delivered_at=now(), attempts=table.c.attempts + 1))
+    return bool(done.rowcount)
+
+
+def cancel_queued(store: Store, batch_id: int) -> tuple[list[int], int]:
+    """`orch lab cancel`: the batch's cells still `queued` become `cancelled` (a consumer
+    that meets their task does nothing); (their ids, how many a consumer has taken and is
+    running)."""
+    table = schema.lab_cell
+    stamp = now()
+    with store.lock, store.engine.begin() as conn:
+        conn.execute(update(table).where(table.c.batch_id == batch_id,
+                                         table.c.state == "queued")
+                     .values(state=CANCELLED, ended_at=stamp))
+        ids = [r.id for r in conn.execute(select(table.c.id).where(
+            table.c.batch_id == batch_id, table.c.state == CANCELLED,
+            table.c.ended_at == stamp))]
+        running = conn.execute(select(func.count()).where(
+            table.c.batch_id == batch_id, table.c.state == "delivered")).scalar_one()
+    return ids, int(running)
+
+
+def batch_devices(store: Store, batch_id: int) -> list[str]:
+    """The devices a batch was submitted to, in the order given."""
+    table = schema.lab_cell
+    rows = store.fetch(select(table.c.device, func.min(table.c.session_id).label("s"))
+                       .where(table.c.batch_id == batch_id).group_by(table.c.device)
+                       .order_by("s"))
+    return [r.device for r in rows]
 
 
 def taken_cells(store: Store, device: str) -> list[Any]:
@@ -170,3 +202,20 @@ def session_batch(store: Store, session_id: int) -> int | None:
     table = schema.lab_cell
     rows = store.fetch(select(table.c.batch_id).where(table.c.session_id == session_id).limit(1))
     return rows[0][0] if rows else None
+
+
+def device_activity(store: Store) -> list[Any]:
+    """Per lab device not removed: `pending` (its cells not ended), `last_end` (when its last
+    cell ended, None if none has) and `first_queued` (its oldest pending cell's enqueue time):
+    what tells a device that stopped producing data (lab/watch.py)."""
+    c, d = schema.lab_cell, schema.lab_device
+    pending = (select(c.c.device, func.count().label("pending"),
+                      func.min(c.c.enqueued_at).label("first_queued"))
+               .where(c.c.state.in_(PENDING)).group_by(c.c.device).subquery())
+    ended = (select(c.c.device, func.max(c.c.ended_at).label("last_end"))
+             .where(c.c.ended_at.is_not(None)).group_by(c.c.device).subquery())
+    stmt = (select(d.c.name, pending.c.pending, pending.c.first_queued, ended.c.last_end)
+            .join(pending, pending.c.device == d.c.name)
+            .outerjoin(ended, ended.c.device == d.c.name)
+            .where(d.c.state != REMOVED).order_by(d.c.name))
+    return store.fetch(stmt)

@@ -130,6 +130,22 @@ class Runs:
             stmt = stmt.where(run.c.session_id < before)
         return sorted((r.session_id for r in self.store.fetch(stmt)), reverse=True)
 
+    def builds(self, matrix: str | None = None, device: str | None = None) -> list[Any]:
+        """The distinct (binary_path, engine_build) of the current runs (of `matrix`, on
+        `device`) with the newest session that has each (`newest`), newest first: one query
+        for `--builds` to name the known builds (results/build_names.py)."""
+        run, ses = schema.run, schema.session
+        stmt = current_only(select(run.c.binary_path, run.c.engine_build,
+                                   func.max(run.c.session_id).label("newest"))
+                            .join(ses, ses.c.id == run.c.session_id)
+                            .join(schema.device, schema.device.c.id == run.c.device_id)
+                            .group_by(run.c.binary_path, run.c.engine_build))
+        if matrix is not None:
+            stmt = stmt.where(ses.c.matrix_name == matrix)
+        if device is not None:
+            stmt = stmt.where(schema.device.c.name == device)
+        return sorted(self.store.fetch(stmt), key=lambda r: -r.newest)
+
     def has_any(self, session_id: int) -> bool:
         return bool(self.store.fetch(select(schema.run.c.id)
                                      .where(schema.run.c.session_id == session_id).limit(1)))

@@ -293,3 +293,31 @@ lab_cell = Table(
 )
 Index("ix_lab_cell_device_state", lab_cell.c.device, lab_cell.c.state)
 Index("ix_lab_cell_batch", lab_cell.c.batch_id)
+
+# -- the regression loop (docs/regressions.md): notes, acknowledgements, posted alerts ---------
+annotation = Table(
+    # A user's note on a session or a run (`orch note`), or the acknowledgement of a
+    # regression (`orch ack`): target_kind session | run | change_point, target the session's
+    # or run's id or the change point's id (results/regression_ids.py).
+    "annotation", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("target_kind", String(20), nullable=False),
+    Column("target", String(64), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("author", String(200)),                   # user@host of the command
+    Column("created_at", DateTime(timezone=True)),
+)
+Index("ix_annotation_target", annotation.c.target_kind, annotation.c.target)
+
+alert = Table(
+    # What the lab's watcher (lab/watch.py) has done, once per event: a webhook posted (or
+    # tried: `outcome`), a session evaluated. The unique key is what keeps an event from
+    # being posted twice, by one worker or by several.
+    "alert", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("key", String(300), nullable=False, unique=True),
+    Column("kind", String(20), nullable=False),      # change_point | step | silent | evaluated
+    Column("payload", JSON),
+    Column("outcome", Text),                         # "posted 200", "failed: ...", None
+    Column("created_at", DateTime(timezone=True)),
+)

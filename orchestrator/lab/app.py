@@ -24,6 +24,11 @@ def queue_name(device: str) -> str:
     return QUEUE_PREFIX + device
 
 
+def task_id(cell_id: int) -> str:
+    """A cell's Celery task id: one per lab_cell row, so `orch lab cancel` can revoke it."""
+    return f"orch-lab-cell-{cell_id}"
+
+
 def broker_url(given: str | None) -> str:
     url = given or os.environ.get("ORCH_BROKER")
     if not url:

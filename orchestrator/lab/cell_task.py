@@ -158,7 +158,10 @@ class DeviceConsumer:
             log.info("%s: cell %s already ended (%s): nothing to do", self.device, cell_id,
                      row.state)
             return row.state
-        lab_db.take_cell(self.store, cell_id, self.worker)
+        if not lab_db.take_cell(self.store, cell_id, self.worker):
+            log.info("%s: cell %s ended before it was taken (cancelled): nothing to do",
+                     self.device, cell_id)
+            return lab_db.CANCELLED
         return self._guarded(lab_db.cell_row(self.store, cell_id))
 
     def _guarded(self, row: Any) -> str:

@@ -14,7 +14,7 @@ from orchestrator.config.plan import plan_cells
 from orchestrator.config.session import session_prompt_texts
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store, now
-from orchestrator.lab.app import TASK, LabError, check_broker, queue_name
+from orchestrator.lab.app import TASK, LabError, check_broker, queue_name, task_id
 from orchestrator.run.controller import SessionProvenance
 
 
@@ -91,7 +91,7 @@ def submit(store: Store, app: Any, loaded: LoadedMatrix, devices: list[str],
         with app.producer_or_acquire() as producer:
             for index, (row, cell_id) in enumerate(zip(rows, ids)):
                 app.send_task(TASK, args=[cell_id], queue=queue_name(row["device"]),
-                              task_id=f"orch-lab-cell-{cell_id}", producer=producer)
+                              task_id=task_id(cell_id), producer=producer)
                 if progress is not None:
                     progress(index + 1, len(ids))
     except Exception as exc:  # noqa: BLE001 - any broker failure: undo the batch

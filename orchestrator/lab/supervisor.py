@@ -24,6 +24,7 @@ from orchestrator.config.inventory import Inventory, load_inventory
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
 from orchestrator.lab.app import LabError
+from orchestrator.lab.watch import Watcher
 
 log = logging.getLogger("orch.lab")
 POLL_S = 1.0
@@ -66,6 +67,8 @@ class Supervisor:
         self.restarts: dict[str, int] = {}
         self.next_start: dict[str, float] = {}
         self.signals = 0
+        # the inventory's `lab:` webhook: regressions and silent devices (lab/watch.py)
+        self.watcher = Watcher(store, self.inventory.lab)
 
     def register(self) -> list[str]:
         names = self.options.devices or inventory_devices(self.inventory)
@@ -101,6 +104,7 @@ class Supervisor:
         loops = 0
         while self.signals == 0 and (max_loops is None or loops < max_loops):
             self._reconcile()
+            self.watcher.tick()
             loops += 1
             time.sleep(POLL_S)
         return self._shutdown()

@@ -91,7 +91,8 @@ def parse_baselines(specs: Sequence[str], runs: Sequence[RunRow], where: str
     """`-b CONFIG` / `-b MODEL:CONFIG` (repeatable) as model -> configs, checked against the
     runs they apply to (`where` names them in messages: "session 3"). A bare CONFIG applies
     to every model that ran it; MODEL:CONFIG to that model (split at the last colon: config
-    names never hold one, model names may). Several for one model: each is a baseline with
+    names never hold one, model names may); CONFIG may be a unique prefix of a config's name.
+    Several for one model: each is a baseline with
     its own rows. An unknown config or model, or a config the model did not run: a one-line
     ConfigError naming the choices."""
     ran: dict[str, list[str]] = {}                # model -> its configs, in run order
@@ -108,6 +109,7 @@ def parse_baselines(specs: Sequence[str], runs: Sequence[RunRow], where: str
         if colon and model not in ran:
             raise ConfigError(f"-b {spec}: no model {model!r} in {where} "
                               f"(models: {_names(list(ran))})")
+        config = _by_prefix(spec, config, ran[model] if colon else every)
         if colon and config not in ran[model]:
             raise ConfigError(f"-b {spec}: model {model!r} did not run {config!r} in {where} "
                               f"(its configs: {_names(ran[model])})")
@@ -118,6 +120,19 @@ def parse_baselines(specs: Sequence[str], runs: Sequence[RunRow], where: str
             if config not in chosen.setdefault(m, []):
                 chosen[m].append(config)
     return chosen
+
+
+def _by_prefix(spec: str, config: str, configs: Sequence[str]) -> str:
+    """`config` itself when it ran, else the one config it is a prefix of (`-b base` for
+    `baseline-k8`); several: a ConfigError naming them. None: `config` (refused below,
+    with the list)."""
+    if config in configs:
+        return config
+    found = [c for c in configs if c.startswith(config)]
+    if len(found) > 1:
+        raise ConfigError(f"-b {spec}: {config!r} begins several configs: {_names(found)} "
+                          f"(give more of it)")
+    return found[0] if found else config
 
 
 def runs_where(runs: Sequence[RunRow]) -> str:

@@ -245,11 +245,14 @@ def build(store: Store, sides: Sequence[Side], matches: Sequence[str] = (),
 def build_side(store: Store, build: str, device: str | None = None,
                matrix: str | None = None) -> Side:
     """`--builds A B`: the runs of engine build `build` (a llama.cpp cache version such as
-    0.3.30, an engine_build string, or a commit prefix; history.build_matches) in the newest
+    0.3.30, an engine_build string, a commit prefix, or a unique prefix of one:
+    build_names.resolve_build) in the newest
     session that has any (of `matrix`, on `device`, when given). A build that ran on several
     devices there needs --device."""
+    from orchestrator.results.build_names import resolve_build
     from orchestrator.results.history import base_config, build_matches
 
+    build = resolve_build(store, build, device, matrix)    # a prefix, or exit 2 listing them
     for sid in Runs(store).session_ids(matrix=matrix, device=device):
         rows = [r for r in Runs(store).current(sid) if build_matches(r, build)
                 and (device is None or r.device == device)]

@@ -19,13 +19,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from orchestrator.db.rows import RunRow
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError, NotFound
+from orchestrator.results.annotations import Note, acknowledgements, changepoint_id, notes_of
 from orchestrator.results.measured import config_labels
 from orchestrator.stats import config_key
 from orchestrator.stats.changepoints import Step, detect
@@ -50,10 +51,15 @@ def base_config(row: RunRow) -> str:
 def build_matches(row: RunRow, build: str) -> bool:
     """Whether `build` (a cache version, an engine_build string or a commit prefix) names the
     build this run measured."""
-    label = build_label(row)
-    if build == label or build == (row.engine_build or ""):
+    return names_build(row.binary_path, row.engine_build, build)
+
+
+def names_build(binary_path: str | None, engine_build: str | None, build: str) -> bool:
+    """build_matches, of a run's binary path and engine build."""
+    label = config_key.build_label(binary_path, engine_build)
+    if build == label or build == (engine_build or ""):
         return True
-    commit = (row.engine_build or "").split(" ")[0]
+    commit = (engine_build or "").split(" ")[0]
     return len(build) >= 7 and len(commit) >= 7 and (commit.startswith(build)
                                                      or build.startswith(commit))
 
@@ -76,13 +82,15 @@ class Point:
     run_ids: list[int]
     failed: int                      # runs of it in the session that did not end ok
     log_se: float | None = None      # standard error of the mean on the log scale
+    notes: tuple[Note, ...] = ()     # `orch note` on its session or its runs
 
     def record(self) -> dict[str, Any]:
         iv = self.interval
         return {"session": self.session, "session_name": self.session_name,
                 "started_at": self.started_at.isoformat() if self.started_at else None,
                 "build": self.build, "value": iv.mean, "ci_low": iv.low, "ci_high": iv.high,
-                "n": iv.n, "basis": self.basis, "runs": self.run_ids, "failed": self.failed}
+                "n": iv.n, "basis": self.basis, "runs": self.run_ids, "failed": self.failed,
+                "notes": [n.record() for n in self.notes]}
 
 
 @dataclass(frozen=True)
@@ -91,11 +99,21 @@ class ChangePoint:
     session: int                     # the first session after the step
     build_before: str | None         # the build of the last point before it
     build_after: str | None          # the build of the first point after it
+    session_before: int | None = None    # the last session before the step
+    id: str = ""                     # results/annotations.py changepoint_id
+    ack: Note | None = None          # its acknowledgement (`orch ack`)
+
+    @property
+    def slowdown(self) -> bool:
+        """A regression: every history metric is a rate, higher is better."""
+        return self.step.after < self.step.before
 
     def record(self) -> dict[str, Any]:
-        return {"session": self.session, "before": self.step.before, "after": self.step.after,
+        return {"id": self.id, "session": self.session, "session_before": self.session_before,
+                "before": self.step.before, "after": self.step.after,
                 "delta_pct": self.step.delta_pct, "p_value": self.step.p_value,
-                "build_before": self.build_before, "build_after": self.build_after}
+                "build_before": self.build_before, "build_after": self.build_after,
+                "acknowledged": self.ack.record() if self.ack else None}
 
 
 @dataclass
@@ -147,6 +165,8 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
     first_seen: dict[str | None, int] = {}
     for r in rows:
         first_seen.setdefault(build_label(r), r.session_id)
+    notes = notes_of(store, (r.session_id for r in rows), (r.id for r in rows))
+    acks = acknowledgements(store)
     out = []
     for (dev, model, cfg), by_point in groups.items():
         series = Series(dev, model, cfg, metric)
@@ -157,11 +177,22 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
                 sid, first.session_name, first.session_started, build,
                 mean_interval(samples), basis,
                 [r.id for r in point_rows if r.status == Status.OK],
-                sum(1 for r in point_rows if r.status != Status.OK), _log_se(samples)))
+                sum(1 for r in point_rows if r.status != Status.OK), _log_se(samples),
+                tuple(notes.of_point(sid, (r.id for r in point_rows)))))
         series.points.sort(key=lambda p: _order_key(p, order, first_seen))
-        series.change_points = change_points(series.points)
+        series.change_points = [_located(c, series, matrix, acks)
+                                for c in change_points(series.points)]
         out.append(series)
     return out
+
+
+def _located(c: ChangePoint, s: Series, matrix: str, acks: Mapping[str, Note]) -> ChangePoint:
+    """The change point with its id, the session before it and its acknowledgement."""
+    cid = changepoint_id(s.device, matrix, s.model, s.config, c.session)
+    sessions = [p.session for p in s.points]
+    at = sessions.index(c.session)
+    return replace(c, id=cid, session_before=sessions[at - 1] if at else None,
+                   ack=acks.get(cid))
 
 
 def _log_se(samples: list[float]) -> float | None:

@@ -11,11 +11,12 @@ shown without a verdict.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.db.rows import RunRow, SessionRow
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store
+from orchestrator.results.annotations import Note, acknowledgements, changepoint_id
 from orchestrator.results.comparison import SideComparison, build
 from orchestrator.results.history import build_label
 from orchestrator.results.query import Side
@@ -33,6 +34,12 @@ class Regression:
     current: Side                        # the session's runs on the device
     against: list[tuple[Side, str, SideComparison]]   # (earlier side, its builds, the
                                                       #  comparison with it as reference)
+    acks: dict[str, Note] = field(default_factory=dict)   # change point id -> `orch ack`
+
+    def step_id(self, model: str, config: str) -> str:
+        """The id of a step of (model, config) starting at this session: `orch ack` takes it
+        (results/annotations.py)."""
+        return changepoint_id(self.device, self.matrix, model, config, self.session_id)
 
 
 def builds_of(rows: Sequence[RunRow]) -> str:
@@ -45,6 +52,7 @@ def regressions(store: Store, rows: Sequence[RunRow]) -> list[Regression]:
     """One Regression per (session, device) of the report's runs that has earlier sessions of
     its matrix on its device (nothing when none has: the report reads as before)."""
     out = []
+    acks = acknowledgements(store)
     groups: dict[tuple[int, str], list[RunRow]] = {}
     for r in rows:
         groups.setdefault((r.session_id, r.device), []).append(r)
@@ -62,5 +70,6 @@ def regressions(store: Store, rows: Sequence[RunRow]) -> list[Regression]:
             side_rows = [r for r in Runs(store).current(base) if r.device == device]
             side = Side(f"session {base}", device, Sessions(store).one(base), side_rows)
             against.append((side, builds_of(side_rows), build(store, [side, now])))
-        out.append(Regression(session, sid, device, matrix, builds_of(current), now, against))
+        out.append(Regression(session, sid, device, matrix, builds_of(current), now, against,
+                              acks))
     return out

@@ -34,6 +34,7 @@ from orchestrator.results.exclude import Excluded, split
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.quality import ModelQuality, summarise
 from orchestrator.results.query import by_model_and_device
+from orchestrator.results.annotations import Notes, notes_of
 from orchestrator.results.regressions import Regression, regressions
 from orchestrator.results.routes import run_figures
 from orchestrator.results.rows import LeftOut, config_label, in_order, left_out, listed_configs
@@ -132,6 +133,7 @@ class ReportData:
     # the legend follow it
     config_order: list[str] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)   # left out on purpose, with why
+    notes: Notes = field(default_factory=Notes)   # `orch note` on its sessions and runs
 
     @property
     def failed(self) -> list[RunView]:
@@ -312,6 +314,7 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
                       trim=trim, quantile=quantile, tokens=tokens, samples=samples,
                       caveats=caveats, config_order=order, excluded=excluded,
                       regressions=regressions(store, rows),
+                      notes=notes_of(store, sids, (r.id for r in rows)),
                       routes=_routes(store, runs) if routes else {})
 
 

@@ -20,6 +20,7 @@ from orchestrator.report.format import design_notes
 from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format.cells import OVERLAP_NOTE, RUN_IDS, id_list, overlap_marked
 from orchestrator.report.format.columns import (
+    ADAPTIVE,
     DECODE_SPLIT,
     REPORT_DETAIL,
     REPORT_PRESSURE,
@@ -35,11 +36,13 @@ from orchestrator.results.report_data import (
     ReportData,
 )
 from orchestrator.stats.config_figures import Spread
+from orchestrator.stats.values import is_missing
 
 CAPTIONS = {
     "throughput": REPORT_THROUGHPUT.caption,
     "detail": REPORT_DETAIL.caption,
     "pressure": REPORT_PRESSURE.caption,
+    "adaptive": ADAPTIVE.caption,
     "ab": ab_rows.CAPTION,
 }
 TEMPLATE = "group.md.j2"
@@ -58,7 +61,10 @@ def group_context(group: Group, data: ReportData, request: SectionRequest) -> di
     through.notes += design_notes.left_out_notes(group.left_out)    # beside the rows run
     return {"throughput": through,
             "detail": detail(group, request.report.columns, data.trim),
-            "pressure": pressure_table, "pressure_caption": pressure_caption(pressure_table)}
+            "pressure": pressure_table, "pressure_caption": pressure_caption(pressure_table),
+            # the engine's adaptive-cache and speculative-gating summary, where a run printed it
+            # (the study's third table; columns no row has are left out, as everywhere)
+            "adaptive": adaptive(group)}
 
 
 Row = tuple[str, Mapping[str, Any], Spread | None, list[int], bool | None]
@@ -127,6 +133,19 @@ def detail(group: Group, columns: list[str] | None = None, trim: int = 0) -> Tab
     if columns is not None:
         return Table([], [])
     return _table(group, REPORT_DETAIL, trim=trim)
+
+
+def adaptive(group: Group) -> Table | None:
+    """The adaptive-cache & speculative-gating table, where it says something: a run
+    speculated, resized its cache, or the configs' budgets differ (a fixed budget and the
+    resident size, which every streaming run prints, are no reason for a table)."""
+    rows = [values for _, values, _, _, _ in _rows(group)]
+    # a summary that prints 0 speculative reads did not speculate
+    speculated = any(not is_missing(v.get("spec_recall_pct")) or (v.get(k) or 0) > 0
+                     for v in rows for k in ("spec_useful_pct", "spec_read_mib_per_token"))
+    resized = any((v.get("cache_resizes") or 0) > 0 for v in rows)
+    budgets = {v.get("cache_budget_mib") for v in rows} - {None}
+    return _table(group, ADAPTIVE) if speculated or resized or len(budgets) > 1 else None
 
 
 def pressure(group: Group) -> Table:

@@ -35,6 +35,7 @@ class Provenance:
     models: Table
     files: Table
     runs: Table
+    notes: Table = field(default_factory=lambda: Table([], []))
     prompts: list[tuple[str, str]] = field(default_factory=list)   # (caption, text)
     matrices: list[tuple[str, str]] = field(default_factory=list)  # (caption, YAML text)
 
@@ -260,6 +261,15 @@ def runs_table(data: ReportData, paths: Paths = SHARE) -> Table:
     return t.drop_empty(keep=tuple(range(12)))
 
 
+def notes_table(data: ReportData) -> Table:
+    """The notes on the report's sessions and runs (`orch note`), oldest first."""
+    t = Table(["On", "note", "when", "by"], ["---"] * 4)
+    for n in sorted(data.notes.all(), key=lambda n: n.id):
+        t.rows.append([f"{n.target_kind} {n.target}", md_escape(n.text), when(n.created_at),
+                       md_escape(n.author or DASH)])
+    return t
+
+
 def entry_state(row: RunRow) -> str:
     """An imported run's entry state as its files said it (key=value as recorded): the driver
     log's ENTRY STATE line and the KEY=VALUE state lines of its logs (`freq_cap=2265600`)."""
@@ -326,7 +336,7 @@ def build(data: ReportData, full: bool = False) -> Provenance:
     return Provenance(sessions=sessions_table(data, paths), devices=devices_table(data),
                       engines=engines_table(data, paths), models=models_table(data, paths),
                       files=files_table(data, paths), runs=runs_table(data, paths),
-                      prompts=prompts,
+                      notes=notes_table(data), prompts=prompts,
                       matrices=matrices)
 
 

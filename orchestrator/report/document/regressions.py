@@ -42,7 +42,7 @@ def section(reg: Regression) -> dict[str, Any]:
         now = now_row.means[CURRENT]
         cells = [k[0], k[1], mean_cell(now) if now is not None else
                  f"failed (runs {id_list(now_row.failed[CURRENT])})"]
-        for (side, _, rows), label in zip(compared, labels):
+        for i, ((side, _, rows), label) in enumerate(zip(compared, labels)):
             row = rows.get(k)
             c = row.vs_reference[0] if row is not None else None
             absent = DASH if now is not None else ""
@@ -55,7 +55,9 @@ def section(reg: Regression) -> dict[str, Any]:
                 tests += 1
             if c is not None and c.significant and c.ratio not in (None, 1.0):
                 moved.append(f"{k[1]} ({k[0]}): {c.delta_pct:+.1f}% "
-                             f"[{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%] since {label}")
+                             f"[{c.ci_low_pct:+.1f}%, {c.ci_high_pct:+.1f}%] since {label}"
+                             # a step at this session: against the last earlier one
+                             + (_acknowledged(reg, k, c.ratio) if i == 0 else ""))
         table.rows.append([md_escape(x) for x in cells])
     if all(k[0] == "-" for k in keys):
         table.headers, table.aligns = table.headers[1:], table.aligns[1:]
@@ -66,6 +68,17 @@ def section(reg: Regression) -> dict[str, Any]:
             "started": when(s0.started_at) if s0 is not None else "",
             "build": md_escape(reg.builds), "bases": [md_escape(x) for x in labels],
             "table": table, "moved": [md_escape(x) for x in moved], "tests": tests}
+
+
+def _acknowledged(reg: Regression, key: Key, ratio: float | None) -> str:
+    """A slowdown's id (`orch ack ID`), and its acknowledgement when it has one."""
+    if ratio is None or ratio >= 1.0:
+        return ""
+    cid = reg.step_id(*key)
+    ack = reg.acks.get(cid)
+    if ack is None:
+        return f"; id {cid}"
+    return f"; id {cid}, acknowledged: {ack.text}, {when(ack.created_at)[:10]}"
 
 
 def sections(found: Sequence[Regression]) -> list[dict[str, Any]]:

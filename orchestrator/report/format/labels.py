@@ -51,7 +51,8 @@ def run_label(run: RunView) -> str:
 def group_title(group: Group) -> str:
     """`model on device`, the model by its label (a design's `models.NAME.label`, a matrix's
     `labels:` entry) where it has one; the engine stands in for a run without a model."""
-    label = group.facts.label if group.facts is not None else None
+    facts = getattr(group, "facts", None)        # a group drawn alone (a test's) may have none
+    label = facts.label if facts is not None else None
     return model_on_device(label or group.model, group.device, group.engine)
 
 

@@ -6,11 +6,13 @@ session's notes (failures, warnings, caveats). `--runs` adds the table of every 
 figures are results/run_end.py's (results/comparison.py's): nothing is computed here."""
 from __future__ import annotations
 
+import shlex
+
 from rich.console import Console
 
 from orchestrator.escape import visible
 from orchestrator.report.format.cells import ci_cell
-from orchestrator.report.format.formatters import STATS, ratio
+from orchestrator.report.format.formatters import STATS, pct, ratio
 from orchestrator.report.terminal.fit import FitColumn, fitted_table
 from orchestrator.report.terminal.runs import (
     print_left_out,
@@ -18,7 +20,7 @@ from orchestrator.report.terminal.runs import (
     print_session_table,
 )
 from orchestrator.results.comparison import ConfigRow
-from orchestrator.results.run_end import RunEnd
+from orchestrator.results.run_end import BuildChange, RunEnd
 from orchestrator.stats.values import DASH
 
 # how readily a column gives way on a narrow terminal (higher goes first); model, config,
@@ -40,6 +42,20 @@ def print_run_end(console: Console, end: RunEnd, runs: bool = False) -> None:
     for listing in end.listings.values():
         if not runs:   # with --runs, print_session_table printed them under its table
             print_session_notes(console, listing)
+    for change in end.build_changes:
+        console.print(build_change_line(change, len(end.listings) > 1), highlight=False)
+
+
+def build_change_line(change: BuildChange, name_device: bool = False) -> str:
+    """"engine build changed since session 4 (0.3.30 → 0.3.36): −15.2% on 6 of 8 configs
+    (orch compare --builds 0.3.30 0.3.36 -d phone -m bench)"."""
+    parts = [f"{pct(p)} on {len(rs)}" for p, rs in ((change.slower_pct, change.slower),
+                                                    (change.faster_pct, change.faster)) if rs]
+    device = f"{change.device}: " if name_device else ""
+    return visible(f"{device}engine build changed since session {change.since} "
+                   f"({change.before} → {change.after}): {', '.join(parts)} of "
+                   f"{change.configs} config{'s' * (change.configs != 1)} "
+                   f"({shlex.join(change.command)})")
 
 
 def title(end: RunEnd) -> str:
