@@ -122,6 +122,27 @@ def test_rerun_rewrites_only_what_changed(tmp_path):
             assert page.stat().st_mtime_ns == mtime, page
 
 
+@pytest.mark.slow
+def test_a_note_and_an_acknowledgement_reach_their_pages(tmp_path):
+    from orchestrator.results.annotations import acknowledge, add_note
+    from orchestrator.results.history import history
+    from orchestrator.site import build_site
+
+    store, sids, out, _ = build(tmp_path)
+    add_note(store, "session", sids[3], "firmware <16.0.2>", "tester")
+    [step] = [c for s in history(store, "hist", "t1", "d") for c in s.change_points]
+    acknowledge(store, step.id, "new build expected slower", "tester", [step.id])
+    result = build_site(store, out, plots=False)
+    page = history_page(out, "d", "t1")
+    assert str(page.relative_to(out)) in result.written and "index.html" in result.written
+    text = page.read_text()
+    assert "firmware &lt;16.0.2&gt;" in text and "new build expected slower" in text
+    spec = json.loads(re.search(r'id="history-chart">(.*?)</script>', text, re.S).group(1))
+    assert any(a["text"].endswith("(acknowledged)") for a in spec["layout"]["annotations"])
+    assert "note: firmware &lt;16.0.2&gt;" in spec["data"][0]["hovertext"][3]
+    assert "new build expected slower" in (out / "index.html").read_text()
+
+
 def test_render_page_is_the_written_page(built):
     from orchestrator.site import render_page
 

@@ -73,6 +73,8 @@ class Flagged:
     delta_pct: float | None
     p_value: float | None
     builds: str                          # "A → B"
+    id: str = ""                         # a change point's id (`orch ack ID`)
+    acknowledged: str | None = None      # its acknowledgement's text (`orch ack`)
 
 
 @dataclass
@@ -151,8 +153,9 @@ def _utc(when: dt.datetime) -> dt.datetime:
 
 def _change_points(key: SeriesKey, s: Series) -> list[Flagged]:
     return [Flagged("change point", key, c.session, c.step.before, c.step.after,
-                    c.step.delta_pct, c.step.p_value, _builds(c))
-            for c in s.change_points]
+                    c.step.delta_pct, c.step.p_value, _builds(c), c.id,
+                    c.ack.text if c.ack else None)
+            for c in s.change_points if c.slowdown]
 
 
 def _builds(c: ChangePoint) -> str:

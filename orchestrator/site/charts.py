@@ -53,7 +53,8 @@ def history_chart(s: Series, session_href: Callable[[int], str]) -> dict[str, An
         hover.append(text(f"session {p.session}" + (f" ({p.session_name})" if p.session_name
                                                      else "")) + "<br>"
                      + text(f"build {p.build or '-'}") + "<br>"
-                     + text(f"{s.metric} {iv.mean:.2f} (95% CI {ci}, n={iv.n} {p.basis})"))
+                     + text(f"{s.metric} {iv.mean:.2f} (95% CI {ci}, n={iv.n} {p.basis})")
+                     + "".join("<br>" + text(f"note: {n.text}") for n in p.notes))
         links.append(session_href(p.session))
     shapes, notes = [], []
     cuts = [index[c.session] for c in s.change_points]
@@ -68,7 +69,12 @@ def history_chart(s: Series, session_href: Callable[[int], str]) -> dict[str, An
                            "line": {"color": COLORS[1], "width": 1}})
         notes.append({"x": cut, "yref": "paper", "y": 1.0, "yanchor": "bottom",
                       "showarrow": False, "font": {"color": COLORS[1]},
-                      "text": text(f"Δ {c.step.delta_pct:+.1f}%, p={c.step.p_value:.2g}")})
+                      "text": text(f"Δ {c.step.delta_pct:+.1f}%, p={c.step.p_value:.2g}"
+                                   + (" (acknowledged)" if c.ack else ""))})
+    noted = [x for x, p in enumerate(s.points) if p.notes and p.interval.mean is not None]
+    notes += [{"x": x, "y": s.points[x].interval.mean, "text": "✎", "showarrow": True,
+               "arrowhead": 0, "ay": -22, "hovertext": text("; ".join(
+                   n.text for n in s.points[x].notes))} for x in noted]
     trace = {"type": "scatter", "mode": "lines+markers", "x": xs, "y": ys,
              "name": text(s.metric), "customdata": links, "hovertext": hover,
              "hoverinfo": "text", "marker": {"color": COLORS[0], "size": 7},
