@@ -306,6 +306,11 @@ class Store:
                              f"the store: {_first_line(exc)}") from None
         return store
 
+    def forked(self) -> None:
+        """In a forked child process: leave the parent's pooled connections to the parent
+        (SQLAlchemy's rule for fork); the child opens its own."""
+        self.engine.dispose(close=False)
+
     @property
     def url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)

@@ -138,7 +138,7 @@ PARALLEL_FROM = 24            # fewer pages render sooner than processes start
 
 
 def _child(store: Store) -> None:
-    store.engine.dispose(close=False)   # the parent's pooled connections stay the parent's
+    store.forked()
 
 
 def _render_pending(index: int) -> bytes:
