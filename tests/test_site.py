@@ -7,6 +7,7 @@ the pages whose inputs changed."""
 from __future__ import annotations
 
 import json
+import xml.etree.ElementTree as ET
 import os
 import re
 from pathlib import Path
@@ -101,6 +102,18 @@ def test_history_page_marks_the_change_point(built):
     assert "change point" in index and "0.3.30 → 0.3.36" in index
 
 
+def test_the_regressions_feed_is_in_the_site_and_links_history_pages(built):
+    _, sids, out, _ = built
+    feed = ET.parse(out / "regressions.xml").getroot()
+    atom = "{http://www.w3.org/2005/Atom}"
+    entries = feed.findall(f"{atom}entry")
+    assert entries, "the change point built into the store is in the feed"
+    links = {link.get("href") for e in entries for link in e.findall(f"{atom}link")}
+    assert str(history_page(out, "d", "t1").relative_to(out)) in links
+    assert '<a href="regressions.xml">' in (out / "index.html").read_text()
+    assert "application/atom+xml" in (out / "index.html").read_text()
+
+
 @pytest.mark.slow
 def test_rerun_rewrites_only_what_changed(tmp_path):
     from orchestrator.site import build_site
@@ -113,7 +126,8 @@ def test_rerun_rewrites_only_what_changed(tmp_path):
     result = build_site(store, out, plots=False)
     # the index, the new session, the history of t1 on d and the comparison (d's newest
     # session changed); every other page is left as it was
-    assert sorted(result.written) == sorted([
+    # (and the feed, which changes only when the regressions do)
+    assert sorted(set(result.written) - {"regressions.xml"}) == sorted([
         "index.html", f"sessions/{new}.html",
         str(history_page(out, "d", "t1").relative_to(out)),
         str(pages_of(out, "compare")[0].relative_to(out))])

@@ -160,7 +160,7 @@ def _read_manifest(path: Path) -> dict:
 
 def _is_page_path(path: str) -> bool:
     parts = path.split("/")
-    return path.endswith(".html") and len(parts) <= 2 and all(
+    return path.endswith((".html", ".xml")) and len(parts) <= 2 and all(
         p and p not in (".", "..") and "\\" not in p for p in parts)
 
 

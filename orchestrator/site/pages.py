@@ -26,9 +26,11 @@ from markupsafe import Markup
 
 from orchestrator.db.store import Store
 from orchestrator.report.document import compare as compare_doc
+from orchestrator.report.document.feed import regressions_feed
 from orchestrator.report.document.render import environment, markdown_to_html, render_report
 from orchestrator.report.document.request import ReportRequest
 from orchestrator.report.format.markdown import md_escape
+from orchestrator.results.regression_feed import RegressionEntry
 from orchestrator.results.site_data import (
     SeriesKey,
     SiteData,
@@ -80,7 +82,21 @@ def plan(store: Store, data: SiteData, plots: bool = True) -> list[Page]:
     for matrix in compared:
         pages.append(Page(compare_path(matrix), comparison_inputs(data, matrix),
                           partial(_compare_page, store, data, matrix)))
+    # the regressions feed (docs/regressions.md), each entry linking to its history page
+    pages.append(Page(FEED_PATH, digest("feed", [repr(f) for f in data.flagged]),
+                      partial(_feed, store, data)))
     return pages
+
+
+FEED_PATH = "regressions.xml"
+
+
+def _feed(store: Store, data: SiteData) -> bytes:
+    def link(entry: RegressionEntry) -> str:
+        key = (entry.device, entry.matrix, entry.model, entry.config)
+        return history_path(key) if key in data.series else "index.html"
+
+    return regressions_feed(store, None, link).encode()
 
 
 def _render(template: str, root: str, **context: Any) -> bytes:
