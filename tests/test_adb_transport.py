@@ -126,8 +126,10 @@ def test_push_if_changed_uses_the_sha256_cache(phone, tmp_path):
     assert t.push_if_changed(local, remote) is False
     assert t.last_sha256_source == "cached"
     # changed on the device behind orch's back, same size: the cache is invalidated by mtime
-    with open(remote, "r+b") as f:
-        f.write(b"X")
+    with open(remote, "r+b") as f:              # a first byte it did not have (random
+        first = f.read(1)                         # content starts with b"X" 1 time in 256)
+        f.seek(0)
+        f.write(bytes([first[0] ^ 0xFF]))
     os.utime(remote, (1_600_000_000, 1_600_000_000))
     assert t.remote_sha256(remote) != digest and t.last_sha256_source == "computed"
     assert t.push_if_changed(local, remote) is True
