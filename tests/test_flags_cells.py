@@ -18,3 +18,9 @@ def test_each_option_with_its_values_is_one_code_span():
 def test_the_page_keeps_a_code_span_in_a_cell_whole():
     css = (TEMPLATES / "page.html.j2").read_text()
     assert "td code { white-space: nowrap; }" in css and "break-all" not in css
+
+
+def test_a_history_without_a_model_is_named_by_its_config():
+    from orchestrator.report.format.labels import series_title
+    assert series_title("-", "pread-c0-t4", "local") == "pread-c0-t4 on local"
+    assert series_title("qwen", "base", "phone") == "qwen base on phone"

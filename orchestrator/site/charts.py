@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from orchestrator.report.format.labels import series_title
 from orchestrator.results.comparison import SideComparison
 from orchestrator.results.history import Series
 
@@ -82,7 +83,7 @@ def history_chart(s: Series, session_href: Callable[[int], str]) -> dict[str, An
              "error_y": {"type": "data", "symmetric": False, "array": hi, "arrayminus": lo,
                          "color": COLORS[0], "thickness": 1}}
     step = max(1, len(s.points) // 30)                # at most ~30 tick labels
-    layout = {"title": {"text": text(f"{s.model} {s.config} on {s.device}")},
+    layout = {"title": {"text": text(series_title(s.model, s.config, s.device))},
               "xaxis": {"title": {"text": "session · engine build"},
                         "tickvals": list(range(0, len(s.points), step)),
                         "ticktext": ticks[::step], "range": [-0.7, len(s.points) - 0.3],

@@ -29,6 +29,7 @@ from orchestrator.report.document import compare as compare_doc
 from orchestrator.report.document.feed import regressions_feed
 from orchestrator.report.document.render import environment, markdown_to_html, render_report
 from orchestrator.report.document.request import ReportRequest
+from orchestrator.report.format.labels import series_title
 from orchestrator.report.format.markdown import md_escape
 from orchestrator.results.regression_feed import RegressionEntry
 from orchestrator.results.site_data import (
@@ -102,6 +103,7 @@ def _feed(store: Store, data: SiteData) -> bytes:
 def _render(template: str, root: str, **context: Any) -> bytes:
     env, _ = environment(TEMPLATES)
     env.filters.update(short_when=short_when, facts_line=facts_line)
+    env.globals.update(series_title=series_title)
     return env.get_template(template).render(root=root, **context).encode()
 
 

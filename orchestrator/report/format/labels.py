@@ -56,6 +56,12 @@ def group_title(group: Group) -> str:
     return model_on_device(label or group.model, group.device, group.engine)
 
 
+def series_title(model: str, config: str, device: str) -> str:
+    """A config's history as a title: "MODEL CONFIG on DEVICE"; a run without a model (the
+    store's "-": moe-probe, a generic engine) is named by its config alone."""
+    return f"{model} {config} on {device}" if model and model != "-" else f"{config} on {device}"
+
+
 def model_on_device(model: str, device: str, engine: str | None) -> str:
     return f"{model if model != '-' else engine or 'engine'} on {device}"
 
