@@ -102,6 +102,8 @@ def site_data(store: Store) -> SiteData:
     by_session: dict[int, list[RunRow]] = {}
     for r in reversed(rows):                       # oldest first: each session in run order
         by_session.setdefault(r.session_id, []).append(r)
+    for session_rows in by_session.values():       # as Runs.current(session) orders them
+        session_rows.sort(key=lambda r: (r.order_index, r.id))
     sessions = [_session_summary(s, by_session.get(s.id, [])) for s in Sessions(store).all()]
     matrices: dict[str, list[str]] = {}
     ran: dict[tuple[str, str], list[int]] = {}
@@ -172,7 +174,7 @@ def _steps(store: Store, by_session: dict[int, list[RunRow]],
             continue
         sid = sids[-1]
         current = [r for r in by_session[sid] if r.device == device]
-        for reg in regressions(store, current):
+        for reg in regressions(store, current, by_session, ran):
             side, builds, comp = reg.against[0]
             for row in comp.rows:
                 cmp = row.vs_reference[0] if row.vs_reference else None
@@ -209,7 +211,8 @@ def comparison_inputs(data: SiteData, matrix: str) -> str:
 
 def session_report(store: Store, data: SiteData, sid: int, plots: bool) -> ReportData:
     """The data of `orch report SID` (results/report_data.py), for the session page."""
-    return report_data(store, data.runs.get(sid, []), keep_frames=plots)
+    return report_data(store, data.runs.get(sid, []), keep_frames=plots, runs_of=data.runs,
+                       ran=data.ran)
 
 
 def report_inputs(data: SiteData, sid: int) -> str:

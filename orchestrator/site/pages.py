@@ -30,6 +30,7 @@ from orchestrator.report.document.feed import regressions_feed
 from orchestrator.report.document.render import environment, markdown_to_html, render_report
 from orchestrator.report.document.request import ReportRequest
 from orchestrator.report.format.markdown import md_escape
+from orchestrator.results.history import Series
 from orchestrator.results.regression_feed import RegressionEntry
 from orchestrator.results.site_data import (
     SeriesKey,
@@ -96,7 +97,10 @@ def _feed(store: Store, data: SiteData) -> bytes:
         key = (entry.device, entry.matrix, entry.model, entry.config)
         return history_path(key) if key in data.series else "index.html"
 
-    return regressions_feed(store, None, link).encode()
+    by_matrix: dict[str, list[Series]] = {}
+    for key, series in data.series.items():        # computed once for the whole site
+        by_matrix.setdefault(key[1], []).append(series)
+    return regressions_feed(store, None, link, by_matrix).encode()
 
 
 def _render(template: str, root: str, **context: Any) -> bytes:
