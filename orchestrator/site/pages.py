@@ -75,10 +75,11 @@ def plan(store: Store, data: SiteData, plots: bool = True) -> list[Page]:
         if sid in data.runs:
             pages.append(Page(session_path(sid), digest(report_inputs(data, sid), plots),
                               partial(_session_page, store, data, sid, plots)))
-    for key, series in data.series.items():
+    for key in data.series:
         pages.append(Page(history_path(key),
-                          digest(key, [p.record() for p in series.points],
-                                 [c.record() for c in series.change_points]),
+                          digest(key, [(m, [p.record() for p in s.points],
+                                        [c.record() for c in s.change_points])
+                                       for m, s in _metrics(data, key).items()]),
                           partial(_history_page, data, key)))
     for matrix in compared:
         pages.append(Page(compare_path(matrix), comparison_inputs(data, matrix),
@@ -134,13 +135,24 @@ def _session_page(store: Store, data: SiteData, sid: int, plots: bool) -> bytes:
                                                plots=plots)).encode()
 
 
+def _metrics(data: SiteData, key: SeriesKey) -> dict[str, Series]:
+    """The series in each metric that has a value at some point, mean first (the page's
+    chosen metric: `orch history --metric`)."""
+    each = {"mean": data.series[key], **data.metrics.get(key, {})}
+    return {m: s for m, s in each.items()
+            if m == "mean" or any(p.interval.mean is not None for p in s.points)}
+
+
 def _history_page(data: SiteData, key: SeriesKey) -> bytes:
     series = data.series[key]
     steps = {c.session: c for c in series.change_points}
-    chart = charts.history_chart(series, lambda sid: "../" + session_path(sid))
+    href = lambda sid: "../" + session_path(sid)     # noqa: E731
+    others = {m: Markup(charts.embed(charts.history_chart(s, href)))
+              for m, s in _metrics(data, key).items() if m != "mean"}
+    chart = charts.history_chart(series, href)
     return _render("site_history.html.j2", "../", key=key, series=series, steps=steps,
-                   chart=Markup(charts.embed(chart)), session_path=session_path,
-                   has_page=set(data.runs))
+                   chart=Markup(charts.embed(chart)), others=others,
+                   session_path=session_path, has_page=set(data.runs))
 
 
 def _compare_page(store: Store, data: SiteData, matrix: str) -> bytes:
