@@ -132,6 +132,16 @@ def test_the_regressions_feed_is_in_the_site_and_links_history_pages(built):
     assert str(history_page(out, "d", "t1").relative_to(out)) in links
     assert '<a href="regressions.xml">' in (out / "index.html").read_text()
     assert "application/atom+xml" in (out / "index.html").read_text()
+    # the site's feed takes the site's histories: the entries `orch feed` reads from the store
+    from orchestrator.results.regression_feed import regression_entries
+    from orchestrator.results.site_data import site_data
+
+    store = built[0]
+    data = site_data(store)
+    by_matrix: dict = {}
+    for key, series in data.series.items():
+        by_matrix.setdefault(key[1], []).append(series)
+    assert regression_entries(store, series=by_matrix) == regression_entries(store)
 
 
 @pytest.mark.slow
