@@ -102,6 +102,26 @@ def test_history_page_marks_the_change_point(built):
     assert "change point" in index and "0.3.30 → 0.3.36" in index
 
 
+def test_history_page_offers_each_metric_as_orch_computes_it(built):
+    """The metric choice: one figure per metric of `orch history --metric` that has values,
+    each point the value results/history.py computed (the browser only swaps figures)."""
+    from orchestrator.results.history import history
+
+    store, _, out, _ = built
+    page = history_page(out, "d", "t1").read_text()
+    offered = re.findall(r'<option value="history-chart-([^"]+)"', page)
+    assert offered[:3] == ["median", "p5", "p95"] and "prefill_tps" not in offered
+    for metric in ["mean", *offered]:
+        element = "history-chart" if metric == "mean" else f"history-chart-{metric}"
+        spec = json.loads(re.search(rf'id="{element}">(.*?)</script>', page, re.S).group(1))
+        [series] = history(store, "hist", "t1", "d", metric=metric)
+        assert spec["data"][0]["y"] == [p.interval.mean for p in series.points
+                                        if p.interval.mean is not None]
+        assert spec["layout"]["yaxis"]["title"]["text"] == f"{metric} (tok/s)"
+        assert len([a for a in spec["layout"]["annotations"] if "Δ" in a["text"]]) \
+            == len(series.change_points)
+
+
 def test_the_regressions_feed_is_in_the_site_and_links_history_pages(built):
     _, sids, out, _ = built
     feed = ET.parse(out / "regressions.xml").getroot()
@@ -112,6 +132,16 @@ def test_the_regressions_feed_is_in_the_site_and_links_history_pages(built):
     assert str(history_page(out, "d", "t1").relative_to(out)) in links
     assert '<a href="regressions.xml">' in (out / "index.html").read_text()
     assert "application/atom+xml" in (out / "index.html").read_text()
+    # the site's feed takes the site's histories: the entries `orch feed` reads from the store
+    from orchestrator.results.regression_feed import regression_entries
+    from orchestrator.results.site_data import site_data
+
+    store = built[0]
+    data = site_data(store)
+    by_matrix: dict = {}
+    for key, series in data.series.items():
+        by_matrix.setdefault(key[1], []).append(series)
+    assert regression_entries(store, series=by_matrix) == regression_entries(store)
 
 
 @pytest.mark.slow
@@ -246,6 +276,10 @@ def test_every_page_type_in_the_browser(built, browser_page):
     note = page.locator("#history-plot .annotation-text").text_content()
     assert note.startswith("Δ -1") and "p=" in note
     assert page.locator("#history-plot .scatterlayer .point").count() == len(sids) - 1
+    # another metric: the same chart redrawn from that metric's figure
+    page.locator("select.chart-choice").select_option(label="p5")
+    assert wait_until(lambda: page.locator("#history-plot .ytitle").text_content()
+                      == "p5 (tok/s)", 10)
 
     page.goto(history_page(out, "d", XSS).as_uri())
     page.wait_for_selector("#history-plot .gtitle")

@@ -136,19 +136,21 @@ def config_of(rows: Sequence[RunRow], figures: Mapping[int, RunFigures]) -> Conf
     return combine([RunResult(r.id, r.status, figures[r.id]) for r in rows])
 
 
-def point_samples(rows: list[RunRow], figures: Mapping[int, RunFigures],
-                  metric: str) -> tuple[list[float], str]:
-    """The measurements behind one point: the runs' figures, or one run's repetitions
-    (ConfigFigures.samples)."""
-    return config_of(rows, figures).samples(metric)
-
-
 def history(store: Store, matrix: str, config: str | None = None, device: str | None = None,
             metric: str = "mean", order: str = "time") -> list[Series]:
     """Every (device, model, config) series of `matrix` in the store, with its change points.
     order: "time" or "build". Raises NotFound when nothing matches."""
-    if metric not in METRICS:
-        raise ConfigError(f"--metric {metric}: one of {', '.join(METRICS)}")
+    return histories(store, matrix, config, device, (metric,), order)[metric]
+
+
+def histories(store: Store, matrix: str, config: str | None = None, device: str | None = None,
+              metrics: Sequence[str] = ("mean",), order: str = "time"
+              ) -> dict[str, list[Series]]:
+    """`history` for each of `metrics` (metric -> its series, in the same order), from one
+    read of the runs and one combination of each point's runs."""
+    for metric in metrics:
+        if metric not in METRICS:
+            raise ConfigError(f"--metric {metric}: one of {', '.join(METRICS)}")
     rows = _runs(store, matrix, device, config)
     if not rows:
         what = " ".join(x for x in (f"matrix {matrix!r}", config and f"config {config!r}",
@@ -167,22 +169,26 @@ def history(store: Store, matrix: str, config: str | None = None, device: str | 
         first_seen.setdefault(build_label(r), r.session_id)
     notes = notes_of(store, (r.session_id for r in rows), (r.id for r in rows))
     acks = acknowledgements(store)
-    out = []
+    out: dict[str, list[Series]] = {metric: [] for metric in metrics}
     for (dev, model, cfg), by_point in groups.items():
-        series = Series(dev, model, cfg, metric)
+        each = {metric: Series(dev, model, cfg, metric) for metric in metrics}
         for (sid, build), point_rows in by_point.items():
-            samples, basis = point_samples(point_rows, figures, metric)
+            combined = config_of(point_rows, figures)
             first = point_rows[0]
-            series.points.append(Point(
-                sid, first.session_name, first.session_started, build,
-                mean_interval(samples), basis,
-                [r.id for r in point_rows if r.status == Status.OK],
-                sum(1 for r in point_rows if r.status != Status.OK), _log_se(samples),
-                tuple(notes.of_point(sid, (r.id for r in point_rows)))))
-        series.points.sort(key=lambda p: _order_key(p, order, first_seen))
-        series.change_points = [_located(c, series, matrix, acks)
-                                for c in change_points(series.points)]
-        out.append(series)
+            ok = [r.id for r in point_rows if r.status == Status.OK]
+            failed = sum(1 for r in point_rows if r.status != Status.OK)
+            point_notes = tuple(notes.of_point(sid, (r.id for r in point_rows)))
+            for metric, series in each.items():
+                samples, basis = combined.samples(metric)
+                series.points.append(Point(
+                    sid, first.session_name, first.session_started, build,
+                    mean_interval(samples), basis, ok, failed, _log_se(samples),
+                    point_notes))
+        for metric, series in each.items():
+            series.points.sort(key=lambda p: _order_key(p, order, first_seen))
+            series.change_points = [_located(c, series, matrix, acks)
+                                    for c in change_points(series.points)]
+            out[metric].append(series)
     return out
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +23,7 @@ from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import NotFound
 from orchestrator.results.annotations import Note, acknowledgements, changepoint_id
-from orchestrator.results.history import history
+from orchestrator.results.history import Series, history
 from orchestrator.results.regressions import regressions
 
 __all__ = ["RegressionEntry", "Store", "regression_entries", "session_steps"]
@@ -72,16 +73,22 @@ def _quoted(text: str) -> str:
 
 
 def regression_entries(store: Store, matrix: str | None = None,
-                       device: str | None = None) -> list[RegressionEntry]:
+                       device: str | None = None,
+                       series: Mapping[str, Sequence[Series]] | None = None,
+                       ) -> list[RegressionEntry]:
     """Every change point down in the store's histories (of one matrix, one device when
-    given), newest first."""
+    given), newest first. `series`: each matrix's histories when already computed
+    (results/site_data.py), read from the store otherwise."""
     out = []
-    for name in [matrix] if matrix else db.matrix_names(store):
-        try:
-            series = history(store, name, device=device)
-        except NotFound:
-            continue
-        for s in series:
+    if series is None:
+        series = {}
+        for name in [matrix] if matrix else db.matrix_names(store):
+            try:
+                series[name] = history(store, name, device=device)
+            except NotFound:
+                continue
+    for name, found in series.items():
+        for s in found:
             when = {p.session: p.started_at for p in s.points}
             out += [RegressionEntry(
                 c.id, "change_point", s.device, name, s.model, s.config, s.metric, c.session,

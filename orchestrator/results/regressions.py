@@ -10,7 +10,7 @@ shown without a verdict.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator.db.rows import RunRow, SessionRow
@@ -48,9 +48,14 @@ def builds_of(rows: Sequence[RunRow]) -> str:
     return ", ".join(names) if names else "build unknown"
 
 
-def regressions(store: Store, rows: Sequence[RunRow]) -> list[Regression]:
+def regressions(store: Store, rows: Sequence[RunRow],
+                runs_of: Mapping[int, Sequence[RunRow]] | None = None,
+                ran: Mapping[tuple[str, str], Sequence[int]] | None = None) -> list[Regression]:
     """One Regression per (session, device) of the report's runs that has earlier sessions of
-    its matrix on its device (nothing when none has: the report reads as before)."""
+    its matrix on its device (nothing when none has: the report reads as before). `runs_of`
+    (session -> its current runs) and `ran` ((matrix, device) -> the sessions that ran it,
+    oldest first): the store's, when a caller that reports many sessions read them once
+    (results/site_data.py); read from the store otherwise."""
     out = []
     acks = acknowledgements(store)
     groups: dict[tuple[int, str], list[RunRow]] = {}
@@ -60,14 +65,18 @@ def regressions(store: Store, rows: Sequence[RunRow]) -> list[Regression]:
         matrix = current[0].matrix_name
         if not matrix:
             continue
-        earlier = sorted(Runs(store).session_ids(matrix=matrix, device=device, before=sid))
+        if ran is not None:
+            earlier = [s for s in ran.get((matrix, device), ()) if s < sid]
+        else:
+            earlier = sorted(Runs(store).session_ids(matrix=matrix, device=device, before=sid))
         if not earlier:
             continue
         session = Sessions(store).one(sid)
         now = Side(f"session {sid}", device, session, list(current))
         against = []
         for base in dict.fromkeys([earlier[-1], earlier[0]]):     # the last, then the first
-            side_rows = [r for r in Runs(store).current(base) if r.device == device]
+            base_rows = runs_of[base] if runs_of is not None else Runs(store).current(base)
+            side_rows = [r for r in base_rows if r.device == device]
             side = Side(f"session {base}", device, Sessions(store).one(base), side_rows)
             against.append((side, builds_of(side_rows), build(store, [side, now])))
         out.append(Regression(session, sid, device, matrix, builds_of(current), now, against,

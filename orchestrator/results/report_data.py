@@ -12,7 +12,7 @@ reading their token rows costs (bench/report).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,10 +270,14 @@ def _single_ok_runs(rows: Sequence[RunRow]) -> set[int]:
 def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None = None,
           quantile: str = "linear", keep_frames: bool = True,
           trim: int | None = None, routes: bool = True,
-          exclude: Sequence[str] = ()) -> ReportData:
+          exclude: Sequence[str] = (),
+          runs_of: Mapping[int, Sequence[RunRow]] | None = None,
+          ran: Mapping[tuple[str, str], Sequence[int]] | None = None) -> ReportData:
     """Everything a report shows, from the selected runs. `trim`: `--trim N` (None: the
     sessions' own `trim:`, results/trim.py); `exclude`: `--exclude` values, which with the
-    designs' `exclude:` leave runs out of every figure (results/exclude.py)."""
+    designs' `exclude:` leave runs out of every figure (results/exclude.py); `runs_of`,
+    `ran`: the store's runs per session and sessions per (matrix, device), when read once
+    for many reports (results/regressions.py)."""
     if not rows:
         raise ConfigError("no runs to report")
     chosen = Sessions(store).by_ids(list(dict.fromkeys(r.session_id for r in rows)))
@@ -313,7 +317,7 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
                       matrices=matrices, imported_files=files, designs=designs,
                       trim=trim, quantile=quantile, tokens=tokens, samples=samples,
                       caveats=caveats, config_order=order, excluded=excluded,
-                      regressions=regressions(store, rows),
+                      regressions=regressions(store, rows, runs_of, ran),
                       notes=notes_of(store, sids, (r.id for r in rows)),
                       routes=_routes(store, runs) if routes else {})
 

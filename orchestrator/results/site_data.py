@@ -23,7 +23,7 @@ from orchestrator.db.runs import Runs, Sessions, all_devices
 from orchestrator.db.store import Store
 from orchestrator.errors import NotFound
 from orchestrator.results.comparison import SideComparison, build
-from orchestrator.results.history import ChangePoint, Series, history
+from orchestrator.results.history import METRICS, ChangePoint, Series, histories
 from orchestrator.results.query import Side
 from orchestrator.results.regressions import regressions
 from orchestrator.results.report_data import ReportData
@@ -87,6 +87,8 @@ class SiteData:
     runs: dict[int, list[RunRow]] = field(default_factory=dict)   # session -> its runs
     # (matrix, device) -> the sessions that ran the matrix on the device, oldest first
     ran: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    # each series in every metric `orch history --metric` offers (the history page's choice)
+    metrics: dict[SeriesKey, dict[str, Series]] = field(default_factory=dict)
 
     @cached_property
     def _inputs(self) -> dict[int, str]:
@@ -102,6 +104,8 @@ def site_data(store: Store) -> SiteData:
     by_session: dict[int, list[RunRow]] = {}
     for r in reversed(rows):                       # oldest first: each session in run order
         by_session.setdefault(r.session_id, []).append(r)
+    for session_rows in by_session.values():       # as Runs.current(session) orders them
+        session_rows.sort(key=lambda r: (r.order_index, r.id))
     sessions = [_session_summary(s, by_session.get(s.id, [])) for s in Sessions(store).all()]
     matrices: dict[str, list[str]] = {}
     ran: dict[tuple[str, str], list[int]] = {}
@@ -116,17 +120,23 @@ def site_data(store: Store) -> SiteData:
     for sids in ran.values():
         sids.sort()
     series: dict[SeriesKey, Series] = {}
+    by_metric: dict[SeriesKey, dict[str, Series]] = {}
     for matrix in matrices:
         try:
-            found = history(store, matrix)
+            found = histories(store, matrix, metrics=METRICS)
         except NotFound:
             continue
-        for s in found:
-            series[(s.device, matrix, s.model, s.config)] = s
+        for metric, each in found.items():
+            for s in each:
+                key = (s.device, matrix, s.model, s.config)
+                by_metric.setdefault(key, {})[metric] = s
+                if metric == "mean":
+                    series[key] = s
     flagged = [f for key, s in series.items() for f in _change_points(key, s)]
     flagged += _steps(store, by_session, ran)
     flagged.sort(key=lambda f: (-f.session, f.key))
-    return SiteData(_devices(store, rows), sessions, matrices, series, flagged, by_session, ran)
+    return SiteData(_devices(store, rows), sessions, matrices, series, flagged, by_session, ran,
+                    by_metric)
 
 
 def _session_summary(session: SessionRow, rows: list[RunRow]) -> SessionSummary:
@@ -172,7 +182,7 @@ def _steps(store: Store, by_session: dict[int, list[RunRow]],
             continue
         sid = sids[-1]
         current = [r for r in by_session[sid] if r.device == device]
-        for reg in regressions(store, current):
+        for reg in regressions(store, current, by_session, ran):
             side, builds, comp = reg.against[0]
             for row in comp.rows:
                 cmp = row.vs_reference[0] if row.vs_reference else None
@@ -209,7 +219,8 @@ def comparison_inputs(data: SiteData, matrix: str) -> str:
 
 def session_report(store: Store, data: SiteData, sid: int, plots: bool) -> ReportData:
     """The data of `orch report SID` (results/report_data.py), for the session page."""
-    return report_data(store, data.runs.get(sid, []), keep_frames=plots)
+    return report_data(store, data.runs.get(sid, []), keep_frames=plots, runs_of=data.runs,
+                       ran=data.ran)
 
 
 def report_inputs(data: SiteData, sid: int) -> str:

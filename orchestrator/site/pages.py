@@ -31,6 +31,7 @@ from orchestrator.report.document.render import environment, markdown_to_html, r
 from orchestrator.report.document.request import ReportRequest
 from orchestrator.report.format.labels import series_title
 from orchestrator.report.format.markdown import md_escape
+from orchestrator.results.history import Series
 from orchestrator.results.regression_feed import RegressionEntry
 from orchestrator.results.site_data import (
     SeriesKey,
@@ -75,10 +76,11 @@ def plan(store: Store, data: SiteData, plots: bool = True) -> list[Page]:
         if sid in data.runs:
             pages.append(Page(session_path(sid), digest(report_inputs(data, sid), plots),
                               partial(_session_page, store, data, sid, plots)))
-    for key, series in data.series.items():
+    for key in data.series:
         pages.append(Page(history_path(key),
-                          digest(key, [p.record() for p in series.points],
-                                 [c.record() for c in series.change_points]),
+                          digest(key, [(m, [p.record() for p in s.points],
+                                        [c.record() for c in s.change_points])
+                                       for m, s in _metrics(data, key).items()]),
                           partial(_history_page, data, key)))
     for matrix in compared:
         pages.append(Page(compare_path(matrix), comparison_inputs(data, matrix),
@@ -97,7 +99,10 @@ def _feed(store: Store, data: SiteData) -> bytes:
         key = (entry.device, entry.matrix, entry.model, entry.config)
         return history_path(key) if key in data.series else "index.html"
 
-    return regressions_feed(store, None, link).encode()
+    by_matrix: dict[str, list[Series]] = {}
+    for key, series in data.series.items():        # computed once for the whole site
+        by_matrix.setdefault(key[1], []).append(series)
+    return regressions_feed(store, None, link, by_matrix).encode()
 
 
 def _render(template: str, root: str, **context: Any) -> bytes:
@@ -132,13 +137,24 @@ def _session_page(store: Store, data: SiteData, sid: int, plots: bool) -> bytes:
                                                plots=plots)).encode()
 
 
+def _metrics(data: SiteData, key: SeriesKey) -> dict[str, Series]:
+    """The series in each metric that has a value at some point, mean first (the page's
+    chosen metric: `orch history --metric`)."""
+    each = {"mean": data.series[key], **data.metrics.get(key, {})}
+    return {m: s for m, s in each.items()
+            if m == "mean" or any(p.interval.mean is not None for p in s.points)}
+
+
 def _history_page(data: SiteData, key: SeriesKey) -> bytes:
     series = data.series[key]
     steps = {c.session: c for c in series.change_points}
-    chart = charts.history_chart(series, lambda sid: "../" + session_path(sid))
+    href = lambda sid: "../" + session_path(sid)     # noqa: E731
+    others = {m: Markup(charts.embed(charts.history_chart(s, href)))
+              for m, s in _metrics(data, key).items() if m != "mean"}
+    chart = charts.history_chart(series, href)
     return _render("site_history.html.j2", "../", key=key, series=series, steps=steps,
-                   chart=Markup(charts.embed(chart)), session_path=session_path,
-                   has_page=set(data.runs))
+                   chart=Markup(charts.embed(chart)), others=others,
+                   session_path=session_path, has_page=set(data.runs))
 
 
 def _compare_page(store: Store, data: SiteData, matrix: str) -> bytes:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 from scipy import stats
@@ -50,8 +51,20 @@ def _finite(values: Sequence[float | None]) -> np.ndarray:
     return out[np.isfinite(out)]
 
 
+# `orch site` computes the same figures' intervals and tests again and again (a session's
+# runs in its history, its report, and its neighbours' regressions sections): both functions
+# are pure, so each set of values is computed once per process (a forked renderer inherits
+# what its parent computed). The results are frozen dataclasses, safe to share.
+CACHED = 1 << 16
+
+
 def mean_interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -> Interval:
     """Student-t interval of the mean of repeated measurements (missing values skipped)."""
+    return _mean_interval(tuple(values), confidence)
+
+
+@lru_cache(maxsize=CACHED)
+def _mean_interval(values: tuple[float | None, ...], confidence: float) -> Interval:
     x = _finite(values)
     n = len(x)
     if n == 0:
@@ -105,6 +118,12 @@ def compare(base: Sequence[float | None], cand: Sequence[float | None], paired: 
     paired: `base[i]` and `cand[i]` ran in the same round; rounds where either is missing
     are dropped. Falls back to Welch when fewer than two complete rounds remain.
     """
+    return _compare(tuple(base), tuple(cand), paired, confidence)
+
+
+@lru_cache(maxsize=CACHED)
+def _compare(base: tuple[float | None, ...], cand: tuple[float | None, ...], paired: bool,
+             confidence: float) -> Comparison:
     if paired:
         rounds = [(a, b) for a, b in zip(base, cand)
                   if a is not None and b is not None and np.isfinite(a) and np.isfinite(b)

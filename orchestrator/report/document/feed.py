@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import datetime as dt
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
+from orchestrator.results.history import Series
 from orchestrator.results.regression_feed import RegressionEntry, Store, regression_entries
 
 FEED_ID = "urn:orch:regressions"
@@ -83,7 +84,9 @@ def render_feed(entries: list[RegressionEntry], base_url: str | None = None,
 
 
 def regressions_feed(store: Store, base_url: str | None = None,
-                     link: Callable[[RegressionEntry], str] | None = None) -> str:
+                     link: Callable[[RegressionEntry], str] | None = None,
+                     series: Mapping[str, Sequence[Series]] | None = None) -> str:
     """The store's regressions feed (Atom XML): what `orch site` writes as
-    DIR/regressions.xml and `orch feed` prints."""
-    return render_feed(regression_entries(store), base_url, link)
+    DIR/regressions.xml and `orch feed` prints. `series`: each matrix's histories when
+    already computed (the site's)."""
+    return render_feed(regression_entries(store, series=series), base_url, link)

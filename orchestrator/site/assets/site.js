@@ -54,7 +54,12 @@
     var source = document.getElementById(holder.getAttribute("data-chart"));
     if (!source || typeof Plotly === "undefined") return;
     var spec = JSON.parse(source.textContent);
-    Plotly.newPlot(holder, spec.data, spec.layout, {responsive: true, displaylogo: false});
+    var options = {responsive: true, displaylogo: false};
+    if (holder.classList.contains("js-plotly-plot")) {   // another metric: its handler stays
+      Plotly.react(holder, spec.data, spec.layout, options);
+      return;
+    }
+    Plotly.newPlot(holder, spec.data, spec.layout, options);
     holder.on("plotly_click", function (event) {
       var point = event.points && event.points[0];
       if (point && point.customdata) window.location.href = point.customdata;
@@ -66,4 +71,12 @@
     input.addEventListener("input", function () { filterRows(input.value); });
   });
   document.querySelectorAll("div.chart[data-chart]").forEach(draw);
+  // a chart offered in several metrics: each metric's figure is its own JSON element
+  document.querySelectorAll("select.chart-choice").forEach(function (choice) {
+    choice.addEventListener("change", function () {
+      var holder = document.getElementById(choice.getAttribute("data-plot"));
+      holder.setAttribute("data-chart", choice.value);
+      draw(holder);
+    });
+  });
 })();
