@@ -120,8 +120,8 @@ def create_app(store_url: str, site_dir: Path | None = None, poll_s: float = 1.0
     if build is not None and root is not None:
         routes.append(Mount("/", SitePages(store, root, build)))
     else:
-        # TODO(issue 37): without orchestrator.site (helper "site"'s package) there are no
-        # site pages to mount; / is the lab page.
+        # without the `site` extra (Plotly) orchestrator.site cannot render pages: there are
+        # no site pages to mount, and / is the lab page
         routes.append(Route("/", home))
 
     @contextlib.asynccontextmanager

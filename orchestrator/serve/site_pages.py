@@ -20,10 +20,9 @@ from orchestrator.results.live import store_mark
 
 
 def site_builder() -> Callable[[Store, Path], Any] | None:
-    """orchestrator.site.build_site, or None where orch has no site package (then the server
-    serves the lab page and the API only)."""
-    # imported by name: the site package (issue 37, helper "site") may not be in this orch;
-    # where it is not, TODO: the server serves no site pages until it is merged
+    """orchestrator.site.build_site, or None where it cannot be imported (an install without
+    the `site` extra): then the server serves the lab page and the API only."""
+    # imported by name, so that `orch serve` starts without the site's dependencies
     try:
         module = importlib.import_module("orchestrator.site")
     except ImportError:
