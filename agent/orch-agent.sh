@@ -30,7 +30,7 @@
 #  12. Cooldown                   the `cooldown` command
 #  13. Commands                   attach, kill, reap, facts, start
 #  14. The command line           main, and the source-only mode
-AGENT_VERSION=1.5.0
+AGENT_VERSION=1.5.1
 
 # ==============================================================================================
 # 1. Settings and output
@@ -157,15 +157,37 @@ engine_alive() {
 # neither runs, and the spool's last line is no X line (then it is `done`).
 job_state() {
   if [ -f "$JOBDIR/spool-full" ]; then STATE='full'
-  elif [ -f "$JOBDIR/done" ]; then STATE='done'
   elif sup_alive; then STATE="running $SPID"
   elif engine_alive; then STATE="orphan $EP"
   elif [ -e "$JOBDIR/pid" ] || [ -e "$JOBDIR/spool" ]; then
     last=''
     [ -s "$JOBDIR/spool" ] && last=$(tail -n 1 "$JOBDIR/spool" 2>/dev/null)
-    case $last in "X$TAB"*) STATE='done' ;; *) STATE='dead' ;; esac
+    # `done` alone is no evidence (anyone can create it): the spool's last line must be the
+    # X line the supervisor wrote into it (end_proven).
+    case $last in "X$TAB"*) end_proven "$last" && STATE='done' || STATE='dead' ;;
+      *) STATE='dead' ;; esac
   else STATE='absent'
   fi
+}
+
+# end_proven LINE: LINE, an X line read from the spool, is the supervisor's own end. The
+# spool is the supervisor's stdout, but the engine (and anything it starts) runs as the same
+# user and is told its job directory: it can append an X line to the spool, and create a
+# `done` file, at any time. What it cannot fake without killing or rewriting the agent's own
+# bookkeeping is the proof checked here: the supervisor recorded in `pid` + `sup.start` is
+# gone, the engine recorded in `engine.pid` + `engine.start` is gone, and `done`, which the
+# supervisor writes after its X line and just before it exits, holds this very line. (A
+# per-job secret was the alternative: the engine can read every file of its job and the
+# supervisor's environment, and the controller's transports give a command no private
+# channel on every device, so a secret would be no stronger than this and much more code.)
+# The caller also checks that nothing follows LINE in the spool: the supervisor writes
+# nothing after its X line (docs/agent-protocol.md, "The end is the supervisor's").
+end_proven() {
+  sup_alive && return 1
+  engine_alive && return 1
+  d=''
+  IFS= read -r d 2>/dev/null <"$JOBDIR/done"
+  [ -n "$d" ] && [ "$d" = "$1" ]
 }
 
 # live_jobs RUNSDIR [EXCEPT]: LIVE = one "running|orphan<TAB>DIR<TAB>PID" line per job dir
@@ -179,7 +201,8 @@ live_jobs() {
   tagged "$runs/"
   left=" $TPIDS "
   for d in "$runs"/*; do
-    [ "$d" = "$except" ] || { [ -f "$d/pid" ] && [ ! -f "$d/done" ]; } || continue
+    # not skipped for a `done` file: anyone can create one (end_proven); sup_alive decides
+    [ "$d" = "$except" ] || [ -f "$d/pid" ] || continue
     JOBDIR=$d
     if [ "$d" = "$except" ]; then :
     elif sup_alive; then LIVE="$LIVE${LIVE:+
@@ -1033,7 +1056,11 @@ end_job() {
   # A full device cannot take the X line: an empty file still fits (it needs no data block),
   # and `status` then says `full` instead of passing the job for done.
   say_exit || : >"$JOBDIR/spool-full"
-  : >"$JOBDIR/done"
+  # `done` holds the X line itself: the proof a reader compares the spool's X line with
+  # (end_proven). By rename, so no reader sees half of it; a full device still gets an empty
+  # file (it needs no data block), with `spool-full` saying why.
+  { say "$XLINE" >"$JOBDIR/done.new" && mv -f "$JOBDIR/done.new" "$JOBDIR/done"; } 2>/dev/null ||
+    : >"$JOBDIR/done"
 }
 
 # flush_output: the engine has ended, so everything it wrote is in the files now: drain them,
@@ -1056,15 +1083,15 @@ oom_cause() {
   fi
 }
 
-# say_exit: the X line: rc, signal (rc-128 for rc > 128, else 0), t_ms, cause=CAUSE if any.
+# say_exit: the X line (XLINE, which end_job also writes to `done`): rc, signal (rc-128 for rc > 128, else 0), t_ms, cause=CAUSE if any.
 say_exit() {
   sig=0
   [ "$RC" -gt 128 ] && sig=$((RC - 128))
   now_ms
-  x="X$TAB$RC$TAB$sig$TAB$((NOW - UP0))"
-  [ -n "$CAUSE" ] && x="$x${TAB}cause=$CAUSE"
-  [ -n "$ABORT_X" ] && x="$x$ABORT_X"
-  say "$x"
+  XLINE="X$TAB$RC$TAB$sig$TAB$((NOW - UP0))"
+  [ -n "$CAUSE" ] && XLINE="$XLINE${TAB}cause=$CAUSE"
+  [ -n "$ABORT_X" ] && XLINE="$XLINE$ABORT_X"
+  say "$XLINE"
 }
 
 # ==============================================================================================
@@ -1317,9 +1344,14 @@ cooldown() {
 #    attach, kill, reap, facts and start; status and jobs are answered in main.
 # ==============================================================================================
 
-# attach SKIP: print the spool from complete line SKIP on, following it until the X line.
+# attach SKIP: print the spool from complete line SKIP on, following it until the X line
+# that is the supervisor's own end. Every reader of a job's end (the live follow, a re-attach,
+# --resume, the lab, quality probes) comes through here, so this is the one place that
+# decides: an X line is held back until it is proven (end_proven, and no line after it);
+# one that is not is passed on as a W line in its place (the line count stays the same, so
+# SKIP still counts spool lines) and the follow goes on to the real end.
 attach() {
-  skip=$1 n=0 p='' dead=
+  skip=$1 n=0 p='' dead='' held='' hn=0
   case $skip in ''|*[!0-9]*) die "attach: SKIP must be a number" ;; esac
   while [ ! -f "$JOBDIR/spool" ]; do
     sup_alive || [ -f "$JOBDIR/spool" ] || exit 3
@@ -1331,22 +1363,46 @@ attach() {
     if IFS= read -r l <&3; then
       l=$p$l p=''
       n=$((n + 1))
+      # a line after a held X line: that one was not the supervisor's (it writes none after)
+      [ -n "$held" ] && forged_end
+      case $l in "X$TAB"*) held=$l hn=$n; continue ;; esac
       [ "$n" -gt "$skip" ] && say "$l"
-      case $l in "X$TAB"*) exit 0 ;; esac
     else
       p=$p$l
-      [ -n "$dead" ] && exit 3
+      if [ -n "$held" ] && [ -z "$p" ] && end_proven "$held"; then
+        [ "$hn" -gt "$skip" ] && say "$held"
+        exit 0
+      fi
+      if [ -n "$dead" ]; then [ -n "$held" ] && forged_end; exit 3; fi
       # Seen dead: read once more, the X line may have landed just before it exited.
       if sup_alive; then sleep 0.2; else dead=1; fi
     fi
   done
 }
 
+# forged_end: the held X line (line HN) was not the supervisor's end: a W line in its place,
+# its fields joined by blanks.
+forged_end() {
+  if [ "$hn" -gt "$skip" ]; then
+    ifs=$IFS
+    IFS=$TAB
+    set -f
+    # shellcheck disable=SC2086
+    set -- $held
+    set +f
+    IFS=' '
+    say "W${TAB}a line claiming the end was not the supervisor's: $*"
+    IFS=$ifs
+  fi
+  held=''
+}
+
 # kill_job: TERM the engine's process group, KILL whatever is left after 3 s; then every
 # process still tagged with the job (tagged), the same way. Prints one "killed<TAB>PID(comm)
 # ..." line naming what it stopped (nothing when nothing ran), which the controller quotes.
 kill_job() {
-  [ -f "$JOBDIR/done" ] && return 0
+  job_state   # a proven end only: a `done` file anyone made must not spare a live engine
+  [ "$STATE" = done ] && return 0
   ep=''
   read -r ep 2>/dev/null <"$JOBDIR/engine.pid"
   case $ep in ''|*[!0-9]*) ep=''; [ -f "$JOBDIR/pid" ] || die "kill: no engine.pid in $JOBDIR" ;; esac
