@@ -31,6 +31,7 @@ from orchestrator.run.link_retry import retry_link
 from orchestrator.transports import ssh_files
 from orchestrator.transports.adb import AdbTransport
 from orchestrator.transports.base import LinkLost, LinkPolicy
+from orchestrator.transports.fetch import ROUTE_TRACE, fetch_file
 from orchestrator.transports.ssh import SshTransport
 
 ENGINES = Path(__file__).resolve().parent / "engines"
@@ -342,7 +343,7 @@ def test_status_and_collection_ride_out_a_cut(ssh_ws, sshd, monkeypatch):
         def fetch() -> bytes:
             if "get" not in cuts.events:
                 cuts.cut_now("get")
-            return t.get_bytes("trace.csv")
+            return fetch_file(t, "trace.csv", ROUTE_TRACE)   # the collection's one fetch path
         got = retry_link(t, "fetch", fetch)
         assert got == b"x" * 1000 and cuts.events == ["status", "get"]
     finally:

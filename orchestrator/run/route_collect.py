@@ -3,7 +3,8 @@ the run and stored with it: rows into the `route` table, preamble and layer size
 record's route_trace field (as `orch import` stores an imported trace), so `orch routes RUN`
 reads a measured run and an imported one alike.
 
-A trace that is missing or does not parse costs the run a warning, never the run: its tokens
+A trace that is missing, refused (not a regular file, over its bound: transports/fetch.py),
+too slow to fetch, or that does not parse costs the run a warning, never the run: its tokens
 and summary are measured and stored either way.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from orchestrator.engines.route_trace import parse_route_trace
 from orchestrator.record import RunRecord
 from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import RemoteFileNotFound, Transport, TransportError
+from orchestrator.transports.fetch import ROUTE_TRACE, fetch_file
 
 TRACE_NAME = "route.csv"
 
@@ -27,7 +29,8 @@ def collect_route_trace(transport: Transport, store: Store, run_id: int, path: s
     """Fetch, parse and store the trace at `path`; None when stored, else the run's warning.
     `required` False (a run that did not end ok): a missing file is no news, no warning."""
     try:
-        data = retry_link(transport, f"the fetch of {path}", lambda: transport.get_bytes(path))
+        data = retry_link(transport, f"the fetch of {path}",
+                          lambda: fetch_file(transport, path, ROUTE_TRACE))
     except RemoteFileNotFound:
         return f"route trace: the engine wrote no {path}" if required else None
     except TransportError as exc:

@@ -251,7 +251,8 @@ class Transport(abc.ABC):
 
     @abc.abstractmethod
     def get_bytes(self, remote: str) -> bytes:
-        """Read a whole (small) file from the device (RemoteFileNotFound when absent)."""
+        """Read a whole (small) file from the device (RemoteFileNotFound when absent). Raw:
+        no type or size check; orch reads device files through transports/fetch.py."""
 
     @abc.abstractmethod
     def remote_size(self, remote: str) -> int | None:
