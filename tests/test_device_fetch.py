@@ -18,7 +18,13 @@ import pytest
 import waiting
 
 from orchestrator.transports.base import CommandTimedOut, RemoteFileNotFound, Transport
-from orchestrator.transports.fetch import ROUTE_TRACE, FetchRefused, FileKind, fetch_file
+from orchestrator.transports.fetch import (
+    ROUTE_TRACE,
+    FetchRefused,
+    FileKind,
+    bounded_output,
+    fetch_file,
+)
 from orchestrator.transports.local import LocalTransport
 
 pytestmark = pytest.mark.timeout(120)
@@ -229,3 +235,31 @@ def test_orch_run_a_special_route_trace_costs_a_warning_not_the_run(workspace):
     finally:
         left = stop_jobs_under(workspace / "dev-local" / "runs")
     assert not left, f"processes of the test's runs survived: {left}"
+
+
+def test_a_spool_line_is_held_to_its_bound():
+    """The spool is streamed, not fetched: only a line is held, and a line without end (an
+    engine printing no newline) is cut at SPOOL_LINE's bound yet counts as one line."""
+    from orchestrator.run.stream import CUT, LineSplitter
+
+    splitter = LineSplitter(max_line=100)
+    out = list(splitter.feed(b"O\tshort\nO\t" + b"z" * 60))
+    for _ in range(1000):                      # 60 kB more of the same line, no newline
+        out += splitter.feed(b"z" * 60)
+        assert len(splitter._pending) <= 100   # noqa: SLF001 - what memory holds
+    out += splitter.feed(b"zz\nX\t0\t0\t5\n")
+    assert out == ["O\tshort", "O\t" + "z" * 98 + CUT, "X\t0\t0\t5"]
+
+
+def test_a_command_read_whole_is_bounded_too(device):
+    """What orch reads whole from a command (the agent's facts, which quote device files) is
+    bounded like a fetched file: an endless output is refused at its bound, and the command's
+    own exit status and stderr come through."""
+    transport, _ = device
+    result = bounded(lambda: bounded_output(transport, ["sh", "-c", "echo hi; echo oops >&2; "
+                                                        "exit 7"], TINY, timeout=30))
+    assert (result.rc, result.stdout) == (7, b"hi\n") and b"oops" in result.stderr
+    with pytest.raises(FetchRefused) as refused:
+        bounded(lambda: bounded_output(transport, ["sh", "-c", "while :; do echo x; done"],
+                                       TINY, timeout=30))
+    assert "over its bound" in str(refused.value)

@@ -20,6 +20,7 @@ from orchestrator.transports.base import (
     TransportError,
     sha256_file,
 )
+from orchestrator.transports.fetch import FACTS, bounded_output
 
 
 def file_sha256(path: Path) -> str:
@@ -82,8 +83,9 @@ class AgentClient:
 
     def facts(self) -> dict[str, str]:
         argv = self._agent("facts")
+        # bounded as a fetched file is (transports/fetch.py): facts quote device files
         result = retry_link(self.transport, "the device facts",
-                            lambda: self.transport.run(argv, timeout=60))
+                            lambda: bounded_output(self.transport, argv, FACTS, timeout=60))
         if result.rc != 0:
             raise TransportError(f"{self.transport.name}: agent facts failed (rc {result.rc}): "
                                  f"{result.stderr.decode(errors='replace').strip()[:500]}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from orchestrator.transports.fetch import SPOOL_LINE
+
 PROTO = "1"
 
 
@@ -118,16 +120,28 @@ def _turn_event(line: str, rest: str) -> TurnEvent:
 
 class LineSplitter:
     """Bytes in, complete decoded lines out. A trailing partial line waits for its newline:
-    the runner counts only complete lines, so a re-attach never splits or repeats one."""
+    the runner counts only complete lines, so a re-attach never splits or repeats one. A line
+    longer than `max_line` bytes (SPOOL_LINE: an engine printing without newlines, a link to
+    /dev/zero as its output) is cut there, marked CUT, and the rest of it dropped up to its
+    newline: it still counts as one line, and memory holds no more than the bound."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = SPOOL_LINE.max_bytes) -> None:
         self._pending = b""
+        self._max = max_line
+        self._cut = False   # the pending line is over the bound: its rest is dropped
 
     def feed(self, chunk: bytes) -> Iterator[str]:
         data = self._pending + chunk
         *lines, self._pending = data.split(b"\n")
         for raw in lines:
-            yield raw.decode("utf-8", errors="replace")
+            cut, self._cut = self._cut or len(raw) > self._max, False
+            yield raw[:self._max].decode("utf-8", errors="replace") + (CUT if cut else "")
+        if len(self._pending) > self._max:
+            self._pending, self._cut = self._pending[:self._max], True
+
+
+# appended to a line cut at SPOOL_LINE's bound
+CUT = f" [cut: the line was over {SPOOL_LINE.max_bytes >> 20} MiB]"
 
 
 def facts_from_lines(lines: Iterable[str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.transports.base import (
+    CommandResult,
     CommandTimedOut,
     RemoteFileNotFound,
     Transport,
@@ -43,6 +44,10 @@ TOKEN_CSV = FileKind("token CSV", 128 * MiB, "one ~100-byte row per token; 1,000
 LOG = FileKind("log", 16 * MiB, "a log kept to read a failure; its end is what matters")
 # Device facts (the agent's F lines): a few hundred short lines.
 FACTS = FileKind("facts", 1 * MiB, "a few hundred key=value lines")
+# One line of a job's spool, which the agent streams (`attach`) rather than orch fetching it
+# whole: the spool itself is consumed line by line into the store, so only a line is held,
+# and an engine printing without newlines must not make that line the controller's memory.
+SPOOL_LINE = FileKind("spool line", 1 * MiB, "an engine's output line; a longer one is cut")
 
 # The device streams at least this fast (adb over USB 2, ssh over a slow Wi-Fi); with the
 # fixed part, the timeout of a fetch of `max_bytes`.
@@ -62,6 +67,13 @@ fi
 s=$(stat -L -c %s -- "$p" 2>/dev/null)
 case $s in ''|*[!0-9]*) ;; *) [ "$s" -le "$max" ] || { echo "$s" >&2; exit 5; } ;; esac
 exec head -c "$((max + 1))" -- "$p"'''
+
+
+# On the device: $1 the bound, the rest a command whose output orch reads whole (the agent's
+# facts, which quote device files and properties): at most bound+1 bytes of it pass; its exit
+# status follows on stderr as the last line `orch-rc N` (a pipeline's own is head's).
+BOUNDED_OUTPUT = r'''max=$1; shift
+{ "$@"; echo "orch-rc $?" >&2; } | head -c "$((max + 1))"'''
 
 
 class FetchRefused(TransportError):
@@ -101,3 +113,20 @@ def fetch_file(transport: Transport, remote: str, kind: FileKind,
         raise TransportError(f"{transport.name}: reading {remote} failed (rc {result.rc}): "
                              f"{said}")
     return result.stdout
+
+
+def bounded_output(transport: Transport, argv: list[str], kind: FileKind,
+                   timeout: float) -> CommandResult:
+    """Run argv on the device for its whole output, as fetch_file reads a file: at most the
+    bound of `kind` plus one byte reaches orch (FetchRefused beyond it), under `timeout`. The
+    command's own exit status is the result's rc."""
+    result = transport.run([transport.shell, "-c", BOUNDED_OUTPUT, "sh", str(kind.max_bytes),
+                            *argv], timeout=timeout)
+    if len(result.stdout) > kind.max_bytes:
+        raise FetchRefused(f"{transport.name}: the {kind.name} output of {argv[-1]} is over its "
+                           f"bound of {kind.max_bytes // MiB} MiB ({kind.reason}): not read")
+    head, _, last = result.stderr.rstrip(b"\n").rpartition(b"\n")
+    rc = last.removeprefix(b"orch-rc ")
+    if last.startswith(b"orch-rc ") and rc.isdigit():
+        return CommandResult(int(rc), result.stdout, head)
+    return result
