@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import waiting
+from device_targets import KINDS, Target, device_target
 
 from orchestrator.transports.base import CommandTimedOut, RemoteFileNotFound, Transport
 from orchestrator.transports.fetch import (
@@ -174,7 +175,7 @@ def _running(marker: str) -> bool:
 # -- orch run ----------------------------------------------------------------------------------
 
 TRACING_ENGINE = """\
-#!/bin/sh
+#!{sh}
 # fake_bmoe, whose route trace is a link to /dev/zero (--zero-trace) or a FIFO (--fifo-trace)
 trace=""; special=""; prev=""
 for a in "$@"; do
@@ -190,7 +191,12 @@ exec sh {fake} "$@"
 """
 
 
-def test_orch_run_a_special_route_trace_costs_a_warning_not_the_run(workspace):
+@pytest.fixture(params=KINDS)
+def target(request, workspace) -> Target:
+    return device_target(request, workspace)
+
+
+def test_orch_run_a_special_route_trace_costs_a_warning_not_the_run(workspace, target):
     """A traced cell whose trace is a link to /dev/zero or a FIFO: `orch run` neither reads
     it until MemoryError nor blocks on it; the run keeps its tokens with one warning naming
     what the file is, the next cell runs, and nothing is left running."""
@@ -202,7 +208,8 @@ def test_orch_run_a_special_route_trace_costs_a_warning_not_the_run(workspace):
     from orchestrator.record import load_record
 
     fake = Path(__file__).resolve().parent / "engines" / "fake_bmoe.sh"
-    (workspace / "tracing_bmoe.sh").write_text(TRACING_ENGINE.replace("{fake}", str(fake)))
+    (workspace / "tracing_bmoe.sh").write_text(TRACING_ENGINE.replace("{fake}", str(fake))
+                                               .replace("{sh}", target.sh))
     (workspace / "m.yaml").write_text(textwrap.dedent("""\
         name: special-traces
         engine: bmoe
@@ -219,12 +226,12 @@ def test_orch_run_a_special_route_trace_costs_a_warning_not_the_run(workspace):
           after: --delay 0.001
         """))
     try:
-        code, out = bounded(lambda: orch("run", "m.yaml", "--device", "local"))
+        code, out = bounded(lambda: orch("run", "m.yaml", "--device", target.device))
         store = Store.open("orch.db")
         runs = {r.config: r for r in Runs(store).current()}
         assert code == 0, out
         assert set(runs) == {"zero", "fifo", "after"}, out
-        for config, what in (("zero", "character special file"), ("fifo", "fifo")):
+        for config, what in (("zero", "character"), ("fifo", "fifo")):
             run = runs[config]
             assert run.status == "ok" and load_record(run.summary).tokens == 4, out
             said = [w for w in run.warnings or [] if w.startswith("route trace:")]
@@ -233,7 +240,7 @@ def test_orch_run_a_special_route_trace_costs_a_warning_not_the_run(workspace):
         assert runs["after"].status == "ok"
         assert not [r for r in runs.values() if r.status == "running"]
     finally:
-        left = stop_jobs_under(workspace / "dev-local" / "runs")
+        left = stop_jobs_under(target.runs) if target.runs.exists() else []
     assert not left, f"processes of the test's runs survived: {left}"
 
 

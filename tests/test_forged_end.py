@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from device_targets import KINDS, Target, device_target
 from agent_helpers import (
     alive,
     attach,
@@ -116,7 +117,7 @@ def test_forged_done_is_no_end_for_status_or_kill(shell, job):
 FORGING_MATRIX = """\
 name: forged
 engine: generic
-binary: /bin/sh
+binary: $SH
 engine_options:
   argv: ["{binary}", "-c", "$SCRIPT", "sh", "{csv}"]
   csv_columns: {step: step, wall_ms: wall_ms}
@@ -133,19 +134,26 @@ FORGING_SCRIPT = ("j=${ORCH_JOB%/}; echo step,wall_ms > $1; "
                   "sleep 0.3; for i in 4 5 6; do echo $i,10 >> $1; done; sleep 0.3")
 
 
-def test_orch_run_waits_for_the_real_end(workspace):
-    """`orch run`: the forged end is a warning, the run is stored with all 6 tokens, the next
-    cell runs (no "another orch job runs"), and nothing of the job is left running."""
+@pytest.fixture(params=KINDS)
+def target(request, workspace) -> Target:
+    return device_target(request, workspace)
+
+
+def test_orch_run_waits_for_the_real_end(workspace, target):
+    """`orch run` on each kind of device: the forged end is a warning, the run is stored with
+    all 6 tokens, the next cell runs (no "another orch job runs"), and nothing of the job is
+    left running."""
     from cli_helpers import orch
     from sqlalchemy import select
 
     from orchestrator.db import schema
     from orchestrator.db.store import Store
 
-    (workspace / "m.yaml").write_text(FORGING_MATRIX.replace("$SCRIPT", FORGING_SCRIPT))
-    runs_dir = workspace / "dev-local" / "runs"
+    (workspace / "m.yaml").write_text(FORGING_MATRIX.replace("$SCRIPT", FORGING_SCRIPT)
+                                      .replace("$SH", target.sh))
+    runs_dir = target.runs
     try:
-        code, output = orch("run", "m.yaml", "--device", "local")
+        code, output = orch("run", "m.yaml", "--device", target.device)
         assert code == 0, output
         store = Store.open(str(workspace / "orch.db"))
         runs = store.fetch(select(schema.run).order_by(schema.run.c.id))

@@ -14,7 +14,7 @@ from orchestrator.engines.route_trace import parse_route_trace
 from orchestrator.record import RunRecord
 from orchestrator.run.link_retry import retry_link
 from orchestrator.transports.base import RemoteFileNotFound, Transport, TransportError
-from orchestrator.transports.fetch import ROUTE_TRACE, fetch_file
+from orchestrator.transports.fetch import ROUTE_TRACE, FetchRefused, fetch_file
 
 TRACE_NAME = "route.csv"
 
@@ -33,6 +33,8 @@ def collect_route_trace(transport: Transport, store: Store, run_id: int, path: s
                           lambda: fetch_file(transport, path, ROUTE_TRACE))
     except RemoteFileNotFound:
         return f"route trace: the engine wrote no {path}" if required else None
+    except FetchRefused as exc:   # it says the path and why (not a regular file, too large)
+        return f"route trace: {exc}"
     except TransportError as exc:
         return f"route trace: could not fetch {path}: {exc}"
     try:
