@@ -8,6 +8,7 @@ of the suite."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import textwrap
 import uuid
@@ -270,3 +271,65 @@ def test_a_command_read_whole_is_bounded_too(device):
         bounded(lambda: bounded_output(transport, ["sh", "-c", "while :; do echo x; done"],
                                        TINY, timeout=30))
     assert "over its bound" in str(refused.value)
+
+
+def test_ctrl_c_during_a_hung_fetch_leaves_nothing_running(workspace):
+    """A route trace fetch that hangs (here the device's `head` never returns): Ctrl-C ends
+    `orch run` with its interrupt code, the run is not left `running`, and the device command
+    is gone."""
+    import subprocess
+    import sys
+
+    from sqlalchemy import select
+
+    from orchestrator.db import schema
+    from orchestrator.db.store import Store
+
+    stubs = workspace / "stubs"
+    stubs.mkdir()
+    marker = f"3000.{uuid.uuid4().int % 10**9:09d}"
+    real_head = shutil.which("head")
+    (stubs / "head").write_text(f'#!/bin/sh\ncase "$*" in *route.csv*) sleep {marker} ;;\n'
+                                f'  *) exec {real_head} "$@" ;; esac\n')   # the trace's fetch only
+    (stubs / "head").chmod(0o755)
+    (workspace / "devices.yaml").write_text(textwrap.dedent(f"""\
+        devices:
+          local:
+            kind: local
+            workdir: {workspace}/dev-local
+            env: {{PATH: "{stubs}:{os.environ['PATH']}"}}
+        """))
+    fake = Path(__file__).resolve().parent / "engines" / "fake_bmoe.sh"
+    (workspace / "tracing_bmoe.sh").write_text(
+        f'#!/bin/sh\nprev=""\nfor a in "$@"; do [ "$prev" = --route-trace ] && '
+        f'echo x > "$a"; prev=$a; done\nexec sh {fake} "$@"\n')
+    (workspace / "m.yaml").write_text(textwrap.dedent("""\
+        name: hung-fetch
+        engine: bmoe
+        binary: {local: tracing_bmoe.sh}
+        models: {m: /m.gguf}
+        prompt: p
+        tokens: 4
+        cooldown: 0
+        route_trace: true
+        configs:
+          a: --delay 0.001
+        """))
+    env = {k: v for k, v in os.environ.items() if k != "ORCH_DB"}
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "orch"), "run", "m.yaml",
+                             "--device", "local"], cwd=workspace, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert waiting.wait_until(lambda: _running(marker), 60), "the fetch never started"
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, out
+    assert waiting.wait_until(lambda: not _running(marker), 10), "the fetch outlived orch"
+    (run,) = Store.open(str(workspace / "orch.db")).fetch(select(schema.run))
+    assert run.status == "interrupted", (run.status, out)

@@ -116,7 +116,8 @@ UNIT: dict[str, tuple[str, ...]] = {
                              "test_a_command_read_whole_is_bounded_too",
                              "test_a_file_larger_than_its_stat_says_is_cut_at_its_bound",
                              "test_a_read_that_hangs_times_out_and_leaves_nothing",
-                             "test_orch_run_a_special_route_trace_costs_a_warning_not_the_run"),
+                             "test_orch_run_a_special_route_trace_costs_a_warning_not_the_run",
+                             "test_ctrl_c_during_a_hung_fetch_leaves_nothing_running"),
     # formatting
     "test_flags_cells.py": (),
     "test_escapes.py": ("test_show_runs_and_table_print_escapes_visibly",),

@@ -310,6 +310,9 @@ class DeviceRunner:
         trace = trace_path(jobdir) if cell.route_trace else None
         try:
             return self._finish(run_id, recorder, status, cause, trace, cell)
+        except KeyboardInterrupt:   # during the collection (a slow fetch): not left `running`
+            self._stopped(run_id, jobdir, recorder)
+            raise
         except SQLAlchemyError as exc:
             raise self._store_failed(run_id, jobdir, exc) from exc
 
