@@ -563,6 +563,7 @@ sample() {
   # a sample. A comm with a blank shifts the fields; then the third is no state letter, and
   # the line is read again and split after its last ") ".
   MAJ='' START='' TICKS=''
+  # shellcheck disable=SC2034  # x: the fields skipped
   read -r x x s x x x x x x x x MAJ x u y x x x x THREADS x START x 2>/dev/null <"/proc/$EPID/stat"
   case $s in
     [A-Za-z]) case $u$y in *[!0-9]*) START='' ;; *) TICKS=$((u + y)) ;; esac ;;
@@ -1402,7 +1403,7 @@ forged_end() {
 # ..." line naming what it stopped (nothing when nothing ran), which the controller quotes.
 kill_job() {
   job_state   # a proven end only: a `done` file anyone made must not spare a live engine
-  [ "$STATE" = done ] && return 0
+  [ "$STATE" = 'done' ] && return 0
   ep=''
   read -r ep 2>/dev/null <"$JOBDIR/engine.pid"
   case $ep in ''|*[!0-9]*) ep=''; [ -f "$JOBDIR/pid" ] || die "kill: no engine.pid in $JOBDIR" ;; esac

@@ -193,7 +193,11 @@ def test_job_state(shell, tmp_path, procs):
         return path
 
     job("absent")
-    job("finished", done="", pid=f"{sup.pid}\n")
+    # ended: the supervisor is gone and `done` holds the spool's last line, its X line
+    job("finished", done="X\t0\t0\t5\n", pid=f"{dead.pid}\n", spool="H\tproto=1\nX\t0\t0\t5\n")
+    # a `done` file beside a live supervisor is no end (anyone can make one: end_proven)
+    job("forged_done", done="X\t0\t0\t5\n", pid=f"{sup.pid}\n",
+        sup_start=f"{start_time(sup.pid)}\n")
     job("running", pid=f"{sup.pid}\n", sup_start=f"{start_time(sup.pid)}\n")
     job("running_older_agent", pid=f"{sup.pid}\n")   # no sup.start: alive is all we know
     # the pid now names another process (reused): its start time is not the recorded one
@@ -201,12 +205,14 @@ def test_job_state(shell, tmp_path, procs):
     job("orphan", pid=f"{dead.pid}\n", engine_pid=f"{eng.pid}\n",
         engine_start=f"{start_time(eng.pid)}\n")
     job("dead", pid=f"{dead.pid}\n", spool="H\tproto=1\nS\t0\n")
-    job("ended", pid=f"{dead.pid}\n", spool="H\tproto=1\nX\t0\t0\t5\n")
+    # an X line without the supervisor's `done` holding it: not proven, so dead
+    job("unproven", pid=f"{dead.pid}\n", spool="H\tproto=1\nX\t0\t0\t5\n")
     out = job_states(shell, list(jobs.values()))
     assert dict(zip(jobs, out)) == {
-        "absent": "absent", "finished": "done", "running": f"running {sup.pid}",
+        "absent": "absent", "finished": "done", "forged_done": f"running {sup.pid}",
+        "running": f"running {sup.pid}",
         "running_older_agent": f"running {sup.pid}", "reused": "dead",
-        "orphan": f"orphan {eng.pid}", "dead": "dead", "ended": "done"}
+        "orphan": f"orphan {eng.pid}", "dead": "dead", "unproven": "dead"}
 
 
 def test_enforce_timeout_terms_the_group_then_kills_it(shell, procs):
