@@ -9,6 +9,9 @@ bound of its kind; then streams at most that bound plus one byte (`head -c`), un
 A refusal, a file over its bound or a timeout is one FetchRefused / CommandTimedOut line that
 the caller stores on the run; nothing here hangs or holds more than the bound.
 Transport.get_bytes stays the transports' raw primitive; orch's own reads come through here.
+The per-token CSV and the engine's stdout and stderr are not fetched: the agent drains them on
+the device into the spool (its CSV only once `[ -f ]` holds, so never a FIFO or /dev/zero),
+and the spool reaches orch line by line (`attach`), each line held to SPOOL_LINE.
 """
 from __future__ import annotations
 
@@ -38,10 +41,6 @@ class FileKind:
 # layers x ~30 bytes is ~190 MiB, far beyond any run orch measures on a phone.
 ROUTE_TRACE = FileKind("route trace", 256 * MiB,
                        "one row per token and layer; 100,000 tokens of a 64-layer model fit")
-# A per-token CSV: one row of ~100 bytes per token; a million tokens fit.
-TOKEN_CSV = FileKind("token CSV", 128 * MiB, "one ~100-byte row per token; 1,000,000 tokens fit")
-# An engine's or the agent's log: what a person reads to see what went wrong.
-LOG = FileKind("log", 16 * MiB, "a log kept to read a failure; its end is what matters")
 # Device facts (the agent's F lines): a few hundred short lines.
 FACTS = FileKind("facts", 1 * MiB, "a few hundred key=value lines")
 # One line of a job's spool, which the agent streams (`attach`) rather than orch fetching it
