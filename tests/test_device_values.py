@@ -150,3 +150,122 @@ def test_a_device_value_the_store_cannot_hold_on_postgres(values_ws, pg_url, cas
     (zone / "temp").write_text("40000\n")
     uptime.write_text("100.00 50.00\n")
     assert check_case(ws, zone, uptime, case, str(ws / "orch.db")) == on_pg
+
+
+# ---- the import path ----------------------------------------------------------------------
+
+PROTOCOL = [
+    'BMOE_READY {"load_s":12.5,"arch":"qwen3moe","n_ctx":4096,"n_expert_used":8}',
+    'BMOE_BEGIN {"id":1}',
+    'BMOE_PROGRESS {"step":1,"steps":10,"wall_ms":400.0}',
+    'BMOE_DONE {"id":1,"cancelled":false,"tokens":10,"tok_s":2.5,"prefill_s":3.0,'
+    '"prefill_tps":6.67,"n_prompt":20,"n_past":30,"read_mib":100.0,"text":"hi"}',
+]
+# a `.mem` series (ingest/series.py) read as the run's samples: an RSS beyond 64 bits, a swap
+# size of 400 digits (Inf as a float), a time beyond 64 bits (the row means nothing: skipped)
+MEM = f"""t=0 VmSwap: 0 kB VmRSS: {HUGE} kB
+t=10 VmSwap: {'9' * 400} kB VmRSS: 3400000 kB
+t={HUGE} VmSwap: 100 kB VmRSS: 3300000 kB
+t=20 VmSwap: 200 kB VmRSS: {WIDE} kB
+"""
+
+
+def _import_samples(tmp_path: Path, db: str) -> tuple[list, list]:
+    folder = tmp_path / "study"
+    folder.mkdir(exist_ok=True)
+    (folder / "s1.txt").write_text("\n".join(PROTOCOL) + "\n")
+    (folder / "s1.mem").write_text(MEM)
+    code, out = orch("import", str(folder), "--db", db)
+    assert code == 0, out
+    assert "Traceback" not in out, out
+    store = Store.open(db)
+    (run,) = Runs(store).current()
+    assert run.status != "running"
+    s = schema.sample
+    rows = store.fetch(select(s.c.t_ms, s.c.rss_kb, s.c.extra).where(s.c.run_id == run.id)
+                       .order_by(s.c.seq))
+    dropped = [w for w in run.warnings or [] if "cannot hold" in w]
+    return [tuple(r) for r in rows], dropped
+
+
+IMPORTED = [(0, None, {"swap_kb": 0}), (10000, 3400000, {"swap_kb": None}),
+            (20000, WIDE, {"swap_kb": 200})]
+
+
+def test_an_import_drops_the_values_the_store_cannot_hold_on_sqlite(tmp_path):
+    rows, dropped = _import_samples(tmp_path, str(tmp_path / "orch.db"))
+    assert rows == IMPORTED
+    assert [w.split(": ", 1)[1] for w in dropped] == [
+        f"sample.rss_kb={HUGE} (beyond what a 64-bit integer holds)",
+        "sample.extra: swap_kb=inf (not a finite number)",
+        f"sample.t_ms={HUGE * 1000} (beyond what a 64-bit integer holds)"]
+
+
+def test_an_import_drops_the_values_the_store_cannot_hold_on_postgres(tmp_path, pg_url):
+    on_pg = _import_samples(tmp_path, fresh_pg_database(pg_url, "values_import"))
+    assert on_pg == _import_samples(tmp_path, str(tmp_path / "orch.db"))
+
+
+# ---- the one owner: limits from the schema's column types ---------------------------------
+
+def test_the_limits_are_the_schema_column_types_narrowest_backend():
+    from sqlalchemy import BigInteger, Integer, SmallInteger
+
+    from orchestrator.db.storable import int_range
+
+    for table in schema.metadata.tables.values():
+        for column in table.columns:
+            kind = column.type
+            want = (None if not isinstance(kind, Integer) else 64 if isinstance(kind, BigInteger)
+                    else 16 if isinstance(kind, SmallInteger) else 32)
+            got = int_range(column)
+            assert got == (None if want is None else (-2 ** (want - 1), 2 ** (want - 1) - 1))
+    assert int_range(schema.sample.c.t_ms)[1] == 2 ** 63 - 1      # widened (0016)
+    assert int_range(schema.sample.c.cpu_temp_mC)[1] == 2 ** 63 - 1
+    assert int_range(schema.token.c.step)[1] == 2 ** 31 - 1        # a token number: 32 bits
+
+
+def test_a_row_keeps_what_it_can_and_is_skipped_without_a_required_value():
+    from orchestrator.db.storable import storable_row
+
+    row = {"run_id": 1, "seq": 0, "t_ms": 5, "cpu_temp_mC": HUGE, "majflt": 3,
+           "extra": {"tz": [1, float("nan"), {"deep": HUGE}], "ok": 1.5}}
+    kept, dropped = storable_row(schema.sample, row, required=("t_ms",))
+    assert kept == {**row, "cpu_temp_mC": None,
+                    "extra": {"tz": [1, None, {"deep": None}], "ok": 1.5}}
+    assert [w.split(": ", 1)[1] for w in dropped] == [
+        f"sample.cpu_temp_mC={HUGE} (beyond what a 64-bit integer holds)",
+        "sample.extra: tz[1]=nan (not a finite number)",
+        f"sample.extra: tz[2].deep={HUGE} (beyond what a 64-bit integer holds)"]
+    assert row["cpu_temp_mC"] == HUGE                       # the caller's row is not changed
+    assert storable_row(schema.sample, {**row, "t_ms": HUGE}, required=("t_ms",))[0] is None
+    assert storable_row(schema.route, {"run_id": 1, "seq": 0, "step": WIDE})[0] is None
+    kept, dropped = storable_row(schema.run, {"rc": WIDE, "cooldown_s": float("inf")})
+    assert kept == {"rc": None, "cooldown_s": None} and len(dropped) == 2
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_runs_own_values_are_dropped_and_named_once(tmp_path, request, backend):
+    """Summary, figures and start readings (update_run): a number the store cannot hold is
+    dropped, named once in the run's warnings, and those names survive the runner's own
+    warnings replacing the list at the run's end."""
+    db = str(tmp_path / "orch.db") if backend == "sqlite" else \
+        fresh_pg_database(request.getfixturevalue("pg_url"), "values_run")
+    store = Store.open(db)
+    device = store.upsert_device("d", "local")
+    session = store.create_session(kind="run")
+    run_id = store.create_run(uid="u1", session_id=session, device_id=device, cell_key="k",
+                              status="running", temp_start={"cpu_temp_mC": HUGE}, rc=WIDE)
+    store.update_run(run_id, temp_start={"cpu_temp_mC": HUGE + 1})   # the same subject again
+    store.update_run(run_id, summary={"tokens": 4, "tok_s": float("inf")},
+                     mem_avail_start_kb=HUGE, warnings=["engine: a warning"])
+    store.update_run(run_id, status="ok", warnings=["the runner's list at the end"])
+    (run,) = Runs(store).current()
+    assert (run.status, run.rc, run.mem_avail_start_kb) == ("ok", None, None)
+    assert run.temp_start == {"cpu_temp_mC": None} and run.summary["tok_s"] is None
+    assert run.warnings[0] == "the runner's list at the end"
+    assert [w.split(": ", 1)[1] for w in run.warnings[1:]] == [
+        f"run.temp_start: cpu_temp_mC={HUGE} (beyond what a 64-bit integer holds)",
+        f"run.rc={WIDE} (beyond what a 32-bit integer holds)",
+        "run.summary: tok_s=inf (not a finite number)",
+        f"run.mem_avail_start_kb={HUGE} (beyond what a 64-bit integer holds)"]

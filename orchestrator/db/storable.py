@@ -71,7 +71,7 @@ def _number_problem(value: Any, bounds: tuple[int, int] | None) -> str | None:
         return None
     low, high = bounds
     if not low <= value <= high:
-        return f"beyond the column's range {low}..{high}"
+        return f"beyond what a {high.bit_length() + 1}-bit integer holds"
     return None
 
 
