@@ -269,3 +269,51 @@ def test_a_runs_own_values_are_dropped_and_named_once(tmp_path, request, backend
         f"run.rc={WIDE} (beyond what a 32-bit integer holds)",
         "run.summary: tok_s=inf (not a finite number)",
         f"run.mem_avail_start_kb={HUGE} (beyond what a 64-bit integer holds)"]
+
+
+# ---- route traces -------------------------------------------------------------------------
+
+TRACE = Path(__file__).resolve().parent / "fixtures" / "bigmoe" / "2026-07-15-route-trace" \
+    / "gemma.route.csv"
+
+
+@pytest.mark.parametrize(("column", "value"), [("turn", WIDE), ("step", WIDE),
+                                               ("expert_bytes", HUGE), ("weight", "inf")])
+def test_a_route_trace_with_a_value_the_store_cannot_hold_is_refused(column, value):
+    """The first (turn, phase, step, layer) cell's six rows get the value (a whole cell, so
+    no other check of the trace sees it first): refused with its line, before any store."""
+    from orchestrator.engines.route_trace import parse_route_trace
+
+    lines = TRACE.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("turn,"))
+    at = lines[header].split(",").index(column)
+    for i in range(header + 1, header + 7):
+        fields = lines[i].split(",")
+        fields[at] = str(value)
+        lines[i] = ",".join(fields)
+    with pytest.raises(ValueError) as error:
+        parse_route_trace("\n".join(lines) + "\n")
+    shown = float(value) if column == "weight" else value
+    assert str(error.value) == f"line {header + 2}: {column} {shown} is beyond what the store holds"
+
+
+# ---- a value error is not a full disk -----------------------------------------------------
+
+@pytest.mark.slow
+def test_a_value_the_store_refuses_is_not_called_a_full_disk(values_ws, pg_url):
+    """Should a value get through (here: a store whose column another tool narrowed to a
+    smallint, which 40,000 m°C overflows), the line names the refused value and gives no
+    "Free the space" advice; the engine is stopped, the run interrupted, nothing left
+    running."""
+    ws, zone, uptime = values_ws
+    db = fresh_pg_database(pg_url, "values_narrowed")
+    store = Store.open(db)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql('ALTER TABLE sample ALTER COLUMN "cpu_temp_mC" TYPE smallint')
+    code, out = run_matrix(ws, zone, uptime, "huge", db)
+    assert code == 1, out
+    assert "the store refused a value during run #1 (smallint out of range)" in out, out
+    assert "Free the space" not in out and "Traceback" not in out, out
+    (run,) = Runs(Store.open(db)).current()
+    assert run.status == "interrupted", run
+    assert tagged_pids(f"{ws}/dev/runs/", prefix=True) == []
