@@ -22,6 +22,7 @@ from orchestrator.db.store import Store
 ENGINES = Path(__file__).resolve().parent / "engines"
 HUGE = 2 ** 70                     # beyond any integer column and JSON's 64 bits
 WIDE = 3_000_000_000               # beyond a 32-bit Integer, within a BigInteger
+DIGITS = int("9" * 400)            # beyond even a float: the progress line's °C overflowed
 JUMP_S = 3_000_000                 # the uptime the clock jumps to: t_ms past 2^31
 
 # --put FILE VALUE --await PATTERN [--restore]: write VALUE into FILE (as sysfs answers, in one
@@ -71,6 +72,8 @@ def values_ws(tmp_path, monkeypatch):
 CASES = {
     "huge": lambda zone, up: (f"--put {zone}/temp --value {HUGE} "
                               f"--await cpu_temp_mC={HUGE} --restore"),
+    "digits": lambda zone, up: (f"--put {zone}/temp --value {DIGITS} "
+                                f"--await cpu_temp_mC={DIGITS} --restore"),
     "wide": lambda zone, up: (f"--put {zone}/temp --value {WIDE} "
                               f"--await cpu_temp_mC={WIDE} --restore"),
     "clock": lambda zone, up: (f"--put {up} --value '{JUMP_S}.00 50.00' "
@@ -118,13 +121,14 @@ def check_case(ws: Path, zone: Path, uptime: Path, case: str, db: str) -> list:
     assert tagged_pids(f"{ws}/dev/runs/", prefix=True) == []
     odd = runs[0]
     warnings = [w for w in odd.warnings or [] if "cannot hold" in w]
-    if case == "huge":
+    if case in ("huge", "digits"):
         # dropped (NULL) in the column and in `extra`, named once for each
         assert any(r[0] == "odd" and r[2] is None and (r[3] or {}).get("tz0_mC") is None
                    for r in samples)
         assert all(r[2] is None or r[2] < 2 ** 31 for r in samples)
-        assert len([w for w in warnings if f"sample.cpu_temp_mC={HUGE}" in w]) == 1, warnings
-        assert len([w for w in warnings if f"tz0_mC={HUGE}" in w]) == 1, warnings
+        shown = str(HUGE if case == "huge" else DIGITS)[:20]
+        assert len([w for w in warnings if f"sample.cpu_temp_mC={shown}" in w]) == 1, warnings
+        assert len([w for w in warnings if f"tz0_mC={shown}" in w]) == 1, warnings
     elif case == "wide":
         assert ("odd", WIDE) in [(r[0], r[2]) for r in samples]
         assert warnings == []

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
+from orchestrator.db.storable import merged, storable_samples
 from orchestrator.db.store import Store
 from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
 from orchestrator.engines.base import RunParser, TokenRow
@@ -197,7 +198,18 @@ class RunRecorder:
         """An S line: the device's readings (first and last kept), a sample row."""
         if event.sample is None:
             return
-        values = event.sample.values
+        # only values the store can hold go on (db/storable.py): into the row, the start
+        # readings and the progress line alike; what was dropped is named once (replayed
+        # lines too, so a resumed run names it again)
+        kept, dropped = storable_samples([self._sample_row(event.sample.t_ms,
+                                                           event.sample.values)])
+        self.warnings.extend(merged(self.warnings, dropped)[len(self.warnings):])
+        if not kept:          # no time the store can hold: a reading at no known time
+            return
+        row = kept[0]
+        values = {k: row[k] for k in event.sample.values if k in SAMPLE_FIELDS}
+        values.update(row["extra"] or {})
+        values = {k: v for k, v in values.items() if v is not None}
         if self.first_sample is None:
             self.first_sample = values
         self.last_sample = values
@@ -205,7 +217,7 @@ class RunRecorder:
         if not replay:
             if self._on_sample is not None:
                 self._on_sample(values)
-            self._samples.append(self._sample_row(event.sample.t_ms, values))
+            self._samples.append(row)
         self.sample_seq += 1
 
     def _sample_row(self, t_ms: int, values: dict[str, int]) -> dict[str, Any]:

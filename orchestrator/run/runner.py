@@ -261,7 +261,9 @@ class DeviceRunner:
             pass
         resume = self.resume_hint or f"orch run {self.loaded.path} --resume"
         if isinstance(exc, (DataError, OverflowError)):
-            return StoreWriteError(f"the store refused a value during run #{run_id} "
+            what = "the store refused a value" if isinstance(exc, DataError) else \
+                "a number too large to handle came"
+            return StoreWriteError(f"{what} during run #{run_id} "
                                    f"({reason}); its engine was stopped. orch drops values the "
                                    f"store cannot hold: this one got through, a bug to report "
                                    f"with the line above; `{resume}` runs the cell again")
