@@ -321,3 +321,38 @@ def test_a_value_the_store_refuses_is_not_called_a_full_disk(values_ws, pg_url):
     (run,) = Runs(Store.open(db)).current()
     assert run.status == "interrupted", run
     assert tagged_pids(f"{ws}/dev/runs/", prefix=True) == []
+
+
+# ---- token rows of the engines without their own checks (the generic adapter) ---------------
+
+GENERIC = {"argv": ["{binary}", "{csv}"], "csv_columns": {"step": "n", "wall_ms": "ms",
+                                                          "read_bytes": "bytes"}}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_generic_engines_token_values_are_dropped_and_named(tmp_path, request, backend):
+    """Through the recorder into a real store: a read_bytes beyond 64 bits is dropped (NULL),
+    a step beyond the step column skips its row, an `extra` NaN... named once each."""
+    from orchestrator.plugins import get_adapter
+    from orchestrator.run.recorder import RunRecorder
+
+    db = str(tmp_path / "orch.db") if backend == "sqlite" else \
+        fresh_pg_database(request.getfixturevalue("pg_url"), "values_generic")
+    store = Store.open(db)
+    run_id = store.create_run(uid="g1", session_id=store.create_session(kind="run"),
+                              device_id=store.upsert_device("d", "local"), cell_key="k",
+                              status="running")
+    recorder = RunRecorder(store, run_id, get_adapter("generic", GENERIC).new_parser())
+    for line in ["n,ms,bytes,note", "1,100,10,1", f"2,100,{HUGE},1", f"{WIDE},100,10,1",
+                 f"4,100,{HUGE},{HUGE}", "5,100,10,2"]:
+        recorder.handle("C\t" + line)
+    recorder.flush()
+    t = schema.token
+    rows = store.fetch(select(t.c.step, t.c.read_bytes, t.c.extra).where(t.c.run_id == run_id)
+                       .order_by(t.c.seq))
+    assert [tuple(r) for r in rows] == [(1, 10, {"note": 1}), (2, None, {"note": 1}),
+                                        (4, None, {"note": None}), (5, 10, {"note": 2})]
+    assert [w.split(": ", 1)[1] for w in recorder.warnings] == [
+        f"token.read_bytes={HUGE} (beyond what a 64-bit integer holds)",
+        f"token.step={WIDE} (beyond what a 32-bit integer holds)",
+        f"token.extra: note={HUGE} (beyond what a 64-bit integer holds)"]

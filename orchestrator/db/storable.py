@@ -204,3 +204,36 @@ def storable_samples(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any
             kept.append(good)
         dropped += found
     return kept, dropped
+
+
+# the token row's value columns in TOKEN_KEYS' order after run_id and seq (db/writes.py)
+_TOKEN_COLUMNS = tuple(schema.token.columns)[2:]
+_TOKEN_BOUNDS = tuple(int_range(c) for c in _TOKEN_COLUMNS)
+
+
+def storable_token(values: tuple[Any, ...]) -> tuple[tuple[Any, ...] | None, list[str]]:
+    """A token row's values (TOKEN_KEYS' order after run_id and seq) as the store can hold
+    them, and the warnings naming what was dropped; None when its step cannot be held. A
+    row of plain numbers in range (every row of a working engine) is checked in one pass
+    and returned as it is: this runs for each token of the engines without a parser of
+    their own checks (engines/bmoe_checks.py is bmoe's)."""
+    for value, bounds in zip(values, _TOKEN_BOUNDS):
+        if value is None or value.__class__ is str:
+            continue
+        if value.__class__ is float:
+            if value - value == 0.0:      # finite (Inf - Inf and NaN are NaN)
+                continue
+        elif value.__class__ is int and bounds is not None:
+            if bounds[0] <= value <= bounds[1]:
+                continue
+        elif value.__class__ is dict or value.__class__ is list:
+            if not json_problems(value)[1]:
+                continue
+        else:
+            continue
+        break
+    else:
+        return values, []
+    row = dict(zip((c.name for c in _TOKEN_COLUMNS), values))
+    kept, dropped = storable_row(schema.token, row, required=("step",))
+    return (None if kept is None else tuple(kept.values())), dropped

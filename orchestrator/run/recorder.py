@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
-from orchestrator.db.storable import merged, storable_samples
+from orchestrator.db.storable import merged, storable_samples, storable_token
 from orchestrator.db.store import Store
 from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
 from orchestrator.engines.base import RunParser, TokenRow
@@ -175,10 +175,17 @@ class RunRecorder:
         """A C (CSV), O (stdout) or E (stderr) line: the parser's token rows, and the
         line itself for O and E."""
         for row in self.parser.feed(tag, payload):
+            # what the store cannot hold is dropped and named (db/storable.py); a row whose
+            # step it cannot hold is skipped
+            values, dropped = storable_token(_ROW_VALUES(row))
+            if dropped:
+                self.warnings.extend(merged(self.warnings, dropped)[len(self.warnings):])
+            if values is None:
+                continue
             if self.decode_from_ms is None:   # the first token: the decode phase begins
                 self.decode_from_ms = self.last_sample_t_ms or 0
             if not replay:   # in TOKEN_KEYS' order (db/writes.py), spelled out: one per token
-                self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
+                self._tokens.append((self.run_id, self.token_seq) + values)
             self.token_seq += 1
             if self._on_token is not None:
                 self._on_token(row, self.token_seq)
