@@ -356,3 +356,27 @@ def test_a_generic_engines_token_values_are_dropped_and_named(tmp_path, request,
         f"token.read_bytes={HUGE} (beyond what a 64-bit integer holds)",
         f"token.step={WIDE} (beyond what a 32-bit integer holds)",
         f"token.extra: note={HUGE} (beyond what a 64-bit integer holds)"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_ceiling_figure_the_store_cannot_hold_is_named_in_its_notes(tmp_path, request,
+                                                                      backend):
+    import datetime as dt
+
+    from orchestrator.db.ceilings import ceiling_rows, replace_day
+
+    db = str(tmp_path / "orch.db") if backend == "sqlite" else \
+        fresh_pg_database(request.getfixturevalue("pg_url"), "values_ceiling")
+    store = Store.open(db)
+    device = store.upsert_device("d", "local")
+    replace_day(store, {"device_id": device, "day": "2026-12-05",
+                        "measured_at": dt.datetime.now(dt.timezone.utc), "knee_lanes": WIDE,
+                        "knee_read_kib": WIDE, "best_mibps": float("inf"),
+                        "seq_samples": [{"mibps": float("nan")}], "notes": ["buffered"]})
+    (row,) = ceiling_rows(store)
+    assert (row.knee_lanes, row.knee_read_kib, row.best_mibps) == (None, WIDE, None)
+    assert row.seq_samples == [{"mibps": None}]
+    assert row.notes[0] == "buffered" and [n.split(": ", 1)[1] for n in row.notes[1:]] == [
+        f"ceiling.knee_lanes={WIDE} (beyond what a 32-bit integer holds)",
+        "ceiling.best_mibps=inf (not a finite number)",
+        "ceiling.seq_samples: [0].mibps=nan (not a finite number)"]
