@@ -380,3 +380,28 @@ def test_a_ceiling_figure_the_store_cannot_hold_is_named_in_its_notes(tmp_path, 
         f"ceiling.knee_lanes={WIDE} (beyond what a 32-bit integer holds)",
         "ceiling.best_mibps=inf (not a finite number)",
         "ceiling.seq_samples: [0].mibps=nan (not a finite number)"]
+
+
+def test_a_resumed_run_replays_an_unstorable_sample_and_names_it_again(tmp_path):
+    """`--resume` replays the spool's stored lines through the recorder (storing nothing
+    again): a value that cannot be held is checked there too, and named, never raised."""
+    from orchestrator.engines.bmoe import BmoeRunParser
+    from orchestrator.run.recorder import RunRecorder
+
+    store = Store.open(str(tmp_path / "orch.db"))
+    run_id = store.create_run(uid="r1", session_id=store.create_session(kind="run"),
+                              device_id=store.upsert_device("d", "local"), cell_key="k",
+                              status="running")
+    lines = [f"S\t100\tcpu_temp_mC={HUGE}\tmem_avail_kb=1000", f"S\t{HUGE}\tmem_avail_kb=900",
+             "S\t300\tcpu_temp_mC=41000\tmem_avail_kb=800"]
+    recorder = RunRecorder(store, run_id, BmoeRunParser(), stored_lines=2)
+    for line in lines:
+        recorder.handle(line)
+    recorder.flush()
+    assert recorder.first_sample == {"mem_avail_kb": 1000}    # the start reading, held
+    assert [w.split(": ", 1)[1] for w in recorder.warnings] == [
+        f"sample.cpu_temp_mC={HUGE} (beyond what a 64-bit integer holds)",
+        f"sample.t_ms={HUGE} (beyond what a 64-bit integer holds)"]
+    s = schema.sample
+    rows = store.fetch(select(s.c.seq, s.c.t_ms, s.c.cpu_temp_mC).where(s.c.run_id == run_id))
+    assert [tuple(r) for r in rows] == [(1, 300, 41000)]     # only the line not stored before
