@@ -34,7 +34,7 @@ from orchestrator.errors import StoreError
 log = logging.getLogger(__name__)
 
 INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-# a warning naming a dropped value starts with this (the store keeps them on the run: store.py)
+# a warning naming a dropped value starts with this (a run keeps them: storable_values)
 DROPPED = "value dropped, the store cannot hold it: "
 
 
@@ -208,7 +208,10 @@ def storable_samples(rows: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any
 
 # the token row's value columns in TOKEN_KEYS' order after run_id and seq (db/writes.py)
 _TOKEN_COLUMNS = tuple(schema.token.columns)[2:]
-_TOKEN_BOUNDS = tuple(int_range(c) for c in _TOKEN_COLUMNS)
+# an integer's bounds in each: its integer range, or what a float holds (a Float column)
+_FLOAT_HOLDS = (-1.7e308, 1.7e308)
+_TOKEN_BOUNDS = tuple(int_range(c) or (_FLOAT_HOLDS if isinstance(c.type, Float) else None)
+                      for c in _TOKEN_COLUMNS)
 
 
 def storable_token(values: tuple[Any, ...]) -> tuple[tuple[Any, ...] | None, list[str]]:
@@ -216,21 +219,21 @@ def storable_token(values: tuple[Any, ...]) -> tuple[tuple[Any, ...] | None, lis
     them, and the warnings naming what was dropped; None when its step cannot be held. A
     row of plain numbers in range (every row of a working engine) is checked in one pass
     and returned as it is: this runs for each token of the engines without a parser of
-    their own checks (engines/bmoe_checks.py is bmoe's)."""
+    their own checks (engines/bmoe_checks.py is bmoe's). Anything else (another type, a
+    value out of range) takes the full check, storable_row."""
     for value, bounds in zip(values, _TOKEN_BOUNDS):
-        if value is None or value.__class__ is str:
+        kind = value.__class__
+        if value is None or kind is str or kind is bool:
             continue
-        if value.__class__ is float:
+        if kind is float:
             if value - value == 0.0:      # finite (Inf - Inf and NaN are NaN)
                 continue
-        elif value.__class__ is int and bounds is not None:
-            if bounds[0] <= value <= bounds[1]:
+        elif kind is int:
+            if bounds is None or bounds[0] <= value <= bounds[1]:
                 continue
-        elif value.__class__ is dict or value.__class__ is list:
+        elif kind is dict or kind is list:
             if not json_problems(value)[1]:
                 continue
-        else:
-            continue
         break
     else:
         return values, []
