@@ -275,32 +275,6 @@ def test_a_runs_own_values_are_dropped_and_named_once(tmp_path, request, backend
         f"run.mem_avail_start_kb={HUGE} (beyond what a 64-bit integer holds)"]
 
 
-# ---- route traces -------------------------------------------------------------------------
-
-TRACE = Path(__file__).resolve().parent / "fixtures" / "bigmoe" / "2026-07-15-route-trace" \
-    / "gemma.route.csv"
-
-
-@pytest.mark.parametrize(("column", "value"), [("turn", WIDE), ("step", WIDE),
-                                               ("expert_bytes", HUGE), ("weight", "inf")])
-def test_a_route_trace_with_a_value_the_store_cannot_hold_is_refused(column, value):
-    """The first (turn, phase, step, layer) cell's six rows get the value (a whole cell, so
-    no other check of the trace sees it first): refused with its line, before any store."""
-    from orchestrator.engines.route_trace import parse_route_trace
-
-    lines = TRACE.read_text().splitlines()
-    header = next(i for i, line in enumerate(lines) if line.startswith("turn,"))
-    at = lines[header].split(",").index(column)
-    for i in range(header + 1, header + 7):
-        fields = lines[i].split(",")
-        fields[at] = str(value)
-        lines[i] = ",".join(fields)
-    with pytest.raises(ValueError) as error:
-        parse_route_trace("\n".join(lines) + "\n")
-    shown = float(value) if column == "weight" else value
-    assert str(error.value) == f"line {header + 2}: {column} {shown} is beyond what the store holds"
-
-
 # ---- a value error is not a full disk -----------------------------------------------------
 
 @pytest.mark.slow
