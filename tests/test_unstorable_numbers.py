@@ -1,6 +1,7 @@
 """Numbers that parse but cannot be stored (1e309 is Inf, an integer beyond 64 bits, NaN in the
 JSON `extra`) are impossible values: `orch import` refuses the file with its line, a live run
-drops the row and records the error; the store never sees them."""
+drops the row and records the error; the store never sees them. A route trace holding a value
+its column cannot hold on every backend is refused with its line (db/storable.py)."""
 from __future__ import annotations
 
 import shutil
@@ -111,3 +112,29 @@ def test_largest_storable_values_are_kept():
     rows = [parser.feed(line) for line in (HEADER, GOOD.format(step=1), big)]
     assert rows[2] is not None and rows[2].read_bytes == 2 ** 63 - 1 and rows[2].wall_ms == 1000.0
     assert not parser.impossible
+
+
+# ---- route traces -------------------------------------------------------------------------
+
+TRACE = FIX.parent / "2026-07-15-route-trace" / "gemma.route.csv"
+WIDE, HUGE_INT = 3_000_000_000, 2 ** 70   # beyond an Integer column; beyond 64 bits
+
+
+@pytest.mark.parametrize(("column", "value"), [("turn", WIDE), ("step", WIDE),
+                                               ("expert_bytes", HUGE_INT), ("weight", "inf")])
+def test_a_route_trace_with_a_value_the_store_cannot_hold_is_refused(column, value):
+    """The first (turn, phase, step, layer) cell's six rows get the value (a whole cell, so
+    no other check of the trace sees it first): refused with its line, before any store."""
+    from orchestrator.engines.route_trace import parse_route_trace
+
+    lines = TRACE.read_text().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("turn,"))
+    at = lines[header].split(",").index(column)
+    for i in range(header + 1, header + 7):
+        fields = lines[i].split(",")
+        fields[at] = str(value)
+        lines[i] = ",".join(fields)
+    with pytest.raises(ValueError) as error:
+        parse_route_trace("\n".join(lines) + "\n")
+    shown = float(value) if column == "weight" else value
+    assert str(error.value) == f"line {header + 2}: {column} {shown} is beyond what the store holds"

@@ -84,6 +84,13 @@ UNIT: dict[str, tuple[str, ...]] = {
                        "test_runner_stores_record_and_engine_build"),
     "test_unstorable_numbers.py": ("test_import_refuses_the_file_with_its_line",
                                    "test_the_other_files_still_import"),
+    "test_device_values.py": (
+        "test_an_import_drops_the_values_the_store_cannot_hold_on_sqlite",
+        "test_an_import_drops_the_values_the_store_cannot_hold_on_postgres",
+        "test_a_runs_own_values_are_dropped_and_named_once",
+        "test_a_generic_engines_token_values_are_dropped_and_named",
+        "test_a_ceiling_figure_the_store_cannot_hold_is_named_in_its_notes",
+        "test_a_resumed_run_replays_an_unstorable_sample_and_names_it_again"),
     # config: matrices, designs, inventories, local files, refused before anything is opened
     "test_matrix.py": (),
     "test_early_checks.py": (),

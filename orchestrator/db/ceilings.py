@@ -11,13 +11,23 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from orchestrator.db import schema
+from orchestrator.db.storable import storable_row
 from orchestrator.db.store import Store, inserted_id
+from orchestrator.errors import StoreError
 
 
 def replace_day(store: Store, row: dict[str, Any]) -> int:
     """Store `row` as its device's ceilings of its day (`device_id`, `day`), replacing an
-    earlier measurement of that day, in one transaction; the new row's id."""
+    earlier measurement of that day, in one transaction; the new row's id. A figure the
+    store cannot hold (db/storable.py: the device measured it) is dropped and named in the
+    row's notes."""
     table = schema.ceiling
+    kept, dropped = storable_row(table, row)
+    if kept is None:
+        raise StoreError("; ".join(dropped))
+    if dropped:
+        kept["notes"] = [*(kept.get("notes") or []), *dropped]
+    row = kept
     with store.writing() as conn:
         conn.execute(delete(table).where(table.c.device_id == row["device_id"],
                                          table.c.day == row["day"]))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from orchestrator.db import schema
+from orchestrator.db.storable import json_problems
 from orchestrator.db.access import StoreAccess
 from orchestrator.stats.figures import RunFigures
 
@@ -118,4 +119,7 @@ def write(conn: Connection, figures: dict[int, RunFigures]) -> None:
         return
     stmt = (update(schema.run).where(schema.run.c.id == bindparam("rid"))
             .values(figures=bindparam("figures")))
-    conn.execute(stmt, [{"rid": rid, "figures": f.stored()} for rid, f in figures.items()])
+    # a figure JSON cannot hold (NaN, Inf: PostgreSQL refuses the document) is stored as None
+    # (db/storable.py), as update_run does for a run's own figures
+    conn.execute(stmt, [{"rid": rid, "figures": json_problems(f.stored())[0]}
+                        for rid, f in figures.items()])

@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import select
 
 from orchestrator.db import schema
+from orchestrator.db.storable import storable_values
 from orchestrator.db.store import Store, inserted_id
 from orchestrator.stats.status import Status
 
@@ -36,12 +37,14 @@ def start_probe(store: Store, values: dict[str, Any]) -> int:
                                           table.c.model == values["model"],
                                           table.c.config == values["config"],
                                           table.c.probe_id == values["probe_id"]))
+        values = storable_values(conn, table, None, values)   # a device's rc, say
         return inserted_id(conn.execute(table.insert().values(**values)))
 
 
 def update_probe(store: Store, row_id: int, **values: Any) -> None:
     table = schema.quality
     with store.writing() as conn:
+        values = storable_values(conn, table, row_id, values)
         conn.execute(table.update().where(table.c.id == row_id).values(**values))
 
 

@@ -127,14 +127,14 @@ sample = Table(
     "sample", metadata,
     Column("run_id", Integer, ForeignKey("run.id", ondelete="CASCADE"), primary_key=True),
     Column("seq", Integer, primary_key=True),
-    Column("t_ms", Integer),
+    Column("t_ms", BigInteger),                      # a device clock can jump past 2^31 ms
     Column("rss_kb", BigInteger),
     Column("hwm_kb", BigInteger),
     Column("mem_avail_kb", BigInteger),
     Column("majflt", BigInteger),
     Column("cpu_ticks", BigInteger),
-    Column("cpu_temp_mC", Integer),
-    Column("batt_temp_dC", Integer),
+    Column("cpu_temp_mC", BigInteger),               # as the device reports it: unbounded
+    Column("batt_temp_dC", BigInteger),
     # the session turn last begun when sampled (0: before the first; NULL: a one-shot run)
     Column("turn", Integer),
     Column("extra", JSON),
@@ -197,7 +197,7 @@ ceiling = Table(
     Column("lanes", JSON),                           # [{lanes, read_kib, mib, seconds, mibps}]
     Column("best_mibps", Float),                     # best of the lanes x size sweep
     Column("knee_lanes", Integer),                   # fewest lanes within 95% of the best
-    Column("knee_read_kib", Integer),
+    Column("knee_read_kib", BigInteger),
     Column("dram_gibps", Float),                     # median pass
     Column("dram", JSON),                            # {best_gibps, passes: [...], threads, mib}
     Column("compute_tps", Float),                    # NULL: see compute_note

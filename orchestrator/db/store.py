@@ -40,6 +40,7 @@ from sqlalchemy.exc import (
 )
 
 from orchestrator.db import schema
+from orchestrator.db.storable import storable_values
 from orchestrator.errors import StoreError
 
 if TYPE_CHECKING:
@@ -318,10 +319,12 @@ class Store:
     # -- writes ------------------------------------------------------------------------------
     def _insert(self, table: Any, values: dict[str, Any]) -> int:
         with self.writing() as conn:
+            values = storable_values(conn, table, None, values)
             return inserted_id(conn.execute(table.insert().values(**values)))
 
     def _update(self, table: Any, row_id: int, values: dict[str, Any]) -> None:
         with self.writing() as conn:
+            values = storable_values(conn, table, row_id, values)
             conn.execute(update(table).where(table.c.id == row_id).values(**values))
 
     def upsert_device(self, name: str, kind: str, facts: dict[str, str] | None = None) -> int:

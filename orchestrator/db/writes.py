@@ -15,6 +15,7 @@ from sqlalchemy import update
 
 from orchestrator.db import schema
 from orchestrator.db.schema import SAMPLE_FIELDS
+from orchestrator.db.storable import name_on_run, storable_samples
 from orchestrator.db.store import Store, bulk_insert
 
 __all__ = ["SAMPLE_FIELDS", "TOKEN_KEYS", "write_batch"]
@@ -31,10 +32,15 @@ def write_batch(store: Store, run_id: int, tokens: Sequence[tuple[Any, ...]],
                 spool_lines: int) -> None:
     """Insert the batch's rows (token tuples in TOKEN_KEYS order; sample rows with every
     SAMPLE_FIELDS key, `run_id`, `seq`, `t_ms` and `extra`; output rows with `run_id`, `seq`,
-    `stream`, `line`) and set the run's `spool_lines`, in one transaction."""
+    `stream`, `line`) and set the run's `spool_lines`, in one transaction. A sample's value
+    the store cannot hold (a device's: db/storable.py) is dropped and named in the run's
+    warnings; token values were checked by the engine's parser (engines/bmoe_checks.py)."""
+    samples, dropped = storable_samples(samples)
     with store.writing() as conn:
         bulk_insert(conn, schema.token, tokens, TOKEN_KEYS)
         bulk_insert(conn, schema.sample, samples)
+        if dropped:
+            name_on_run(conn, run_id, dropped)
         bulk_insert(conn, schema.output, outputs)
         conn.execute(update(schema.run).where(schema.run.c.id == run_id)
                      .values(spool_lines=spool_lines))

@@ -15,6 +15,8 @@ import math
 import operator
 from typing import Any
 
+from orchestrator.db import schema
+from orchestrator.db.storable import int_range, json_problems
 from orchestrator.engines.base import TokenRow
 
 # token fields that are durations, byte or fault counts: never negative
@@ -25,25 +27,23 @@ _EXTRA_NON_NEGATIVE = ("majflt_mib", "cache_budget_mib", "rss_mib", "rss_anon_mi
                        "rss_file_mib", "swap_mib", "mem_available_mib", "mem_free_mib",
                        "swap_free_mib", "turn")
 NO_CACHE = -1.0          # cache_hit_pct sentinel: no cache / no lookups
-# What the store's columns hold (db/schema.py): token.step is an Integer (32-bit on
-# PostgreSQL), read_bytes a BigInteger, an integer in the JSON `extra` a 64-bit one (SQLite's
-# JSON functions and most readers); every float column and JSON value must be finite (JSON
-# has no Inf or NaN). A value outside is unstorable: the row is impossible too.
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
-STEP_MAX = 2 ** 31 - 1
+# What the store's columns hold on every backend (db/storable.py, from db/schema.py's types):
+# token.step an Integer (32-bit on PostgreSQL), read_bytes a BigInteger, an integer in the JSON
+# `extra` a 64-bit one; every float column and JSON value must be finite (JSON has no Inf or
+# NaN). A value outside is unstorable: the row is impossible too.
+STEP_MAX = int_range(schema.token.c.step)[1]                  # type: ignore[index]
+READ_BYTES_MAX = int_range(schema.token.c.read_bytes)[1]      # type: ignore[index]
 NOT_MEASURED = -1.0      # dense_resident_frac sentinel
 
 
 def _unstorable_extra(extra: dict[str, Any]) -> str | None:
-    """An `extra` value JSON or the store cannot hold: a float that is not finite, an integer
-    beyond 64 bits."""
-    for name, value in extra.items():
-        if isinstance(value, float):
-            if not math.isfinite(value):
-                return f"{name}={value} is not a finite number"
-        elif isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
-            return f"{name}={value} is beyond what a 64-bit integer holds"
-    return None
+    """An `extra` value JSON or the store cannot hold (db/storable.py): a float that is not
+    finite, an integer beyond 64 bits."""
+    found = json_problems(extra)[1]
+    if not found:
+        return None
+    name, value, why = found[0]
+    return f"{name}={value} is {why}"
 
 
 def _bad_number(value: Any) -> bool:
@@ -65,7 +65,7 @@ def row_problem(row: TokenRow, last_step: int | None, signed: bool = True) -> st
         for name, value in zip(_NON_NEGATIVE, _VALUES(row)):
             if value is not None and not 0 <= value < _INF:
                 return f"{name}={value} is negative or not a number"
-        if row.read_bytes is not None and row.read_bytes > INT64_MAX:
+        if row.read_bytes is not None and row.read_bytes > READ_BYTES_MAX:
             return f"read_bytes={row.read_bytes} is beyond what a 64-bit integer holds"
     hit = row.cache_hit_pct
     if hit is not None and hit != NO_CACHE and not 0.0 <= hit <= 100.0:
@@ -73,7 +73,7 @@ def row_problem(row: TokenRow, last_step: int | None, signed: bool = True) -> st
     if not 1 <= row.step <= STEP_MAX:
         if row.step < 1:
             return f"step={row.step} is not a positive token number"
-        return f"step={row.step} is beyond what the step column holds (2^31-1)"
+        return f"step={row.step} is beyond what the step column holds ({STEP_MAX})"
     if last_step is not None and row.step <= last_step:
         return f"step={row.step} does not increase (previous row: step {last_step})"
     extra = row.extra

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from orchestrator.db import schema
+from orchestrator.db.storable import int_range
 
 MAGIC = "# route_trace v1"
 COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
@@ -141,6 +145,17 @@ def _check_rows(rows: pd.DataFrame, header_at: int, lines: list[str]) -> None:
             at = int(bad.to_numpy().nonzero()[0][0])
             raise ValueError(f"line {_data_line(at, header_at, lines)}: {column} "
                              f"{rows[column].iloc[at]!r} is not a number")
+        # what the store's column holds on every backend (db/storable.py): a trace with a
+        # value beyond it is refused like any impossible one, before the store sees it
+        bounds = int_range(schema.route.c[column])
+        if bounds is None:
+            bad = values.notna() & ~np.isfinite(values.astype("float64"))
+        else:
+            bad = (values < bounds[0]) | (values > bounds[1])
+        if bad.any():
+            at = int(bad.to_numpy().nonzero()[0][0])
+            raise ValueError(f"line {_data_line(at, header_at, lines)}: {column} "
+                             f"{rows[column].iloc[at]} is beyond what the store holds")
         rows[column] = values
 
 

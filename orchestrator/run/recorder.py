@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from operator import attrgetter
 from typing import Any
 
+from orchestrator.db.storable import merged, storable_samples, storable_token
 from orchestrator.db.store import Store
 from orchestrator.db.writes import SAMPLE_FIELDS, write_batch
 from orchestrator.engines.base import RunParser, TokenRow
@@ -174,10 +175,17 @@ class RunRecorder:
         """A C (CSV), O (stdout) or E (stderr) line: the parser's token rows, and the
         line itself for O and E."""
         for row in self.parser.feed(tag, payload):
+            # what the store cannot hold is dropped and named (db/storable.py); a row whose
+            # step it cannot hold is skipped
+            values, dropped = storable_token(_ROW_VALUES(row))
+            if dropped:
+                self.warnings.extend(merged(self.warnings, dropped)[len(self.warnings):])
+            if values is None:
+                continue
             if self.decode_from_ms is None:   # the first token: the decode phase begins
                 self.decode_from_ms = self.last_sample_t_ms or 0
             if not replay:   # in TOKEN_KEYS' order (db/writes.py), spelled out: one per token
-                self._tokens.append((self.run_id, self.token_seq) + _ROW_VALUES(row))
+                self._tokens.append((self.run_id, self.token_seq) + values)
             self.token_seq += 1
             if self._on_token is not None:
                 self._on_token(row, self.token_seq)
@@ -197,7 +205,18 @@ class RunRecorder:
         """An S line: the device's readings (first and last kept), a sample row."""
         if event.sample is None:
             return
-        values = event.sample.values
+        # only values the store can hold go on (db/storable.py): into the row, the start
+        # readings and the progress line alike; what was dropped is named once (replayed
+        # lines too, so a resumed run names it again)
+        kept, dropped = storable_samples([self._sample_row(event.sample.t_ms,
+                                                           event.sample.values)])
+        self.warnings.extend(merged(self.warnings, dropped)[len(self.warnings):])
+        if not kept:          # no time the store can hold: a reading at no known time
+            return
+        row = kept[0]
+        values = {k: row[k] for k in event.sample.values if k in SAMPLE_FIELDS}
+        values.update(row["extra"] or {})
+        values = {k: v for k, v in values.items() if v is not None}
         if self.first_sample is None:
             self.first_sample = values
         self.last_sample = values
@@ -205,7 +224,7 @@ class RunRecorder:
         if not replay:
             if self._on_sample is not None:
                 self._on_sample(values)
-            self._samples.append(self._sample_row(event.sample.t_ms, values))
+            self._samples.append(row)
         self.sample_seq += 1
 
     def _sample_row(self, t_ms: int, values: dict[str, int]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DataError, SQLAlchemyError
 
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell
@@ -242,10 +242,13 @@ class DeviceRunner:
             return CellOutcome(run_id, Status.FAILED, 0, str(exc))
         return self.follow(run_id, jobdir, stored_lines=0, cell=cell)
 
-    def _store_failed(self, run_id: int, jobdir: str, exc: SQLAlchemyError) -> StoreWriteError:
+    def _store_failed(self, run_id: int, jobdir: str, exc: Exception) -> StoreWriteError:
         """The store refused a write mid-run: the engine is stopped (a run nobody records
         must not go on), the run marked interrupted if the store still takes that one
-        update (else the next `orch run` settles it), and one line says what to do."""
+        update (else the next `orch run` settles it), and one line says what to do. A value
+        the store cannot hold (DataError, the SQLite driver's OverflowError) is named as such:
+        no space to free (orch drops those values first, db/storable.py: one that gets
+        through is orch's bug)."""
         try:
             self.client.kill(jobdir)
         except TransportError:
@@ -256,10 +259,17 @@ class DeviceRunner:
                                   cause=f"{STORE_STOP} ({reason})")
         except SQLAlchemyError:
             pass
+        resume = self.resume_hint or f"orch run {self.loaded.path} --resume"
+        if isinstance(exc, (DataError, OverflowError)):
+            what = "the store refused a value" if isinstance(exc, DataError) else \
+                "a number too large to handle came"
+            return StoreWriteError(f"{what} during run #{run_id} "
+                                   f"({reason}); its engine was stopped. orch drops values the "
+                                   f"store cannot hold: this one got through, a bug to report "
+                                   f"with the line above; `{resume}` runs the cell again")
         return StoreWriteError(f"the store could not be written during run #{run_id} "
                                f"({reason}); its engine was stopped. Free the space, then "
-                               f"`{self.resume_hint or f'orch run {self.loaded.path} --resume'}`"
-                               f" runs the cell again")
+                               f"`{resume}` runs the cell again")
 
     def _stopped(self, run_id: int, jobdir: str, recorder: RunRecorder | None = None) -> None:
         """Ctrl-C or SIGTERM: stop the engine, keep what was streamed, mark the run
@@ -294,7 +304,7 @@ class DeviceRunner:
         except KeyboardInterrupt:
             self._stopped(run_id, jobdir, recorder)
             raise
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OverflowError) as exc:
             raise self._store_failed(run_id, jobdir, exc) from exc
         status, cause = classify(recorder, self.mem_total_kb)
         # the engine's own account of its failure (a fatal BMOE_ERROR) is the cause
@@ -313,7 +323,7 @@ class DeviceRunner:
         except KeyboardInterrupt:   # during the collection (a slow fetch): not left `running`
             self._stopped(run_id, jobdir, recorder)
             raise
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, OverflowError) as exc:
             raise self._store_failed(run_id, jobdir, exc) from exc
 
     def _deadline_watch(self, run_id: int, jobdir: str) -> DeadlineWatch:
