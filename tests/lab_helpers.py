@@ -122,3 +122,20 @@ def registered(store: Store, names: list[str]) -> bool:
     rows = store.fetch(text("SELECT name, pid FROM lab_device"))
     live = {r.name for r in rows if r.pid is not None}
     return set(names) <= live
+
+
+def processes_mentioning(needle: str) -> list[int]:
+    """Live processes whose command line mentions `needle` (a test's workspace: its engines,
+    agents and consumers), from /proc; zombies are dead and not counted."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and needle.encode() in argv:
+            pids.append(int(entry.name))
+    return pids

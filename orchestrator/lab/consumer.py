@@ -30,6 +30,7 @@ from orchestrator.transports.base import LinkPolicy
 log = logging.getLogger("orch.lab")
 HEARTBEAT_S = 5.0
 EXIT_TAKEN = 3
+EXIT_HARD_STOP = 4
 
 
 def _die_with_parent() -> None:
@@ -40,6 +41,35 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _hard_stop_on_second_signal(device: str) -> None:
+    """Celery's own answer to a second Ctrl-C / SIGQUIT is a cold shutdown that cancels the
+    running task, which the solo pool cannot do (NotImplementedError inside the cell: it was
+    stored `failed`). The lab's hard stop is documented as "stop at once, the engine goes on":
+    the process exits on the spot, the cell stays taken (`delivered`), its message unacknowledged,
+    and the device's next consumer re-attaches its job (DeviceConsumer.recover). The first
+    SIGINT / SIGTERM stays Celery's warm shutdown (the running cell ends first)."""
+    warm = signal.getsignal(signal.SIGTERM)   # Celery's warm shutdown, installed by now
+    seen = 0
+
+    def hard(signum: int, _frame: object) -> None:
+        log.warning("%s: stopped at once (%s): the running cell's engine goes on and the next "
+                    "consumer of %s re-attaches it", device, signal.Signals(signum).name, device)
+        logging.shutdown()
+        os._exit(EXIT_HARD_STOP)
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal seen
+        seen += 1
+        if seen > 1:
+            hard(signum, frame)
+        if callable(warm):
+            warm(signum, frame)
+
+    signal.signal(signal.SIGQUIT, hard)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -99,9 +129,16 @@ def main(argv: list[str] | None = None) -> int:
                 log.info("%s: %d taken cell(s) finished before consuming", args.device, recovered)
             app = make_app(args.broker, args.visibility_timeout)
             app.task(name=TASK)(consumer.execute)
-            from celery.signals import worker_shutting_down
+            from celery.signals import worker_ready, worker_shutting_down
 
             worker_shutting_down.connect(lambda **_: consumer.stop.set(), weak=False)
+            armed: list[bool] = []
+
+            def arm(**_: object) -> None:   # after Celery installed its handlers; once
+                if not armed:
+                    armed.append(True)
+                    _hard_stop_on_second_signal(args.device)
+            worker_ready.connect(arm, weak=False)
             log.info("%s: consuming %s", args.device, queue_name(args.device))
             app.worker_main(["worker", "--pool=solo", "--concurrency=1",
                              "--prefetch-multiplier=1", f"--queues={queue_name(args.device)}",
