@@ -139,3 +139,43 @@ def processes_mentioning(needle: str) -> list[int]:
         if state != "Z" and needle.encode() in argv:
             pids.append(int(entry.name))
     return pids
+
+
+class SilentPeer:
+    """A TCP server on 127.0.0.1 that accepts every connection and never says a word (a hung
+    broker, a proxy on the wrong port). `with SilentPeer() as peer:` ... `peer.port`; closed
+    (its thread ended, its sockets closed) at the end."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, name="silent-peer", daemon=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:   # closed: the test is over
+                return
+            self.accepted.append(conn)
+
+    def __enter__(self) -> SilentPeer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import socket
+
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.server.close()
+        self.thread.join(timeout=10)
+        for conn in self.accepted:
+            conn.close()
+        assert not self.thread.is_alive()

@@ -249,8 +249,9 @@ def cancel(batch: int, broker: str | None, db: str | None) -> None:
     result = cancel_batch(_store(db, create=False), batch, make_app(broker) if broker else None)
     running = (f"; {result.running} running cell{'s' * (result.running != 1)} will finish"
                if result.running else "")
-    revoked = "" if result.revoked else " (no broker given: not revoked in Celery; consumers " \
-                                        "skip them by the store)"
+    revoked = "" if result.revoked else \
+        f" (not revoked in Celery: {result.broker_error or 'no broker given'}; consumers skip " \
+        f"them by the store)"
     click.echo(f"batch {batch}: {result.cancelled} waiting cell"
                f"{'s' * (result.cancelled != 1)} cancelled{revoked}{running}")
 
