@@ -101,3 +101,33 @@ def test_a_broker_that_accepts_and_never_answers_is_one_line_and_exit_1(lab, mon
         assert time.monotonic() - began < 60
         assert "did not answer" in worker.log() and "Traceback" not in worker.log()
     assert store.fetch(text("SELECT count(*) AS n FROM lab_cell"))[0].n == 0
+
+
+def test_a_postgresql_restart_mid_cell_leaves_the_worker_serving_and_every_cell_whole(
+        lab, pg_url):
+    """A real restart of the store's server while a cell streams: the worker and its
+    consumer stay the same processes, the interrupted cell ends with its true result (every
+    row), never orch's own kill, and the next cell runs."""
+    from pg_fixture import restart_pg_server
+
+    ws, store, start = lab
+    worker = start("wp", inventory(ws, "inv", ["p1"]))
+    wait_for("the consumer", lambda: registered(store, ["p1"]), on_fail=worker.log)
+    code, out = orch("lab", "submit", str(matrix(ws, "pgrestart", tokens=40, delay=0.1,
+                                                 repeat=1, order="as-written")), "-d", "p1")
+    assert code == 0, out
+    wait_for("the first cell to stream", _streaming(store), on_fail=worker.log)
+    consumers = consumer_pids("wp")
+    restart_pg_server(pg_url, down_s=3.0)
+    store.engine.dispose()                   # the test's own connections were cut too
+    code, out = orch("lab", "wait", "--timeout", "240")
+    assert code == 0, out + worker.log()
+    assert worker.proc.poll() is None, worker.log()      # the worker survived ...
+    assert consumer_pids("wp") == consumers              # ... and so did its consumer
+    current = [r for r in _runs(store) if not r.superseded]
+    assert [(r.status, r.tokens, r.steps) for r in current] == [("ok", 40, 40)] * 2, \
+        _runs(store)
+    causes = store.fetch(text("SELECT status, cause FROM run"))
+    assert not [c for c in causes if "killed" in (c.cause or "") or c.status == "killed"]
+    assert [c.state for c in _cells(store)] == ["ok", "ok"]
+    _nothing_left(ws, worker)

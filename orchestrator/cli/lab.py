@@ -71,6 +71,9 @@ def lab() -> None:
               metavar="SECONDS", help="Wait between failed checks before quarantine.")
 @click.option("--link-grace", type=click.FloatRange(0, 86400), default=120.0, show_default=True,
               metavar="SECONDS", help="How long a running cell waits for a device that dropped off.")
+@click.option("--store-grace", type=click.FloatRange(0, 86400), default=300.0, show_default=True,
+              metavar="SECONDS", help="How long the worker and its consumers wait out a store "
+                                      "that stopped answering (a restart) before they stop.")
 @click.option("--visibility-timeout", type=click.FloatRange(60, 30 * 86400), default=None,
               metavar="SECONDS", help="Redis: redeliver a task unacknowledged this long "
                                       "(default 8 days: above the longest cell; docs/lab.md).")
@@ -79,7 +82,7 @@ def lab() -> None:
 @friendly
 def worker(broker: str | None, db: str | None, inventory: str | None, name: str,
            devices: tuple[str, ...], quarantine_after: int, min_battery: int,
-           max_start_temp: float, check_retry: float, link_grace: float,
+           max_start_temp: float, check_retry: float, link_grace: float, store_grace: float,
            visibility_timeout: float | None, log_dir: str | None) -> None:
     """Serve this host's devices: register them in the store and run one consumer process per
     device (Celery, solo pool, its queue `dev.DEVICE` only), so each device runs one cell at a
@@ -101,13 +104,14 @@ def worker(broker: str | None, db: str | None, inventory: str | None, name: str,
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     extra = ["--quarantine-after", str(quarantine_after), "--min-battery", str(min_battery),
              "--max-start-temp", str(max_start_temp), "--check-retry", str(check_retry),
-             "--link-grace", str(link_grace)]
+             "--link-grace", str(link_grace), "--store-grace", str(store_grace)]
     if visibility_timeout is not None:
         extra += ["--visibility-timeout", str(visibility_timeout)]
     options = WorkerOptions(name=name, db=resolve_url(db), broker=url,
                             inventory=os.path.abspath(inventory) if inventory else None,
                             devices=list(devices), consumer_args=extra,
-                            log_dir=Path(log_dir) if log_dir else None)
+                            log_dir=Path(log_dir) if log_dir else None,
+                            store_grace_s=store_grace)
     supervisor = Supervisor(store, options)
     names = supervisor.register()
     if os.geteuid() == 0:

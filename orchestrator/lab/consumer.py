@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 
 from orchestrator.config.inventory import load_inventory
 from orchestrator.db import lab as lab_db
@@ -25,12 +26,14 @@ from orchestrator.db.store import Store, now
 from orchestrator.lab.app import TASK, VISIBILITY_TIMEOUT_S, make_app, queue_name
 from orchestrator.lab.cell_task import DeviceConsumer
 from orchestrator.lab.health import HealthLimits
+from orchestrator.lab.store_retry import STORE_GRACE_S, StoreGone
 from orchestrator.transports.base import LinkPolicy
 
 log = logging.getLogger("orch.lab")
 HEARTBEAT_S = 5.0
 EXIT_TAKEN = 3
 EXIT_HARD_STOP = 4
+EXIT_STORE_GONE = 5
 
 
 def _die_with_parent() -> None:
@@ -72,6 +75,22 @@ def _hard_stop_on_second_signal(device: str) -> None:
     signal.signal(signal.SIGTERM, stop)
 
 
+def _stopping_when_the_store_is_gone(execute: Callable[[int], str],
+                                     device: str) -> Callable[[int], str]:
+    """The task: a store gone for the whole grace ends this process on the spot, so that its
+    message is not acknowledged as done (Celery acks a task that raised) and its cell stays
+    taken; the worker starts the consumer again, which finishes the cell (recover)."""
+    def task(cell_id: int) -> str:
+        try:
+            return execute(cell_id)
+        except StoreGone as exc:
+            log.error("%s: %s; this consumer stops, cell %s stays taken for the next one",
+                      device, exc, cell_id)
+            logging.shutdown()
+            os._exit(EXIT_STORE_GONE)
+    return task
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="orch-lab-consumer")
     p.add_argument("--device", required=True)
@@ -86,6 +105,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-start-temp", type=float, default=HealthLimits.max_start_temp_c)
     p.add_argument("--check-retry", type=float, default=HealthLimits.retry_s)
     p.add_argument("--link-grace", type=float, default=120.0)
+    p.add_argument("--store-grace", type=float, default=STORE_GRACE_S)
     p.add_argument("--loglevel", default="INFO")
     return p.parse_args(argv)
 
@@ -117,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     limits = HealthLimits(after=args.quarantine_after, min_battery_pct=args.min_battery,
                           max_start_temp_c=args.max_start_temp, retry_s=args.check_retry)
     consumer = DeviceConsumer(store, inventory, args.device, args.worker, limits,
-                              LinkPolicy(grace_s=args.link_grace))
+                              LinkPolicy(grace_s=args.link_grace), store_grace_s=args.store_grace)
     beat = threading.Thread(target=_heartbeat, args=(store, args.device, consumer.stop,
                                                      args.parent), daemon=True)
     try:
@@ -128,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             if recovered:
                 log.info("%s: %d taken cell(s) finished before consuming", args.device, recovered)
             app = make_app(args.broker, args.visibility_timeout)
-            app.task(name=TASK)(consumer.execute)
+            app.task(name=TASK)(_stopping_when_the_store_is_gone(consumer.execute,
+                                                                  args.device))
             from celery.signals import worker_ready, worker_shutting_down
 
             worker_shutting_down.connect(lambda **_: consumer.stop.set(), weak=False)
@@ -148,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceTaken as exc:
         log.error("%s", exc)
         return EXIT_TAKEN
+    except StoreGone as exc:
+        log.error("%s: %s; this consumer stops (its worker starts it again)", args.device, exc)
+        return EXIT_STORE_GONE
     finally:
         consumer.stop.set()
         consumer.close()

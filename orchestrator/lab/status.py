@@ -13,6 +13,7 @@ from rich.table import Table
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
 from orchestrator.lab.app import LabError
+from orchestrator.lab.store_retry import STORE_GRACE_S, with_store
 
 
 def status_rows(store: Store, depths: dict[str, int | None] | None = None) -> list[dict[str, Any]]:
@@ -81,7 +82,9 @@ def wait(store: Store, sessions: list[int], on_change: Callable[[Counter, int], 
     began = time.monotonic()
     last = None
     while True:
-        cells = lab_db.cells_of_sessions(store, sessions)
+        # a store restart while waiting is waited out (lab/store_retry.py), not an error
+        cells = with_store(lambda: lab_db.cells_of_sessions(store, sessions), STORE_GRACE_S,
+                           "lab wait")
         states = Counter(cell.state for cell in cells)
         if states != last:
             on_change(states, len(cells))
