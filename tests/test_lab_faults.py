@@ -131,3 +131,29 @@ def test_a_postgresql_restart_mid_cell_leaves_the_worker_serving_and_every_cell_
     assert not [c for c in causes if "killed" in (c.cause or "") or c.status == "killed"]
     assert [c.state for c in _cells(store)] == ["ok", "ok"]
     _nothing_left(ws, worker)
+
+
+def test_a_redis_restart_without_persistence_mid_cell_loses_no_cell(lab, redis_url):
+    """A real restart of the broker (no persistence: every message it held is gone) while a
+    cell streams: the consumer reconnects, the running cell ends whole, and the queued cells
+    the broker forgot are sent again (reconciled with the store) and run once each."""
+    from redis_fixture import restart_redis
+
+    ws, store, start = lab
+    worker = start("wb", inventory(ws, "inv", ["b1"]), "--reconcile-every", "2")
+    wait_for("the consumer", lambda: registered(store, ["b1"]), on_fail=worker.log)
+    code, out = orch("lab", "submit", str(matrix(ws, "redisrestart", tokens=40, delay=0.1,
+                                                 repeat=2, order="as-written")), "-d", "b1")
+    assert code == 0, out
+    wait_for("the first cell to stream", _streaming(store), on_fail=worker.log)
+    consumers = consumer_pids("wb")
+    restart_redis(redis_url, down_s=2.0)
+    code, out = orch("lab", "wait", "--timeout", "240")
+    assert code == 0, out + worker.log()
+    assert worker.proc.poll() is None and consumer_pids("wb") == consumers, worker.log()
+    runs = _runs(store)
+    assert [(r.status, r.tokens, r.steps, r.superseded) for r in runs] == \
+        [("ok", 40, 40, False)] * 4, runs                  # each cell once, whole
+    assert [c.state for c in _cells(store)] == ["ok"] * 4
+    assert "sent again" in worker.log()
+    _nothing_left(ws, worker)

@@ -219,3 +219,12 @@ def device_activity(store: Store) -> list[Any]:
             .outerjoin(ended, ended.c.device == d.c.name)
             .where(d.c.state != REMOVED).order_by(d.c.name))
     return store.fetch(stmt)
+
+
+def queued_cells(store: Store, device: str, before: dt.datetime) -> list[Any]:
+    """Cells of `device` still `queued` that were sent before `before`, in the order they
+    were sent (lab/reconcile.py: what a broker that lost its messages must be given again)."""
+    table = schema.lab_cell
+    return store.fetch(select(table.c.id, table.c.device).where(
+        table.c.device == device, table.c.state == "queued", table.c.enqueued_at < before)
+        .order_by(table.c.batch_id, table.c.position))

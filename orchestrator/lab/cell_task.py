@@ -95,6 +95,7 @@ class DeviceConsumer:
                  store_grace_s: float = STORE_GRACE_S) -> None:
         self.store, self.inventory, self.device, self.worker = store, inventory, device, worker
         self.store_grace_s = store_grace_s
+        self.busy = False           # a task runs (lab/reconcile.py looks only between cells)
         self.kind = inventory.get(device).kind
         self.device_id = store.upsert_device(device, self.kind)
         self.link = link or LinkPolicy()
@@ -162,6 +163,7 @@ class DeviceConsumer:
     def execute(self, cell_id: int) -> str:
         """The task body. Returns what happened (for the log): a state or `ignored`. A store
         that is lost is waited out (the worker's store grace) before the cell is looked at."""
+        self.busy = True
         try:
             return with_store(lambda: self._execute(cell_id), self.store_grace_s,
                               f"{self.device}: cell {cell_id}")
@@ -171,6 +173,8 @@ class DeviceConsumer:
             if lost_store(exc):
                 raise self._gone(exc) from None
             raise
+        finally:
+            self.busy = False
 
     def _execute(self, cell_id: int) -> str:
         row = lab_db.cell_row(self.store, cell_id)

@@ -26,6 +26,8 @@ from orchestrator.db.store import Store, now
 from orchestrator.lab.app import TASK, VISIBILITY_TIMEOUT_S, make_app, queue_name
 from orchestrator.lab.cell_task import DeviceConsumer
 from orchestrator.lab.health import HealthLimits
+from orchestrator.lab.reconcile import EVERY_S as RECONCILE_EVERY_S
+from orchestrator.lab.reconcile import Reconciler
 from orchestrator.lab.store_retry import STORE_GRACE_S, StoreGone
 from orchestrator.transports.base import LinkPolicy
 
@@ -106,6 +108,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--check-retry", type=float, default=HealthLimits.retry_s)
     p.add_argument("--link-grace", type=float, default=120.0)
     p.add_argument("--store-grace", type=float, default=STORE_GRACE_S)
+    p.add_argument("--reconcile-every", type=float, default=RECONCILE_EVERY_S)
     p.add_argument("--loglevel", default="INFO")
     return p.parse_args(argv)
 
@@ -147,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
             recovered = consumer.recover()
             if recovered:
                 log.info("%s: %d taken cell(s) finished before consuming", args.device, recovered)
+            # a broker that forgot its messages (a restart without persistence): sent again
+            Reconciler(store, args.broker, args.device, lambda: not consumer.busy,
+                       consumer.stop, args.reconcile_every).start()
             app = make_app(args.broker, args.visibility_timeout)
             app.task(name=TASK)(_stopping_when_the_store_is_gone(consumer.execute,
                                                                   args.device))
