@@ -34,10 +34,12 @@ def _nothing_left(ws, *workers) -> None:
              timeout=30, on_fail=lambda: f"left: {processes_mentioning(str(ws))}")
 
 
-def test_a_hard_stop_leaves_the_cell_taken_and_the_next_worker_finishes_it(lab):
+@pytest.mark.parametrize("stored_failed", [False, True], ids=["now", "older-orch"])
+def test_a_hard_stop_leaves_the_cell_taken_and_the_next_worker_finishes_it(lab, stored_failed):
     """docs/lab.md: a second SIGTERM stops at once; the engine goes on on the device and the
     next consumer re-attaches it: the cell is never `failed`, its run gets every row, and the
-    device (busy with that very job) is not quarantined."""
+    device (busy with that very job) is not quarantined. `older-orch`: the cell was stored
+    `failed` (as orch did before), its run left `running`: re-attached all the same."""
     ws, store, start = lab
     inv = inventory(ws, "inv", ["h1"])
     worker = start("wh", inv)
@@ -54,6 +56,9 @@ def test_a_hard_stop_leaves_the_cell_taken_and_the_next_worker_finishes_it(lab):
     wait_for("its consumer to end", lambda: not consumer_pids("wh"))
     assert _cells(store)[0].state == "delivered", worker.log()   # taken: not failed
     assert "NotImplementedError" not in worker.log()
+    if stored_failed:
+        with store.engine.begin() as conn:
+            conn.execute(text("UPDATE lab_cell SET state = 'failed' WHERE state = 'delivered'"))
 
     second = start("wh", inv)
     code, out = orch("lab", "wait")

@@ -245,6 +245,10 @@ class DeviceConsumer:
     def recover(self) -> int:
         """Before consuming: finish the cells an earlier consumer of this device took and did
         not end (it was killed), in the order it took them. Returns how many."""
+        reopened = lab_db.reopen_stranded(self.store, self.device)
+        if reopened:
+            log.warning("%s: cell(s) %s were stored failed while their engine ran on: taken "
+                        "again to re-attach it", self.device, ", ".join(map(str, reopened)))
         rows = lab_db.taken_cells(self.store, self.device)
         for row in rows:
             log.info("%s: cell %s was taken by a consumer that ended; finishing it",
