@@ -116,9 +116,10 @@ def redis_binary() -> str | None:
     return path
 
 
-def start_redis(directory: Path, timeout: float = REDIS_START_TIMEOUT
+def start_redis(directory: Path, timeout: float = REDIS_START_TIMEOUT, port: int | None = None
                 ) -> tuple[subprocess.Popen, str]:
-    """Start a redis-server in `directory` on a free loopback port, without persistence;
+    """Start a redis-server in `directory` on a free loopback port (or `port`: a restart),
+    without persistence;
     (process, `redis://127.0.0.1:PORT/0`) once it answers PING (the `redis` client: orch's lab
     extra). RuntimeError when it cannot start. The caller stops the process (`stop`)."""
     import redis
@@ -126,7 +127,7 @@ def start_redis(directory: Path, timeout: float = REDIS_START_TIMEOUT
     binary = redis_binary()
     if binary is None:
         raise RuntimeError("redis-server is not installed")
-    port = free_port()
+    port = port or free_port()
     log = directory / "redis.log"
     url = f"redis://127.0.0.1:{port}/0"
     # no persistence (--save '' --appendonly no): a private broker starts empty every time

@@ -122,3 +122,60 @@ def registered(store: Store, names: list[str]) -> bool:
     rows = store.fetch(text("SELECT name, pid FROM lab_device"))
     live = {r.name for r in rows if r.pid is not None}
     return set(names) <= live
+
+
+def processes_mentioning(needle: str) -> list[int]:
+    """Live processes whose command line mentions `needle` (a test's workspace: its engines,
+    agents and consumers), from /proc; zombies are dead and not counted."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and needle.encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+class SilentPeer:
+    """A TCP server on 127.0.0.1 that accepts every connection and never says a word (a hung
+    broker, a proxy on the wrong port). `with SilentPeer() as peer:` ... `peer.port`; closed
+    (its thread ended, its sockets closed) at the end."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, name="silent-peer", daemon=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:   # closed: the test is over
+                return
+            self.accepted.append(conn)
+
+    def __enter__(self) -> SilentPeer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import socket
+
+        try:
+            self.server.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.server.close()
+        self.thread.join(timeout=10)
+        for conn in self.accepted:
+            conn.close()
+        assert not self.thread.is_alive()

@@ -37,6 +37,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+_servers: dict[int, tuple[str, Path]] = {}   # port -> (binaries, root) of pg_url's servers
+
+
 def _psql(port: int, sql: str) -> None:
     subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-v",
                     "ON_ERROR_STOP=1", "-c", sql], check=True, capture_output=True, timeout=30)
@@ -66,6 +69,7 @@ def pg_url() -> Iterator[str]:
                                 "start"], check=True, capture_output=True, timeout=60)
         try:
             _psql(port, "create database orch")
+            _servers[port] = (pg, root)   # for restart_pg_server
             yield f"postgresql+psycopg://postgres@127.0.0.1:{port}/orch"
         finally:
             subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-m", "immediate",
@@ -86,3 +90,23 @@ def fresh_pg_database(pg_url: str, name: str) -> str:
     _psql(port, f"drop database if exists {name} with (force)")
     _psql(port, f"create database {name}")
     return pg_url[: match.end()] + name
+
+
+def restart_pg_server(pg_url: str, down_s: float = 3.0) -> None:
+    """Restart pg_url's server for real, as an operator's restart does: a fast stop (every
+    client connection is cut), `down_s` seconds down (the outage being tested, not a wait for
+    an event), then started again on the same port; returns once it accepts connections."""
+    import time
+
+    match = re.search(r"@127\.0\.0\.1:(\d+)/", pg_url)
+    if match is None or int(match.group(1)) not in _servers:
+        raise ValueError(f"not a pg_url of this fixture: {pg_url}")
+    port = int(match.group(1))
+    pg, root = _servers[port]
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-m", "fast", "-w", "stop"],
+                   check=True, capture_output=True, timeout=60)
+    time.sleep(down_s)
+    subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-l", f"{root}/log", "-w",
+                            "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
+                            "start"], check=True, capture_output=True, timeout=60)

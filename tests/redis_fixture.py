@@ -28,6 +28,7 @@ import _broker
 from _broker import flush  # re-exported: tests call redis_fixture.flush
 
 _stop = _broker.stop
+_servers: dict[str, tuple[object, Path]] = {}   # url -> (process, directory) of redis_url
 
 
 def _unavailable(reason: str) -> None:
@@ -49,10 +50,11 @@ def redis_url() -> Iterator[str]:
     directory = Path(tempfile.mkdtemp(prefix="orch-redis-"))
     try:
         proc, url = start_redis(directory)
+        _servers[url] = (proc, directory)     # restart_redis replaces the process
         try:
             yield url
         finally:
-            _stop(proc)
+            _stop(_servers.pop(url, (proc, directory))[0])
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -62,3 +64,18 @@ def redis_db(redis_url: str) -> str:
     """The session's broker URL, emptied for this test."""
     flush(redis_url)
     return redis_url
+
+
+def restart_redis(url: str, down_s: float = 2.0) -> None:
+    """Restart redis_url's server for real, without persistence (as the fixture runs it): every
+    client connection is cut and every message it held is gone; `down_s` seconds down (the
+    outage being tested), then a new server on the same port; returns once it answers PING."""
+    import time
+
+    proc, directory = _servers[url]
+    _stop(proc)
+    time.sleep(down_s)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    new, again = _broker.start_redis(directory, port=port)
+    assert again == url, (again, url)
+    _servers[url] = (new, directory)

@@ -71,6 +71,13 @@ def lab() -> None:
               metavar="SECONDS", help="Wait between failed checks before quarantine.")
 @click.option("--link-grace", type=click.FloatRange(0, 86400), default=120.0, show_default=True,
               metavar="SECONDS", help="How long a running cell waits for a device that dropped off.")
+@click.option("--store-grace", type=click.FloatRange(0, 86400), default=300.0, show_default=True,
+              metavar="SECONDS", help="How long the worker and its consumers wait out a store "
+                                      "that stopped answering (a restart) before they stop.")
+@click.option("--reconcile-every", type=click.FloatRange(1, 86400), default=30.0,
+              show_default=True, metavar="SECONDS",
+              help="How often an idle consumer checks that the broker still holds its "
+                   "device's queued cells, and sends again those it lost (docs/lab.md).")
 @click.option("--visibility-timeout", type=click.FloatRange(60, 30 * 86400), default=None,
               metavar="SECONDS", help="Redis: redeliver a task unacknowledged this long "
                                       "(default 8 days: above the longest cell; docs/lab.md).")
@@ -79,8 +86,8 @@ def lab() -> None:
 @friendly
 def worker(broker: str | None, db: str | None, inventory: str | None, name: str,
            devices: tuple[str, ...], quarantine_after: int, min_battery: int,
-           max_start_temp: float, check_retry: float, link_grace: float,
-           visibility_timeout: float | None, log_dir: str | None) -> None:
+           max_start_temp: float, check_retry: float, link_grace: float, store_grace: float,
+           reconcile_every: float, visibility_timeout: float | None, log_dir: str | None) -> None:
     """Serve this host's devices: register them in the store and run one consumer process per
     device (Celery, solo pool, its queue `dev.DEVICE` only), so each device runs one cell at a
     time in its order while devices run in parallel. Runs until Ctrl-C / SIGTERM, which let
@@ -101,13 +108,15 @@ def worker(broker: str | None, db: str | None, inventory: str | None, name: str,
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     extra = ["--quarantine-after", str(quarantine_after), "--min-battery", str(min_battery),
              "--max-start-temp", str(max_start_temp), "--check-retry", str(check_retry),
-             "--link-grace", str(link_grace)]
+             "--link-grace", str(link_grace), "--store-grace", str(store_grace),
+             "--reconcile-every", str(reconcile_every)]
     if visibility_timeout is not None:
         extra += ["--visibility-timeout", str(visibility_timeout)]
     options = WorkerOptions(name=name, db=resolve_url(db), broker=url,
                             inventory=os.path.abspath(inventory) if inventory else None,
                             devices=list(devices), consumer_args=extra,
-                            log_dir=Path(log_dir) if log_dir else None)
+                            log_dir=Path(log_dir) if log_dir else None,
+                            store_grace_s=store_grace)
     supervisor = Supervisor(store, options)
     names = supervisor.register()
     if os.geteuid() == 0:
@@ -224,7 +233,17 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
             errors.print(last_line)
             last_at = time.monotonic()
 
-    result = wait_for(store, sessions, shown, timeout_s=timeout)
+    every = None
+    if broker:   # queued cells a restarted broker forgot are sent again (lab/reconcile.py)
+        from orchestrator.lab.app import make_app
+        from orchestrator.lab.reconcile import resend_lost
+
+        app = make_app(broker)
+
+        def every(devices: set[str]) -> None:
+            for device in sorted(devices):
+                resend_lost(store, app, device)
+    result = wait_for(store, sessions, shown, timeout_s=timeout, every=every)
     if not result.ok and timeout is not None and any(result.states[s] for s in ("queued", "delivered")):
         errors.print(f"{last_line}; gave up after --timeout {timeout:g} s")
     for sid in sessions:
@@ -249,8 +268,9 @@ def cancel(batch: int, broker: str | None, db: str | None) -> None:
     result = cancel_batch(_store(db, create=False), batch, make_app(broker) if broker else None)
     running = (f"; {result.running} running cell{'s' * (result.running != 1)} will finish"
                if result.running else "")
-    revoked = "" if result.revoked else " (no broker given: not revoked in Celery; consumers " \
-                                        "skip them by the store)"
+    revoked = "" if result.revoked else \
+        f" (not revoked in Celery: {result.broker_error or 'no broker given'}; consumers skip " \
+        f"them by the store)"
     click.echo(f"batch {batch}: {result.cancelled} waiting cell"
                f"{'s' * (result.cancelled != 1)} cancelled{revoked}{running}")
 

@@ -219,3 +219,29 @@ def device_activity(store: Store) -> list[Any]:
             .outerjoin(ended, ended.c.device == d.c.name)
             .where(d.c.state != REMOVED).order_by(d.c.name))
     return store.fetch(stmt)
+
+
+def queued_cells(store: Store, device: str, before: dt.datetime) -> list[Any]:
+    """Cells of `device` still `queued` that were sent before `before`, in the order they
+    were sent (lab/reconcile.py: what a broker that lost its messages must be given again)."""
+    table = schema.lab_cell
+    return store.fetch(select(table.c.id, table.c.device).where(
+        table.c.device == device, table.c.state == "queued", table.c.enqueued_at < before)
+        .order_by(table.c.batch_id, table.c.position))
+
+
+def reopen_stranded(store: Store, device: str) -> list[int]:
+    """Cells of `device` stored `failed` while their run is still `running` (an older orch
+    marked a cell failed when its worker was stopped hard, and left its engine running on the
+    device): taken again (`delivered`), so the device's consumer re-attaches their job instead
+    of finding the device busy with it. Their ids."""
+    run, cell = schema.run, schema.lab_cell
+    with store.lock, store.engine.begin() as conn:
+        ids = [r.id for r in conn.execute(select(cell.c.id).join(
+            run, (cell.c.session_id == run.c.session_id) & (cell.c.cell_key == run.c.cell_key))
+            .where(cell.c.device == device, cell.c.state == "failed",
+                   run.c.status == "running", run.c.superseded.is_(False)).distinct())]
+        if ids:
+            conn.execute(update(cell).where(cell.c.id.in_(ids))
+                         .values(state="delivered", ended_at=None))
+    return ids

@@ -15,7 +15,7 @@ from typing import Any
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
 from orchestrator.errors import NotFound
-from orchestrator.lab.app import task_id
+from orchestrator.lab.app import is_timeout, silent, task_id
 from orchestrator.lab.submit import Submission, submit
 
 
@@ -25,6 +25,7 @@ class Cancelled:
     cancelled: int          # cells that were waiting and will not run
     running: int            # cells a consumer had taken: they finish
     revoked: bool           # the tasks were revoked in Celery too
+    broker_error: str | None = None   # why they could not be (the store's cancel stands)
 
 
 def _batch(store: Store, batch_id: int) -> Any:
@@ -41,7 +42,11 @@ def cancel(store: Store, batch_id: int, app: Any | None = None) -> Cancelled:
     _batch(store, batch_id)
     ids, running = lab_db.cancel_queued(store, batch_id)
     if app is not None and ids:
-        app.control.revoke([task_id(i) for i in ids])
+        try:
+            app.control.revoke([task_id(i) for i in ids])
+        except Exception as exc:  # noqa: BLE001 - a broker down or silent: the store decides
+            why = str(silent(app)) if is_timeout(exc) else f"{type(exc).__name__}: {exc}"
+            return Cancelled(batch_id, len(ids), running, False, why.splitlines()[0])
     return Cancelled(batch_id, len(ids), running, app is not None)
 
 

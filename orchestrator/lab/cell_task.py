@@ -22,12 +22,14 @@ from orchestrator.config.session import apply_session_prompt_texts
 from orchestrator.db import lab as lab_db
 from orchestrator.db.runs import Runs, Sessions
 from orchestrator.db.store import Store, now
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, StoreWriteError
 from orchestrator.lab.health import HealthGate, HealthLimits, Stopping, check_device
 from orchestrator.plugins import get_adapter
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.device_session import DevicePolicy, DeviceSession, begin_session
-from orchestrator.run.lifecycle import USER_STOP, DeviceBusy
+from orchestrator.lab.store_retry import STORE_GRACE_S, StoreGone, lost_store, wait_for_store, \
+    with_store
+from orchestrator.run.lifecycle import STORE_STOP, USER_STOP, DeviceBusy
 from orchestrator.run.prepare import prepare_device
 from orchestrator.run.progress import Progress
 from orchestrator.run.runner import CellOutcome
@@ -73,12 +75,27 @@ def loaded_from_batch(batch: Any) -> LoadedMatrix:
                         prompt_text=batch.prompt_text or "")
 
 
+def _raised(exc: BaseException, kind: type[BaseException]) -> bool:
+    """`kind` in exc's chain (a later store call in a `finally` may have replaced it)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
 class DeviceConsumer:
     """Runs the lab cells of one device, one at a time, for one worker process."""
 
     def __init__(self, store: Store, inventory: Inventory, device: str, worker: str,
-                 limits: HealthLimits, link: LinkPolicy | None = None) -> None:
+                 limits: HealthLimits, link: LinkPolicy | None = None,
+                 store_grace_s: float = STORE_GRACE_S) -> None:
         self.store, self.inventory, self.device, self.worker = store, inventory, device, worker
+        self.store_grace_s = store_grace_s
+        self.busy = False           # a task runs (lab/reconcile.py looks only between cells)
         self.kind = inventory.get(device).kind
         self.device_id = store.upsert_device(device, self.kind)
         self.link = link or LinkPolicy()
@@ -144,7 +161,22 @@ class DeviceConsumer:
 
     # -- tasks ---------------------------------------------------------------------------------
     def execute(self, cell_id: int) -> str:
-        """The task body. Returns what happened (for the log): a state or `ignored`."""
+        """The task body. Returns what happened (for the log): a state or `ignored`. A store
+        that is lost is waited out (the worker's store grace) before the cell is looked at."""
+        self.busy = True
+        try:
+            return with_store(lambda: self._execute(cell_id), self.store_grace_s,
+                              f"{self.device}: cell {cell_id}")
+        except StoreGone:
+            raise
+        except Exception as exc:
+            if lost_store(exc):
+                raise self._gone(exc) from None
+            raise
+        finally:
+            self.busy = False
+
+    def _execute(self, cell_id: int) -> str:
         row = lab_db.cell_row(self.store, cell_id)
         if row is None:
             log.warning("%s: task for cell %s, which is not in this store: ignored",
@@ -170,16 +202,53 @@ class DeviceConsumer:
         stays taken and the device's next consumer finishes it."""
         try:
             return self._run(row)
-        except Stopping:
+        except (Stopping, StoreGone):
             raise
         except Exception as exc:  # a task must end its cell, whatever happened
+            if lost_store(exc):
+                return self._after_store_loss(row, exc)
             log.exception("%s: cell %s failed unexpectedly", self.device, row.id)
             self._drop_connection()
             return self._end(row, "failed", None, f"{type(exc).__name__}: {exc}")
 
+    def _after_store_loss(self, row: Any, exc: BaseException) -> str:
+        """The store went away during the cell (a restart): not the cell's failure. Once it
+        answers again the cell goes on from what the store holds: a run whose engine still
+        runs is re-attached (its spool collected), one the runner stopped because it could not
+        record it is marked so (STORE_STOP: run again, never collected as orch's own kill).
+        The store gone for the whole grace: StoreGone, and the cell stays taken for the
+        device's next consumer."""
+        log.warning("%s: cell %s: the store was lost (%s); waiting for it", self.device, row.id,
+                    type(exc).__name__)
+        self.sessions = {}          # prepared against the old connections: prepared again
+        try:
+            wait_for_store(self.store, self.store_grace_s, f"{self.device}: cell {row.id}")
+        except StoreGone as gone:
+            raise self._gone(gone) from None
+        if _raised(exc, StoreWriteError):   # the runner stopped the engine it could not record
+            with_store(lambda: self._mark_store_stopped(row), self.store_grace_s, self.device)
+        log.info("%s: the store answers again; cell %s goes on", self.device, row.id)
+        return self._guarded(row)
+
+    def _mark_store_stopped(self, row: Any) -> None:
+        for run in Runs(self.store).current(session=row.session_id, cell_key=row.cell_key):
+            if run.status == Status.RUNNING:
+                self.store.update_run(run.id, status=Status.INTERRUPTED, ended_at=now(),
+                                      cause=f"{STORE_STOP} (the store was lost)")
+
+    def _gone(self, exc: BaseException) -> StoreGone:
+        """The store stayed away for the whole grace: the consumer stops (the cell stays
+        taken, its message unacknowledged) and its worker starts it again."""
+        return exc if isinstance(exc, StoreGone) else StoreGone(
+            f"the store at {self.store.url} was unreachable for {self.store_grace_s:g} s")
+
     def recover(self) -> int:
         """Before consuming: finish the cells an earlier consumer of this device took and did
         not end (it was killed), in the order it took them. Returns how many."""
+        reopened = lab_db.reopen_stranded(self.store, self.device)
+        if reopened:
+            log.warning("%s: cell(s) %s were stored failed while their engine ran on: taken "
+                        "again to re-attach it", self.device, ", ".join(map(str, reopened)))
         rows = lab_db.taken_cells(self.store, self.device)
         for row in rows:
             log.info("%s: cell %s was taken by a consumer that ended; finishing it",
@@ -237,7 +306,8 @@ class DeviceConsumer:
         return not Runs(self.store).has_any(session_id)
 
     def _end(self, row: Any, status: str, run_id: int | None, cause: str | None = None) -> str:
-        lab_db.update_cell(self.store, row.id, state=status, run_id=run_id, ended_at=now())
+        with_store(lambda: lab_db.update_cell(self.store, row.id, state=status, run_id=run_id,
+                                              ended_at=now()), self.store_grace_s, self.device)
         if cause:
             log.error("%s: cell %s %s: %s", self.device, row.id, status, cause)
         if lab_db.session_pending(self.store, row.session_id) == 0:

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 
 from orchestrator.config.inventory import load_inventory
 from orchestrator.db import lab as lab_db
@@ -25,11 +26,16 @@ from orchestrator.db.store import Store, now
 from orchestrator.lab.app import TASK, VISIBILITY_TIMEOUT_S, make_app, queue_name
 from orchestrator.lab.cell_task import DeviceConsumer
 from orchestrator.lab.health import HealthLimits
+from orchestrator.lab.reconcile import EVERY_S as RECONCILE_EVERY_S
+from orchestrator.lab.reconcile import Reconciler
+from orchestrator.lab.store_retry import STORE_GRACE_S, StoreGone
 from orchestrator.transports.base import LinkPolicy
 
 log = logging.getLogger("orch.lab")
 HEARTBEAT_S = 5.0
 EXIT_TAKEN = 3
+EXIT_HARD_STOP = 4
+EXIT_STORE_GONE = 5
 
 
 def _die_with_parent() -> None:
@@ -40,6 +46,51 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _hard_stop_on_second_signal(device: str) -> None:
+    """Celery's own answer to a second Ctrl-C / SIGQUIT is a cold shutdown that cancels the
+    running task, which the solo pool cannot do (NotImplementedError inside the cell: it was
+    stored `failed`). The lab's hard stop is documented as "stop at once, the engine goes on":
+    the process exits on the spot, the cell stays taken (`delivered`), its message unacknowledged,
+    and the device's next consumer re-attaches its job (DeviceConsumer.recover). The first
+    SIGINT / SIGTERM stays Celery's warm shutdown (the running cell ends first)."""
+    warm = signal.getsignal(signal.SIGTERM)   # Celery's warm shutdown, installed by now
+    seen = 0
+
+    def hard(signum: int, _frame: object) -> None:
+        log.warning("%s: stopped at once (%s): the running cell's engine goes on and the next "
+                    "consumer of %s re-attaches it", device, signal.Signals(signum).name, device)
+        logging.shutdown()
+        os._exit(EXIT_HARD_STOP)
+
+    def stop(signum: int, frame: object) -> None:
+        nonlocal seen
+        seen += 1
+        if seen > 1:
+            hard(signum, frame)
+        if callable(warm):
+            warm(signum, frame)
+
+    signal.signal(signal.SIGQUIT, hard)
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _stopping_when_the_store_is_gone(execute: Callable[[int], str],
+                                     device: str) -> Callable[[int], str]:
+    """The task: a store gone for the whole grace ends this process on the spot, so that its
+    message is not acknowledged as done (Celery acks a task that raised) and its cell stays
+    taken; the worker starts the consumer again, which finishes the cell (recover)."""
+    def task(cell_id: int) -> str:
+        try:
+            return execute(cell_id)
+        except StoreGone as exc:
+            log.error("%s: %s; this consumer stops, cell %s stays taken for the next one",
+                      device, exc, cell_id)
+            logging.shutdown()
+            os._exit(EXIT_STORE_GONE)
+    return task
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -56,6 +107,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-start-temp", type=float, default=HealthLimits.max_start_temp_c)
     p.add_argument("--check-retry", type=float, default=HealthLimits.retry_s)
     p.add_argument("--link-grace", type=float, default=120.0)
+    p.add_argument("--store-grace", type=float, default=STORE_GRACE_S)
+    p.add_argument("--reconcile-every", type=float, default=RECONCILE_EVERY_S)
     p.add_argument("--loglevel", default="INFO")
     return p.parse_args(argv)
 
@@ -87,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     limits = HealthLimits(after=args.quarantine_after, min_battery_pct=args.min_battery,
                           max_start_temp_c=args.max_start_temp, retry_s=args.check_retry)
     consumer = DeviceConsumer(store, inventory, args.device, args.worker, limits,
-                              LinkPolicy(grace_s=args.link_grace))
+                              LinkPolicy(grace_s=args.link_grace), store_grace_s=args.store_grace)
     beat = threading.Thread(target=_heartbeat, args=(store, args.device, consumer.stop,
                                                      args.parent), daemon=True)
     try:
@@ -97,11 +150,22 @@ def main(argv: list[str] | None = None) -> int:
             recovered = consumer.recover()
             if recovered:
                 log.info("%s: %d taken cell(s) finished before consuming", args.device, recovered)
+            # a broker that forgot its messages (a restart without persistence): sent again
+            Reconciler(store, args.broker, args.device, lambda: not consumer.busy,
+                       consumer.stop, args.reconcile_every).start()
             app = make_app(args.broker, args.visibility_timeout)
-            app.task(name=TASK)(consumer.execute)
-            from celery.signals import worker_shutting_down
+            app.task(name=TASK)(_stopping_when_the_store_is_gone(consumer.execute,
+                                                                  args.device))
+            from celery.signals import worker_ready, worker_shutting_down
 
             worker_shutting_down.connect(lambda **_: consumer.stop.set(), weak=False)
+            armed: list[bool] = []
+
+            def arm(**_: object) -> None:   # after Celery installed its handlers; once
+                if not armed:
+                    armed.append(True)
+                    _hard_stop_on_second_signal(args.device)
+            worker_ready.connect(arm, weak=False)
             log.info("%s: consuming %s", args.device, queue_name(args.device))
             app.worker_main(["worker", "--pool=solo", "--concurrency=1",
                              "--prefetch-multiplier=1", f"--queues={queue_name(args.device)}",
@@ -111,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceTaken as exc:
         log.error("%s", exc)
         return EXIT_TAKEN
+    except StoreGone as exc:
+        log.error("%s: %s; this consumer stops (its worker starts it again)", args.device, exc)
+        return EXIT_STORE_GONE
     finally:
         consumer.stop.set()
         consumer.close()

@@ -13,6 +13,7 @@ from rich.table import Table
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
 from orchestrator.lab.app import LabError
+from orchestrator.lab.store_retry import STORE_GRACE_S, with_store
 
 
 def status_rows(store: Store, depths: dict[str, int | None] | None = None) -> list[dict[str, Any]]:
@@ -76,12 +77,17 @@ def sessions_to_wait(store: Store, session: int | None) -> list[int]:
 
 
 def wait(store: Store, sessions: list[int], on_change: Callable[[Counter, int], None],
-         poll_s: float = 1.0, timeout_s: float | None = None) -> WaitResult:
-    """Poll the sessions' cells until none is pending (or timeout_s: then ok is False)."""
+         poll_s: float = 1.0, timeout_s: float | None = None,
+         every: Callable[[set[str]], None] | None = None, every_s: float = 30.0) -> WaitResult:
+    """Poll the sessions' cells until none is pending (or timeout_s: then ok is False);
+    `every(devices with queued cells)` every `every_s` (the broker's reconciliation)."""
     began = time.monotonic()
     last = None
+    looked = time.monotonic()
     while True:
-        cells = lab_db.cells_of_sessions(store, sessions)
+        # a store restart while waiting is waited out (lab/store_retry.py), not an error
+        cells = with_store(lambda: lab_db.cells_of_sessions(store, sessions), STORE_GRACE_S,
+                           "lab wait")
         states = Counter(cell.state for cell in cells)
         if states != last:
             on_change(states, len(cells))
@@ -91,4 +97,7 @@ def wait(store: Store, sessions: list[int], on_change: Callable[[Counter, int], 
             return WaitResult(sessions, states, ok)
         if timeout_s is not None and time.monotonic() - began > timeout_s:
             return WaitResult(sessions, states, False)
+        if every is not None and time.monotonic() - looked >= every_s:
+            looked = time.monotonic()
+            every({cell.device for cell in cells if cell.state == "queued"})
         time.sleep(poll_s)

@@ -24,6 +24,7 @@ from orchestrator.config.inventory import Inventory, load_inventory
 from orchestrator.db import lab as lab_db
 from orchestrator.db.store import Store
 from orchestrator.lab.app import LabError
+from orchestrator.lab.store_retry import STORE_GRACE_S, first_line, gone, lost_store
 from orchestrator.lab.watch import Watcher
 
 log = logging.getLogger("orch.lab")
@@ -40,6 +41,7 @@ class WorkerOptions:
     devices: list[str] = field(default_factory=list)     # empty: every device of the file
     consumer_args: list[str] = field(default_factory=list)
     log_dir: Path | None = None
+    store_grace_s: float = STORE_GRACE_S     # a lost store waited out this long, then exit 1
 
 
 def inventory_devices(inv: Inventory) -> list[str]:
@@ -67,6 +69,7 @@ class Supervisor:
         self.restarts: dict[str, int] = {}
         self.next_start: dict[str, float] = {}
         self.signals = 0
+        self.store_lost: float | None = None   # when the store stopped answering the loop
         # the inventory's `lab:` webhook: regressions and silent devices (lab/watch.py)
         self.watcher = Watcher(store, self.inventory.lab)
 
@@ -103,11 +106,32 @@ class Supervisor:
                 signal.signal(sig, self._on_signal)
         loops = 0
         while self.signals == 0 and (max_loops is None or loops < max_loops):
-            self._reconcile()
+            try:
+                self._reconcile()
+            except Exception as exc:
+                if not lost_store(exc):
+                    raise
+                self._store_outage(exc)   # the consumers go on; the store is waited out
+            else:
+                if self.store_lost is not None:
+                    log.info("the store answers again (after %.0f s)",
+                             time.monotonic() - self.store_lost)
+                    self.store_lost = None
             self.watcher.tick()
             loops += 1
             time.sleep(POLL_S)
         return self._shutdown()
+
+    def _store_outage(self, exc: BaseException) -> None:
+        """One line when the store stops answering; past the grace, stop (consumers after
+        their cells) and say so in one line: StoreGone, exit 1."""
+        if self.store_lost is None:
+            self.store_lost = time.monotonic()
+            log.warning("the store is unreachable (%s); the consumers go on, and this worker "
+                        "waits up to %g s for it", first_line(exc), self.options.store_grace_s)
+        elif time.monotonic() - self.store_lost > self.options.store_grace_s:
+            self._shutdown()
+            raise gone(self.store, self.options.store_grace_s, exc)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.signals += 1
