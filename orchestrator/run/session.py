@@ -337,7 +337,7 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
     cells in order. Store writes are serialised by the store's lock. One device failing (an
     unreachable host, a refused key) does not stop the others; its error is its result."""
     results: dict[str, SessionResult | BaseException] = {}
-    stop = threading.Event()
+    stop = board.stop   # Ctrl-C (threads) or the output's reader gone (Board.print)
     options = replace(options, stop=stop)
 
     def work(name: str) -> None:
