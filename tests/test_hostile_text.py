@@ -186,14 +186,16 @@ def test_the_html_page_in_chromium_requests_nothing(study, tmp_path: Path) -> No
 
 
 def test_escapes_for_markdown() -> None:
-    assert md_escape("![x](https://h/b.png)") == "!\\[x\\](https:\\/\\/h/b.png)"
+    assert md_escape("![x](https://h/b.png)") == "![x\\](https:\\/\\/h/b.png)"
+    assert md_escape("[r]: https://h [a][r] tok/s [95% CI]") == \
+        "[r\\]: https:\\/\\/h [a\\][r] tok/s [95% CI]"
     assert md_escape("qwen_kdef _u_ a&b &amp;") == "qwen_kdef \\_u\\_ a&b \\&amp;"
     assert md_escape("see www.h.io") == "see www\\.h.io"
     assert md_escape("# title") == "\\# title" and md_escape("> q") == "\\> q"
     assert md_escape("<b> & *x*") == "&lt;b> & \\*x\\*"
     assert md_escape("a\u202eb") == "a\\u202eb"
     # an author's markdown keeps its emphasis and code, not its links nor images
-    assert md_author("**b** `a[0]` [l](http://h)") == "**b** `a[0]` \\[l\\](http:\\/\\/h)"
+    assert md_author("**b** `a[0]` [l](http://h)") == "**b** `a[0]` [l\\](http:\\/\\/h)"
     assert md_author("```\n[k](v)\n```") == "```\n[k](v)\n```"
 
 

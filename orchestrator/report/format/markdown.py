@@ -61,10 +61,11 @@ def escape_cell(value: Any) -> str:
 
 
 # Markdown's inline punctuation, backslash-escaped: emphasis (* ~, and _ where it can open or
-# close: not inside a word, so qwen_kdef stays as it reads), code spans (`), links and images
-# ([ ]: `![` is then no image), entities (& before a name and `;`); `<` (raw HTML,
-# <https://..> autolinks) becomes &lt;.
-_INLINE = re.compile(r"[*~`\[\]]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|&(?=#?\w+;)")
+# close: not inside a word, so qwen_kdef stays as it reads), code spans (`), the `]` that
+# would end a link's or an image's text or a reference definition (before `(`, `[`, `:`; a
+# bracket elsewhere, "tok/s [95% CI]", links nothing), entities (& before a name and `;`);
+# `<` (raw HTML, <https://..> autolinks) becomes &lt;.
+_INLINE = re.compile(r"[*~`]|\](?=[(\[:])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|&(?=#?\w+;)")
 # what GitHub's extended autolinks start at: a scheme's `://` and `www.` (a bare URL in data
 # would be a live link); `:\/\/` and `www\.` read the same and link nothing
 _AUTOLINK = re.compile(r"(?i)(:)(//)|\b(www)(\.)")
@@ -137,7 +138,7 @@ def md_fence(text: str, info: str = "") -> str:
 
 
 # In an author's markdown: what fetches or links (images, links, autolinks, raw HTML, entities)
-_AUTHOR_INLINE = re.compile(r"[\[\]]|&(?=#?\w+;)")
+_AUTHOR_INLINE = re.compile(r"\](?=[(\[:])|&(?=#?\w+;)")
 _FENCE_LINE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 
 
