@@ -13,7 +13,7 @@ from rich.console import Console
 
 class _Console(Console):
     """rich's Console, except that a reader gone away (`orch runs | head -1`) is the
-    BrokenPipeError itself, not rich's own SystemExit(1): `orch run` stops its engines and
+    BrokenPipeError itself, not rich's own exit with code 1: `orch run` stops its engines and
     closes its session first (run/progress.py Board.print), and the console script exits 141
     for every command (orchestrator/entry.py)."""
 
