@@ -262,6 +262,8 @@ def test_every_page_type_in_the_browser(built, browser_page):
     _, sids, out, _ = built
     page.goto((out / "index.html").as_uri())
     assert page.get_by_role("heading", name="Latest regressions").is_visible()
+    # the CSP holds the page to its own files (the errors seen would show a violation)
+    assert page.locator('meta[http-equiv="Content-Security-Policy"]').count() == 1
     # the hostile config is text: a link's words, never a script
     assert page.get_by_role("link", name=f"m {XSS} on d").count() == 1
     # sort and filter work

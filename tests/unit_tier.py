@@ -129,6 +129,9 @@ UNIT: dict[str, tuple[str, ...]] = {
     # formatting
     "test_flags_cells.py": (),
     "test_escapes.py": ("test_show_runs_and_table_print_escapes_visibly",),
+    "test_hostile_text.py": ("test_markdown_shows_every_hostile_text_literally",
+                             "test_the_html_page_loads_nothing_from_another_host",
+                             "test_a_bidi_label_on_the_terminal_prints_escaped"),
     "test_terminal_views.py": (),   # `orch run`'s board and closing table (its e2e is slow)
     # parsers: engine output, bmoe's formats, quality probes and graders, llama.cpp's parts
     "test_adapters.py": (),

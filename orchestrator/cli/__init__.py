@@ -165,6 +165,7 @@ def main(debug: bool) -> None:
       5    regression: `orch compare --fail-on` found a significant slowdown (CI gate)
       129  hung up (SIGHUP: terminal or ssh session closed); the run stops as on SIGTERM
       130  interrupted (Ctrl-C); 143: terminated (SIGTERM)
+      141  the reader of the output went away (`| head`); a run stops as on SIGTERM
     """
     from orchestrator.cli.handler import DEBUG
 

@@ -31,21 +31,25 @@ def devices(ctx: click.Context, probe: bool, names: tuple[str, ...], inventory: 
         return
     from orchestrator.config.inventory import load_inventory
     inv = load_inventory(inventory)
-    print_devices(console, inv, list(names) or inv.names(), probe, db)
+    failed = print_devices(console, inv, list(names) or inv.names(), probe, db)
     if probe:
         from orchestrator.db.store import Store
         from orchestrator.report.terminal.ceilings import print_ceilings
 
         from orchestrator.results.ceilings import latest
 
-        shown = list(names) or inv.names()
-        print_ceilings(console, latest(Store.open(db), shown), shown)
+        shown = [n for n in list(names) or inv.names() if n not in failed]
+        if shown:
+            print_ceilings(console, latest(Store.open(db), shown), shown)
+    if failed:   # each said in its one line on stderr
+        raise Failed()
 
 
 def print_devices(console: Console, inventory: Inventory, names: list[str], probe: bool,
-                  db: str | None) -> None:
+                  db: str | None) -> list[str]:
     """The inventory's devices as a table; with `probe`, each device's facts, collected by
-    the agent and stored (the device row keeps the newest)."""
+    the agent and stored (the device row keeps the newest). Returns the devices whose probe
+    failed, each named once in one line on stderr (`orch devices --probe` then exits 1)."""
     from rich.table import Table
 
     from orchestrator.config.inventory import open_transport
@@ -62,16 +66,22 @@ def print_devices(console: Console, inventory: Inventory, names: list[str], prob
                       inventory.workdir(name), entry.description or "")
     console.print(table)
     if not probe:
-        return
+        return []
     from orchestrator.db.store import Store
 
+    from orchestrator.escape import visible
+
     store = Store.open(db)
+    failed = []
     for name in names:
         try:
             with open_transport(inventory, name) as transport:
                 facts = AgentClient(transport).facts()
         except TransportError as exc:
-            console.print(f"[red]{name}: {exc}[/]")
+            text = str(exc)   # a transport's message may name the device already
+            click.echo(visible(text if text.startswith(f"{name}: ") else f"{name}: {text}",
+                               keep=""), err=True)
+            failed.append(name)
             continue
         store.upsert_device(name, inventory.get(name).kind, facts)
         facts_table = Table(title=f"{name} facts", title_justify="left", show_header=False)
@@ -80,6 +90,7 @@ def print_devices(console: Console, inventory: Inventory, names: list[str], prob
         for key, value in facts.items():
             facts_table.add_row(key, value)
         console.print(facts_table)
+    return failed
 
 
 @devices.command()

@@ -55,6 +55,8 @@ def handle_errors(call: Callable[[], Any]) -> Any:
         _fail(_line(exc), exc.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted", Interrupted.exit_code)
+    except BrokenPipeError:   # the reader went away: nothing to tell it (entry.py exits 141)
+        _fail("", EXIT_FAILED)
     except OSError as exc:   # an unwritable -o, a full disk, a file that vanished
         if DEBUG["on"]:
             raise

@@ -9,9 +9,21 @@ from typing import Any
 import click
 from rich.console import Console
 
+
+
+class _Console(Console):
+    """rich's Console, except that a reader gone away (`orch runs | head -1`) is the
+    BrokenPipeError itself, not rich's own exit with code 1: `orch run` stops its engines and
+    closes its session first (run/progress.py Board.print), and the console script exits 141
+    for every command (orchestrator/entry.py)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
 # Piped output (logs, CI) gets wide tables instead of rich's 80-column default with "…" cells.
-console = Console() if sys.stdout.isatty() else Console(width=220)
-errors = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=220)
+console = _Console() if sys.stdout.isatty() else _Console(width=220)
+errors = _Console(stderr=True) if sys.stderr.isatty() else _Console(stderr=True, width=220)
 
 
 def db_option(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -53,7 +53,7 @@ from orchestrator.ingest.naming import (
 from orchestrator.ingest.request import MAX_FILE, ImportRequest
 from orchestrator.ingest.scan import ROUTE_SUFFIX, scan
 from orchestrator.ingest.state import driver_entries, start_state
-from orchestrator.ingest.when import folder_date, recorded_start
+from orchestrator.ingest.when import file_time, folder_date, recorded_start
 from orchestrator.ingest.write import Planned, write_run
 from orchestrator.run.controller import SessionProvenance
 
@@ -337,9 +337,8 @@ def _written_that_day(planned: Planned, day: dt.datetime) -> bool:
     file time); otherwise the folder's day is the better record."""
     if planned.csv_text is None:
         return False
-    try:
-        written = dt.datetime.fromtimestamp(planned.source.stat().st_mtime, dt.UTC)
-    except OSError:
+    written = file_time(planned.source)
+    if written is None:
         return False
     return abs((written.date() - day.date()).days) <= 1
 

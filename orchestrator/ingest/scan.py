@@ -15,7 +15,8 @@ A design file's `files:` rules (glob -> kind) come before all of these.
 Nothing that is not a regular file is opened (a FIFO would block the import forever), so the
 type is taken from stat() first; symlinked folders are not followed (no loops), a symlink loop
 (a -> b, b -> a) is skipped as such, and a symlink to a file outside the folder is skipped with
-its target (an import reads the folder it was given, nothing else).
+its target (an import reads the folder it was given, nothing else). A name that is not UTF-8
+is skipped with its bytes shown as `\xff`.
 """
 from __future__ import annotations
 
@@ -97,6 +98,11 @@ def _walk(top: Path, folder: Path, out: Scan, max_bytes: int, rules: Rules) -> N
         return
     for entry in entries:
         name = f"{rel}/{entry.name}" if rel else entry.name
+        if not _utf8(entry.name):   # a folder too: nothing under it is named in text either
+            out.skipped.append((os.fsencode(name).decode("utf-8", "backslashreplace"),
+                                "its name is not UTF-8 (the store keeps names as text): "
+                                "rename it to import it"))
+            continue
         if entry.is_symlink():
             reason = _symlink_reason(top, entry.path)
             if reason is not None:
@@ -120,6 +126,16 @@ def _walk(top: Path, folder: Path, out: Scan, max_bytes: int, rules: Rules) -> N
         else:
             files[entry.name] = Path(entry.path)
     _classify(rel, files, out, rules)
+
+
+def _utf8(name: str) -> bool:
+    """Whether a file name read from the disk was valid UTF-8 (Python keeps each byte that was
+    not as a lone surrogate, which no store or terminal can write)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _symlink_reason(top: Path, path: str) -> str | None:

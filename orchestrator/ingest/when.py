@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from orchestrator.ingest.naming import name_time
@@ -32,6 +33,19 @@ _DATE_CMD = re.compile(r"(?:[A-Z][a-z]{2}\s+)?([A-Z][a-z]{2})\s+(\d{1,2})\s+(\d{
                        r"(?:\s+[A-Z]{2,5}[+-]?\d*)?\s+(\d{4})")
 _MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
                                        "Sep", "Oct", "Nov", "Dec"), start=1)}
+
+
+def file_time(path: Path) -> dt.datetime | None:
+    """When `path` was last written (UTC), or None when its mtime is no date Python holds
+    (before year 1 or past 9999: a broken clock, a tool, `touch -d`) or cannot be read: the
+    run is then imported without a time and says why (ingest/write.py), never refused."""
+    try:
+        return dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
+    except (OSError, OverflowError, ValueError):
+        return None
+
+
+MTIME_OUT_OF_RANGE = "the file's time (mtime) is out of range: the run is imported without one"
 
 
 def parse_time(text: str) -> dt.datetime | None:

@@ -36,6 +36,7 @@ from orchestrator.db.figures import compute_run
 from orchestrator.ingest.figures import watch
 from orchestrator.ingest.lines import lines
 from orchestrator.ingest.state import state_lines
+from orchestrator.ingest.when import MTIME_OUT_OF_RANGE, file_time
 from orchestrator.record import KIB_PER_GIB, EntryState, Pressure, RunRecord, Turn
 from orchestrator.run.recorder import RunRecorder
 from orchestrator.stats import energy
@@ -227,6 +228,9 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
     warnings = plan.warnings + [f"{column} is 0 on every token: not measured (the program "
                                 f"that wrote the CSV could not read it), shown as —"
                                 for column in unmeasured]
+    no_time = plan.csv_text is not None and source == "unknown"   # _times: mtime out of range
+    if no_time:
+        warnings.append(MTIME_OUT_OF_RANGE)
     flags = plan.flags if plan.flags is not None else \
         " ".join(f"{k}={v}" for k, v in record.settings.items()) or None
     build = record.engine_build or build_of(plan.trailer, out_lines) or plan.engine_build
@@ -243,7 +247,8 @@ def _fill(store: Store, adapter: Any, run_id: int, plan: Planned, start: Callabl
                      flags=flags, started_at=started, ended_at=ended, time_source=source,
                      temp_start=temps, mem_avail_start_kb=free_kb, warnings=warnings or None,
                      cooldown_s=(plan.entry or {}).get("waited_s"))
-    return [e for e in record.errors if "no '# summary' trailer" not in e]
+    return [e for e in record.errors if "no '# summary' trailer" not in e] + \
+        ([MTIME_OUT_OF_RANGE] if no_time else [])
 
 
 def _store_samples(store: Store, recorder: RunRecorder, samples: list[dict[str, Any]]) -> None:
@@ -379,7 +384,9 @@ def _times(plan: Planned, record: RunRecord
             plan.time_source
     if plan.csv_text is None:
         return None, None, "unknown"
-    ended = dt.datetime.fromtimestamp(plan.source.stat().st_mtime, dt.UTC)
+    ended = file_time(plan.source)
+    if ended is None:
+        return None, None, "unknown"
     return (ended - took if took is not None else None), ended, "mtime"
 
 

@@ -9,6 +9,7 @@ heartbeat is driven by the events the cell already sends (tokens, samples, coold
 readings), not by a timer thread of its own."""
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -56,6 +57,9 @@ class Board:
         self._listed = threading.Lock()       # the device list; never held while printing
         self.devices: list[DeviceProgress] = []
         self.view: Live | None = None
+        # set when the run must stop: the reader of the output went away (`orch run M |
+        # head -1`); run_devices makes it the runners' stop (also Ctrl-C's in threads)
+        self.stop = threading.Event()
         if self.live:
             self.view = Live(_BoardView(self), console=self.console, refresh_per_second=4,
                              transient=True)
@@ -69,7 +73,19 @@ class Board:
 
     def print(self, text: str) -> None:
         with self.lock:
-            self.console.print(visible(text), highlight=False)   # names, engine messages
+            try:
+                self.console.print(visible(text), highlight=False)   # names, engine messages
+            except BrokenPipeError:
+                self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        """A broken pipe: the runners stop as on a signal (engine stopped, run interrupted,
+        session ended) and orch exits 141, 128 + SIGPIPE (cli/run.py, entry.py)."""
+        from orchestrator.run.lifecycle import STOPPING
+
+        if STOPPING.signum is None:
+            STOPPING.signum = signal.SIGPIPE
+        self.stop.set()
 
     def lines(self, width: int) -> list[Text]:
         """The live lines of every device with a cell under way, for `width` columns."""

@@ -337,7 +337,9 @@ def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, device
     cells in order. Store writes are serialised by the store's lock. One device failing (an
     unreachable host, a refused key) does not stop the others; its error is its result."""
     results: dict[str, SessionResult | BaseException] = {}
-    stop = threading.Event()
+    # set by Ctrl-C (the threads') or by the output's reader going away (Board.print); a
+    # board of a library caller without one: an event of its own
+    stop = getattr(board, "stop", None) or threading.Event()
     options = replace(options, stop=stop)
 
     def work(name: str) -> None:

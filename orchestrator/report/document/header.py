@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from orchestrator.escape import visible
 from orchestrator.report.document.environment import device_line, engine_builds
 from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format import markdown as md
@@ -100,7 +101,8 @@ def header(data: ReportData) -> dict[str, Any]:
     return {
         "title": md.md_escape(data.title),        # the sessions' names (user templates)
         "heading": md.md_escape(document_title(data)),   # the document's title
-        "title_text": document_title(data),      # the HTML page's <title> (autoescaped)
+        # the HTML page's <title> (autoescaped): a bidi override in a tab's title shown as \u202e
+        "title_text": visible(document_title(data), keep=""),
         "descriptions": [md.md_escape(s.label) for s in data.sessions   # orch import --label
                          if getattr(s, "label", None)]
                         + [md.md_escape(m["description"]) for m in matrices

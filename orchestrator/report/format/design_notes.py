@@ -5,14 +5,21 @@ and a "Configs" legend of the configs' labels, keys, flags and files.
 The tables' rows are named by the configs' labels (results/rows.py); the legend keeps each
 config's key (what `--baseline`, `--match` and the design file call it) findable beside its
 label, in the tables' order. Notes and reasons are the study author's markdown and are printed
-as written; labels, keys, flags and globs are data and are escaped.
+as written but for what would link or load (markdown.md_author); labels, keys, flags and globs are data and are escaped.
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
 from orchestrator.config.design import Design
-from orchestrator.report.format.markdown import Table, md_code, md_escape, md_flags, render
+from orchestrator.report.format.markdown import (
+    Table,
+    md_author,
+    md_code,
+    md_escape,
+    md_flags,
+    render,
+)
 from orchestrator.results.rows import LeftOut
 from orchestrator.stats.values import DASH
 
@@ -25,7 +32,7 @@ def _present(designs: Iterable[Design | None]) -> list[Design]:
 
 
 def _text(note: str | None) -> str | None:
-    return note.strip() if note and note.strip() else None
+    return md_author(note.strip()) if note and note.strip() else None
 
 
 def session_notes(designs: Iterable[Design | None]) -> list[str]:
@@ -62,7 +69,7 @@ def config_notes(designs: Iterable[Design | None], configs: Sequence[str],
 def left_out_notes(entries: Iterable[LeftOut]) -> list[str]:
     """The configs left out on purpose, one note each: "**cache 4000 MiB**: not run — OOM on
     this device"."""
-    return [f"**{md_escape(e.label)}**: not run — {e.reason}" for e in entries]
+    return [f"**{md_escape(e.label)}**: not run — {md_author(e.reason)}" for e in entries]
 
 
 def legend(designs: Iterable[Design | None], configs: Sequence[str]) -> Table | None:

@@ -60,11 +60,29 @@ def escape_cell(value: Any) -> str:
     return visible(_NEWLINES.sub(" ", text), keep="")
 
 
+# Markdown's inline punctuation, backslash-escaped: emphasis (* ~, and _ where it can open or
+# close: not inside a word, so qwen_kdef stays as it reads), code spans (`), the `]` that
+# would end a link's or an image's text or a reference definition (before `(`, `[`, `:`; a
+# bracket elsewhere, "tok/s [95% CI]", links nothing), entities (& before a name and `;`);
+# `<` (raw HTML, <https://..> autolinks) becomes &lt;.
+_INLINE = re.compile(r"[*~`]|\](?=[(\[:])|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])|&(?=#?\w+;)")
+# what GitHub's extended autolinks start at: a scheme's `://` and `www.` (a bare URL in data
+# would be a live link); `:\/\/` and `www\.` read the same and link nothing
+_AUTOLINK = re.compile(r"(?i)(:)(//)|\b(www)(\.)")
+# a start that opens a heading or a quote where a template puts the text at a line's start
+# (a list marker, `- x` or `1. x`, is left as it reads: it loads and links nothing)
+_BLOCK_START = re.compile(r"^([#>])")
+
+
 def md_escape(value: Any) -> str:
-    """Inline text that cannot break a table row, open an HTML tag or a code span: the cell
-    escape plus `<`, `*` and backticks."""
+    """Data as inline text that shows literally (docs/report.md, "Text from devices and
+    users"): it cannot break a table row, open an HTML tag, a code span, emphasis, a link or
+    an image (`![x](https://host/beacon.png)` stays those characters), be autolinked, or
+    start a heading or a quote where a template puts it at a line's start."""
     text = escape_cell("" if value is None else value)
-    return text.replace("<", "&lt;").replace("*", "\\*").replace("`", "\\`")
+    text = _INLINE.sub(lambda m: "\\" + m.group(), text).replace("<", "&lt;")
+    text = _AUTOLINK.sub(lambda m: f"{m[1]}\\/\\/" if m[1] else f"{m[3]}\\.", text)
+    return _BLOCK_START.sub(r"\\\1", text)
 
 
 _CODE_SPAN = re.compile(r"`([^`\r\n]+)`")
@@ -117,3 +135,34 @@ def md_fence(text: str, info: str = "") -> str:
     ticks = max((len(m) for m in re.findall(r"`{3,}", text)), default=2)
     fence = "`" * (ticks + 1)
     return f"{fence}{info}\n{text.rstrip(chr(10))}\n{fence}"
+
+
+# In an author's markdown: what fetches or links (images, links, autolinks, raw HTML, entities)
+_AUTHOR_INLINE = re.compile(r"\](?=[(\[:])|&(?=#?\w+;)")
+_FENCE_LINE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+
+
+def md_author(value: Any) -> str:
+    """A study author's markdown (a design file's notes and reasons) as written, bold, lists
+    and code spans included, except that nothing in it links or loads: an image, a link, an
+    autolink, raw HTML and entities show as their characters (a design file is data that can
+    come from anyone; docs/report.md, "Text from devices and users"). Code spans and fenced
+    blocks are left as they are (nothing in them is markup)."""
+    out, fenced = [], False
+    for line in visible("" if value is None else str(value)).split("\n"):
+        if _FENCE_LINE.match(line):
+            fenced = not fenced
+        if fenced or _FENCE_LINE.match(line):
+            out.append(line)
+            continue
+        parts, last = [], 0
+        for m in _CODE_SPAN.finditer(line):
+            parts += [_author_text(line[last:m.start()]), m.group()]
+            last = m.end()
+        out.append("".join(parts) + _author_text(line[last:]))
+    return "\n".join(out)
+
+
+def _author_text(text: str) -> str:
+    text = _AUTHOR_INLINE.sub(lambda m: "\\" + m.group(), text).replace("<", "&lt;")
+    return _AUTOLINK.sub(lambda m: f"{m[1]}\\/\\/" if m[1] else f"{m[3]}\\.", text)
