@@ -14,7 +14,8 @@ from sqlalchemy import func, select, update
 
 from orchestrator.db import schema
 from orchestrator.db.store import Store, inserted_id, now
-from orchestrator.stats.status import RESUMABLE
+from orchestrator.db.runs import current_only
+from orchestrator.stats.status import RESUMABLE, Status
 
 PENDING = ("queued", "delivered")          # a cell that has not ended
 GOOD = ("ok", "kept")                      # ended well (`kept`: it was ok already)
@@ -237,10 +238,10 @@ def reopen_stranded(store: Store, device: str) -> list[int]:
     of finding the device busy with it. Their ids."""
     run, cell = schema.run, schema.lab_cell
     with store.lock, store.engine.begin() as conn:
-        ids = [r.id for r in conn.execute(select(cell.c.id).join(
+        ids = [r.id for r in conn.execute(current_only(select(cell.c.id).join(
             run, (cell.c.session_id == run.c.session_id) & (cell.c.cell_key == run.c.cell_key))
-            .where(cell.c.device == device, cell.c.state == "failed",
-                   run.c.status == "running", run.c.superseded.is_(False)).distinct())]
+            .where(cell.c.device == device, cell.c.state == Status.FAILED,
+                   run.c.status == Status.RUNNING)).distinct())]
         if ids:
             conn.execute(update(cell).where(cell.c.id.in_(ids))
                          .values(state="delivered", ended_at=None))

@@ -53,6 +53,11 @@ def int_range(column: Column[Any]) -> tuple[int, int] | None:
     return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
 
+def named_int_range(table: str, column: str) -> tuple[int, int] | None:
+    """`int_range` of TABLE.COLUMN, for modules outside db/ (they never read the schema)."""
+    return int_range(schema.metadata.tables[table].c[column])
+
+
 def _shown(value: Any) -> str:
     """The value as a warning names it (a 10,000-digit number cut short)."""
     text = str(value)

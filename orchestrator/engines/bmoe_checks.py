@@ -15,8 +15,7 @@ import math
 import operator
 from typing import Any
 
-from orchestrator.db import schema
-from orchestrator.db.storable import int_range, json_problems
+from orchestrator.db.storable import json_problems, named_int_range
 from orchestrator.engines.base import TokenRow
 
 # token fields that are durations, byte or fault counts: never negative
@@ -31,8 +30,8 @@ NO_CACHE = -1.0          # cache_hit_pct sentinel: no cache / no lookups
 # token.step an Integer (32-bit on PostgreSQL), read_bytes a BigInteger, an integer in the JSON
 # `extra` a 64-bit one; every float column and JSON value must be finite (JSON has no Inf or
 # NaN). A value outside is unstorable: the row is impossible too.
-STEP_MAX = int_range(schema.token.c.step)[1]                  # type: ignore[index]
-READ_BYTES_MAX = int_range(schema.token.c.read_bytes)[1]      # type: ignore[index]
+STEP_MAX = named_int_range("token", "step")[1]               # type: ignore[index]
+READ_BYTES_MAX = named_int_range("token", "read_bytes")[1]   # type: ignore[index]
 NOT_MEASURED = -1.0      # dense_resident_frac sentinel
 
 

@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.db import schema
-from orchestrator.db.storable import int_range
+from orchestrator.db.storable import named_int_range
 
 MAGIC = "# route_trace v1"
 COLUMNS = ("turn", "phase", "step", "layer", "slot", "expert", "weight", "residency",
@@ -147,7 +146,7 @@ def _check_rows(rows: pd.DataFrame, header_at: int, lines: list[str]) -> None:
                              f"{rows[column].iloc[at]!r} is not a number")
         # what the store's column holds on every backend (db/storable.py): a trace with a
         # value beyond it is refused like any impossible one, before the store sees it
-        bounds = int_range(schema.route.c[column])
+        bounds = named_int_range("route", column)
         if bounds is None:
             bad = values.notna() & ~np.isfinite(values.astype("float64"))
         else:

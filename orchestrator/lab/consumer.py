@@ -18,6 +18,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from types import FrameType
 
 from orchestrator.config.inventory import load_inventory
 from orchestrator.db import lab as lab_db
@@ -58,13 +59,13 @@ def _hard_stop_on_second_signal(device: str) -> None:
     warm = signal.getsignal(signal.SIGTERM)   # Celery's warm shutdown, installed by now
     seen = 0
 
-    def hard(signum: int, _frame: object) -> None:
+    def hard(signum: int, _frame: FrameType | None) -> None:
         log.warning("%s: stopped at once (%s): the running cell's engine goes on and the next "
                     "consumer of %s re-attaches it", device, signal.Signals(signum).name, device)
         logging.shutdown()
         os._exit(EXIT_HARD_STOP)
 
-    def stop(signum: int, frame: object) -> None:
+    def stop(signum: int, frame: FrameType | None) -> None:
         nonlocal seen
         seen += 1
         if seen > 1:
