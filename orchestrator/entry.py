@@ -6,8 +6,11 @@ full traceback; here Ctrl-C before or after a command (importing, parsing option
 prints the one line `interrupted` and exits 130. While a command runs, the group gives SIGINT
 back to Python (KeyboardInterrupt: handle_errors' one line, `orch run`'s clean stop).
 
-This module imports only the standard library, and lives outside orchestrator.cli so that
-importing it does not import the commands (a package's __init__ runs first).
+This module imports only the standard library (and orchestrator.address_space, which does too),
+and lives outside orchestrator.cli so that importing it does not import the commands (a
+package's __init__ runs first). Before anything else, the numeric libraries' thread pools are
+bounded and their first imports guarded against an address-space limit (address_space.py;
+docs/reliability.md, "Low memory").
 SIGTERM and SIGHUP keep their default here (nothing to clean up yet); `orch run` and
 `orch lab worker` handle both the same way (run/lifecycle.py, lab/supervisor.py).
 
@@ -110,6 +113,9 @@ def _silence_output() -> None:
 
 
 def main() -> None:
+    from orchestrator.address_space import prepare
+
+    prepare()
     _guard_streams()
     try:
         try:

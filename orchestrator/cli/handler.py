@@ -18,6 +18,8 @@ from typing import Any, NoReturn
 
 import click
 
+# imported here, not at the error: importing under a MemoryError may fail again
+from orchestrator.address_space import is_out_of_memory, memory_line
 from orchestrator.errors import Failed, Interrupted, OrchError
 
 # Exit codes besides the OrchError classes' own (README, "Exit codes"; `orch --help`)
@@ -57,17 +59,24 @@ def handle_errors(call: Callable[[], Any]) -> Any:
         _fail("interrupted", Interrupted.exit_code)
     except BrokenPipeError:   # the reader went away: nothing to tell it (entry.py exits 141)
         _fail("", EXIT_FAILED)
-    except OSError as exc:   # an unwritable -o, a full disk, a file that vanished
-        if DEBUG["on"]:
-            raise
+    except Exception as exc:
+        _unexpected(exc)
+
+
+def _unexpected(exc: Exception) -> NoReturn:
+    """An error no OrchError announced: out of memory (a MemoryError, a library that could not
+    be mapped) names the address-space limit; an OSError its file; anything else its type, and
+    --debug re-raises it."""
+    if DEBUG["on"]:
+        raise exc
+    if is_out_of_memory(exc):
+        _fail(f"error: {memory_line()}", EXIT_FAILED)
+    if isinstance(exc, OSError):   # an unwritable -o, a full disk, a file that vanished
         where = f"{exc.filename}: " if exc.filename else ""
         _fail(f"error: {where}{exc.strerror or exc}", EXIT_FAILED)
-    except Exception as exc:
-        if DEBUG["on"]:
-            raise
-        text = str(exc).strip().splitlines()
-        _fail(f"error: {type(exc).__name__}: {text[0] if text else '(no message)'} "
-              f"(run with --debug for the traceback)", EXIT_FAILED)
+    text = str(exc).strip().splitlines()
+    _fail(f"error: {type(exc).__name__}: {text[0] if text else '(no message)'} "
+          f"(run with --debug for the traceback)", EXIT_FAILED)
 
 
 def friendly(func: Callable[..., Any]) -> Callable[..., Any]:

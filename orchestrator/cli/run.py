@@ -4,14 +4,21 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
+from orchestrator.address_space import LowMemory, is_out_of_memory, load, memory_line
 from orchestrator.cli.handler import friendly
 from orchestrator.cli.options import console, db_option, errors, inventory_option
 from orchestrator.errors import Failed, Interrupted, OrchError
 from orchestrator.stats.status import Status
+
+if TYPE_CHECKING:
+    from orchestrator.db.store import Store
+
+# the numeric libraries a run's figures load (stats/: the trend test, the block bootstrap)
+RUN_LIBRARIES = ("numpy", "pandas", "scipy.stats", "arch.bootstrap")
 
 
 @click.command()
@@ -67,8 +74,6 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     from orchestrator.config.inventory import load_inventory
     from orchestrator.config.matrix import load_matrix
     from orchestrator.db.store import Store
-    from orchestrator.report.terminal.run_end import print_run_end
-    from orchestrator.results.run_end import run_end
     from orchestrator.run.progress import Board
     from orchestrator.run.runner import LinkPolicy
 
@@ -81,6 +86,9 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     names = device_names(inv, devices)
     check_engine(loaded)
     confirm_size(loaded, len(names), yes)
+    # what every run's figures need, loaded before anything is written: under an address-space
+    # limit too low for them one line, not a run left `running` after its first cell
+    load(RUN_LIBRARIES)
     store = Store.open(db, write=True)
     board = Board(errors)
     try:
@@ -101,7 +109,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
             codes.add(Failed.exit_code)
             continue
         if isinstance(result, BaseException):   # one line, named once
-            text = str(result)
+            text = memory_line() if is_out_of_memory(result) else str(result)
             click.echo(text if text.startswith(f"{name}: ") else f"{name}: {text}", err=True)
             codes.add(result.exit_code if isinstance(result, OrchError) else Failed.exit_code)
             continue
@@ -109,9 +117,32 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
         if any(o.status != Status.OK for o in result.outcomes):
             codes.add(Failed.exit_code)
     if sessions:
-        print_run_end(console, run_end(store, sessions), runs=per_run)
+        _analysis(store, sessions, per_run)
     if codes:   # reported above; one device's own code (4: busy), else 1
         raise _Reported(codes.pop() if len(codes) == 1 else Failed.exit_code)
+
+
+def _analysis(store: Store, sessions: dict[str, int], per_run: bool) -> None:
+    """The end-of-run tables. They need numpy, scipy and pandas; where these do not fit under
+    the address-space limit (address_space.py), the analysis is skipped with one line: the
+    runs are stored, and the exit code stays the cells' (docs/reliability.md, "Low memory")."""
+    from orchestrator.report.terminal.run_end import print_run_end
+    from orchestrator.results.run_end import run_end
+
+    try:
+        print_run_end(console, run_end(store, sessions), runs=per_run)
+    except LowMemory as exc:
+        _skipped(str(exc), sessions)
+    except (MemoryError, ImportError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        _skipped(memory_line(), sessions)
+
+
+def _skipped(why: str, sessions: dict[str, int]) -> None:
+    tables = ", ".join(f"`orch table {sid}`" for sid in sorted(set(sessions.values())))
+    click.echo(f"the analysis was skipped ({why}); the runs are stored: {tables} (with the "
+               f"same --db) shows them where there is room", err=True)
 
 
 class _Reported(OrchError):

@@ -56,7 +56,10 @@ class LocalTransport(PosixTransport):
             raise TransportError(f"{self.name}: workdir {self.workdir} is not writable")
 
     def _env(self) -> dict[str, str]:
-        return {**os.environ, **self.env}
+        # the user's environment: not the thread bounds orch set for its own numpy
+        from orchestrator.address_space import user_environ
+
+        return {**user_environ(), **self.env}
 
     def run(self, argv: list[str], timeout: float = 60.0) -> CommandResult:
         """Run argv to its end. In a session of its own: a timeout, Ctrl-C or SIGTERM kills
