@@ -187,6 +187,7 @@ def status(fmt: str, broker: str | None, db: str | None) -> None:
     from orchestrator.db import lab as lab_db
     from orchestrator.lab.app import make_app, queue_depths
     from orchestrator.lab.status import status_rows, status_table
+    from orchestrator.results.lab_failures import newest_batch_failures
 
     store = _store(db, create=False)
     depths = None
@@ -199,6 +200,16 @@ def status(fmt: str, broker: str | None, db: str | None) -> None:
         click.echo("no lab devices yet: start `orch lab worker --inventory FILE` on a host")
     else:
         console.print(status_table(rows))
+        _print_failures(newest_batch_failures(store), "the newest submission: ")
+
+
+def _print_failures(groups: list[Any], lead: str = "") -> None:
+    """One line per cause of failed lab cells (report/format/lab_failures.py)."""
+    from orchestrator.escape import visible
+    from orchestrator.report.format.lab_failures import failure_lines
+
+    for line in failure_lines(groups):   # a cause holds an engine's or a device's text
+        console.print(visible(f"{lead}{line}"), markup=False, highlight=False, soft_wrap=True)
 
 
 @lab.command()
@@ -214,6 +225,7 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
     from orchestrator.lab.status import sessions_to_wait
     from orchestrator.lab.status import wait as wait_for
     from orchestrator.report.terminal.runs import print_session_table
+    from orchestrator.results.lab_failures import lab_failures
     from orchestrator.results.listings import session_listing
 
     store = _store(db, create=False)
@@ -248,6 +260,7 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
         errors.print(f"{last_line}; gave up after --timeout {timeout:g} s")
     for sid in sessions:
         print_session_table(console, session_listing(store, sid))
+    _print_failures(lab_failures(store, sessions))   # cells with no run are in no table above
     if not result.ok:   # the tables above say which cells did not end ok
         raise Failed()
 

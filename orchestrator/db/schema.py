@@ -289,6 +289,9 @@ lab_cell = Table(
     Column("enqueued_at", DateTime(timezone=True)),
     Column("delivered_at", DateTime(timezone=True)),
     Column("ended_at", DateTime(timezone=True)),
+    # why the cell failed (one line; NULL unless it did): its run's cause, or what stopped it
+    # before a run started (migration 0017)
+    Column("error", Text),
     UniqueConstraint("session_id", "cell_key"),
 )
 Index("ix_lab_cell_device_state", lab_cell.c.device, lab_cell.c.state)

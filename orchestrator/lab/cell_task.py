@@ -137,7 +137,10 @@ class DeviceConsumer:
             # the session was submitted before its device was seen: begin_session stores
             # this device's facts as its snapshot
             device = begin_session(prepared, row.session_id, DevicePolicy(link=self.link))
-            cells = {cell.key: cell for cell in plan_cells(loaded.matrix, seed)}
+            # planned from the prepared matrix, as `orch run` plans (run/session.py): its
+            # `{local: FILE}` models are their paths on the device now (run/model_push.py);
+            # the cell keys are the submitted plan's (a key names the model, not its file)
+            cells = {cell.key: cell for cell in plan_cells(prepared.loaded.matrix, seed)}
             self.sessions[row.session_id] = _Session(device, cells)
         return self.sessions[row.session_id]
 
@@ -209,7 +212,8 @@ class DeviceConsumer:
                 return self._after_store_loss(row, exc)
             log.exception("%s: cell %s failed unexpectedly", self.device, row.id)
             self._drop_connection()
-            return self._end(row, "failed", None, f"{type(exc).__name__}: {exc}")
+            cause = f"{type(exc).__name__}: {exc}"
+            return self._end(row, "failed", self._note_on_run(row, cause), cause)
 
     def _after_store_loss(self, row: Any, exc: BaseException) -> str:
         """The store went away during the cell (a restart): not the cell's failure. Once it
@@ -290,7 +294,9 @@ class DeviceConsumer:
                 self.gate.failed(f"unreachable: {outcome.cause}")
                 continue
             self.gate.ran(outcome.status, outcome.cause)   # three thermal aborts: quarantine
-            return self._end(row, outcome.status, outcome.run_id)
+            return self._end(row, outcome.status, outcome.run_id,
+                             None if outcome.status == Status.OK else
+                             outcome.cause or f"the run ended {outcome.status}")
 
     def _lost_link(self, outcome: CellOutcome) -> bool:
         """An interrupted run that the user did not stop: the device went away for longer
@@ -305,9 +311,28 @@ class DeviceConsumer:
         """The session's first cell on this device (no cooldown timer before it)."""
         return not Runs(self.store).has_any(session_id)
 
+    def _note_on_run(self, row: Any, cause: str) -> int | None:
+        """An error out of the cell's task: the cell's newest run, if one was started, gets
+        it as its cause when it has none (its status stays: a run still `running` may have
+        an engine on the device, which the next consumer re-attaches). Its id, else None."""
+        try:
+            runs = Runs(self.store).current(session=row.session_id, cell_key=row.cell_key)
+            run = max(runs, key=lambda r: r.id) if runs else None
+            if run is not None and not run.cause:
+                self.store.update_run(run.id, cause=cause)
+            return run.id if run is not None else None
+        except Exception as exc:  # noqa: BLE001 - the cell's own error is what to store
+            log.warning("%s: cell %s: its run's cause was not stored (%s)", self.device,
+                        row.id, exc)
+            return None
+
     def _end(self, row: Any, status: str, run_id: int | None, cause: str | None = None) -> str:
+        """End the cell: its state, its run, and why it did not end ok (`error`, one line)."""
+        error = None if status in lab_db.GOOD or not cause else \
+            (cause.strip().splitlines() or [status])[0]
         with_store(lambda: lab_db.update_cell(self.store, row.id, state=status, run_id=run_id,
-                                              ended_at=now()), self.store_grace_s, self.device)
+                                              ended_at=now(), error=error),
+                   self.store_grace_s, self.device)
         if cause:
             log.error("%s: cell %s %s: %s", self.device, row.id, status, cause)
         if lab_db.session_pending(self.store, row.session_id) == 0:

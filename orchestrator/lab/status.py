@@ -19,8 +19,16 @@ from orchestrator.lab.store_retry import STORE_GRACE_S, with_store
 def status_rows(store: Store, depths: dict[str, int | None] | None = None) -> list[dict[str, Any]]:
     """One dict per lab device: name, kind, worker, host, state, health, waiting (cells not
     ended, from the store), broker (messages in its queue, when the broker was asked),
-    running (the cell now running), seen_s (heartbeat age)."""
+    running (the cell now running), seen_s (heartbeat age), failed and failures (the newest
+    submission's cells that failed on it, and their causes: results/lab_failures.py)."""
+    from orchestrator.results.lab_failures import newest_batch_failures
+
     pending = lab_db.pending_counts(store)
+    failed: dict[str, list[dict[str, Any]]] = {}
+    for group in newest_batch_failures(store):
+        for device in group.devices:
+            n = sum(1 for c in group.cells if c.device == device)
+            failed.setdefault(device, []).append({"cause": group.cause, "cells": n})
     out = []
     for row in lab_db.lab_devices(store):
         running = None
@@ -37,19 +45,24 @@ def status_rows(store: Store, depths: dict[str, int | None] | None = None) -> li
                     "waiting": pending.get(row.name, 0),
                     "broker": (depths or {}).get(row.name), "running": running,
                     "seen_s": None if seen is None else round(seen, 1),
+                    # the newest submission's failed cells on it, by cause
+                    "failed": sum(f["cells"] for f in failed.get(row.name, [])),
+                    "failures": failed.get(row.name, []),
                     "alive": lab_db.consumer_alive(row)})
     return out
 
 
 def status_table(rows: list[dict[str, Any]]) -> Table:
     table = Table(title="lab devices", title_justify="left")
-    for name in ("device", "kind", "worker@host", "state", "waiting", "broker", "running",
-                 "health", "consumer"):
-        table.add_column(name, justify="right" if name in ("waiting", "broker") else "left")
+    for name in ("device", "kind", "worker@host", "state", "waiting", "failed", "broker",
+                 "running", "health", "consumer"):
+        table.add_column(name, justify="right" if name in ("waiting", "failed", "broker")
+                         else "left")
     for r in rows:
         seen = "not running" if not r["alive"] else f"seen {r['seen_s']:g} s ago"
         table.add_row(r["device"], r["kind"], f"{r['worker']}@{r['host']}", r["state"],
-                      str(r["waiting"]), "—" if r["broker"] is None else str(r["broker"]),
+                      str(r["waiting"]), str(r["failed"]),
+                      "—" if r["broker"] is None else str(r["broker"]),
                       r["running"] or "—", r["health"], seen)
     return table
 

@@ -31,6 +31,7 @@ from orchestrator.results.ab import ABGroup, Baselines, ab_groups, store_repeats
 from orchestrator.results.ceilings import Judgement, judge, nearest
 from orchestrator.results.drift import Caveat
 from orchestrator.results.exclude import Excluded, split
+from orchestrator.results.lab_failures import FailureGroup, lab_failures, without_runs
 from orchestrator.results.model_facts import ModelFacts, facts_for_group
 from orchestrator.results.quality import ModelQuality, summarise
 from orchestrator.results.query import by_model_and_device
@@ -134,6 +135,9 @@ class ReportData:
     config_order: list[str] = field(default_factory=list)
     excluded: list[Excluded] = field(default_factory=list)   # left out on purpose, with why
     notes: Notes = field(default_factory=Notes)   # `orch note` on its sessions and runs
+    # lab cells of its sessions that failed before a run of theirs started, by cause (a
+    # failed run is in `runs`, with its own cause)
+    lab_failed: list[FailureGroup] = field(default_factory=list)
 
     @property
     def failed(self) -> list[RunView]:
@@ -164,6 +168,8 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
     if session is not None or (matrix is None and not devices):
         sid = Sessions(store).resolve(session, matrix)
         rows: list[RunRow] = Runs(store).current(sid)
+        if not rows:
+            _no_runs(store, sid)
         if devices:
             missing = [d for d in devices if d not in {r.device for r in rows}]
             if missing:
@@ -189,6 +195,16 @@ def select_runs(store: Store, session: str | None, matrix: str | None,
             by_session[sid] = Runs(store).current(sid)
         rows += [r for r in by_session[sid] if r.device == name]
     return rows
+
+
+def _no_runs(store: Store, sid: int) -> None:
+    """A session without runs: a lab session whose every cell failed before its run started
+    says why (results/lab_failures.py), once per cause; any other is `build`'s to refuse."""
+    groups = lab_failures(store, [sid])
+    if groups:
+        causes = "; ".join(f"{g.count} cell{'s' if g.count != 1 else ''} failed: {g.cause}"
+                           for g in groups)
+        raise ConfigError(f"session {sid} has no runs to report; in the lab, {causes}")
 
 
 def _slug(*parts: str) -> str:
@@ -319,6 +335,7 @@ def build(store: Store, rows: Sequence[RunRow], baseline: str | Baselines | None
                       caveats=caveats, config_order=order, excluded=excluded,
                       regressions=regressions(store, rows, runs_of, ran),
                       notes=notes_of(store, sids, (r.id for r in rows)),
+                      lab_failed=without_runs(lab_failures(store, sids)),
                       routes=_routes(store, runs) if routes else {})
 
 
