@@ -133,7 +133,8 @@ UNIT: dict[str, tuple[str, ...]] = {
                              "test_the_html_page_loads_nothing_from_another_host",
                              "test_a_bidi_label_on_the_terminal_prints_escaped"),
     "test_terminal_views.py": (),
-    "test_low_memory.py": (),     # its tests under `ulimit -v` run orch: slow, out   # `orch run`'s board and closing table (its e2e is slow)
+    "test_low_memory.py": (),
+    "test_lab_failures.py": (),     # its tests under `ulimit -v` run orch: slow, out   # `orch run`'s board and closing table (its e2e is slow)
     # parsers: engine output, bmoe's formats, quality probes and graders, llama.cpp's parts
     "test_adapters.py": (),
     "test_bmoe_format.py": (),
