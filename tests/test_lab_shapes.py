@@ -7,7 +7,6 @@ alike. Real Redis and PostgreSQL, `orch lab worker` processes, local devices."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import textwrap
 from pathlib import Path
