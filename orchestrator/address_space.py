@@ -52,6 +52,9 @@ DEPENDS = {"scipy": ("numpy",), "pandas": ("numpy", "pyarrow"), "pyarrow": ("num
            "arch": ("numpy", "pandas", "pyarrow", "scipy", "matplotlib")}
 WORK_KB = 32_000   # room left for the work itself once the library is in (orch's arrays are small)
 
+# the names `prepare` set, also in the environment (MARKER) so that an orch process started
+# by orch (a lab worker's consumers) knows them too: the engines it starts get neither
+MARKER = "ORCH_BOUNDED_ENV"
 _set_by_orch: set[str] = set()
 
 
@@ -152,14 +155,20 @@ def load(modules: Sequence[str]) -> None:
 def prepare() -> None:
     """Bound the numeric libraries' threads and guard their first imports; once, before any of
     them is imported."""
+    _set_by_orch.update(n for n in os.environ.get(MARKER, "").split(",") if n in BOUNDED)
     for name, value in BOUNDED.items():
         if name not in os.environ:
             os.environ[name] = value
             _set_by_orch.add(name)
+    if _set_by_orch:
+        os.environ[MARKER] = ",".join(sorted(_set_by_orch))
     if not any(isinstance(finder, _Guard) for finder in sys.meta_path):
         sys.meta_path.insert(0, _Guard())
 
 
 def user_environ() -> dict[str, str]:
-    """os.environ without what `prepare` set: the environment of the processes orch starts."""
-    return {k: v for k, v in os.environ.items() if k not in _set_by_orch}
+    """os.environ without what `prepare` set, here or in the orch that started this process
+    (MARKER; a lab consumer runs no `prepare` of its own): the environment of the processes
+    orch starts."""
+    ours = _set_by_orch | {n for n in os.environ.get(MARKER, "").split(",") if n in BOUNDED}
+    return {k: v for k, v in os.environ.items() if k not in ours and k != MARKER}

@@ -162,8 +162,10 @@ def test_the_bounds_are_orchs_alone(monkeypatch) -> None:
     the user's environment (a measurement is not changed by orch's own bounds)."""
     from orchestrator.transports.local import LocalTransport
 
+    for name in [*address_space.BOUNDED, address_space.MARKER]:   # all restored after
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("OMP_NUM_THREADS", "6")
-    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.setattr(address_space, "_set_by_orch", set())
     monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
     address_space.prepare()
@@ -171,7 +173,28 @@ def test_the_bounds_are_orchs_alone(monkeypatch) -> None:
     env = LocalTransport("local", "/nonexistent", env={"X": "y"})._env()
     assert "OPENBLAS_NUM_THREADS" not in env and env["OMP_NUM_THREADS"] == "6"
     assert env["X"] == "y"
-    monkeypatch.delenv("OPENBLAS_NUM_THREADS")
+    # an orch started by this one (a lab worker's consumer) knows what orch set, not the user
+    inherited = os.environ[address_space.MARKER].split(",")
+    assert sorted(inherited) == sorted(set(address_space.BOUNDED) - {"OMP_NUM_THREADS"})
+    monkeypatch.setattr(address_space, "_set_by_orch", set())   # a consumer: no prepare
+    env = LocalTransport("local", "/nonexistent")._env()
+    assert "OPENBLAS_NUM_THREADS" not in env and address_space.MARKER not in env
+    assert env["OMP_NUM_THREADS"] == "6"
+
+
+def test_the_analysis_after_a_run_is_skipped_with_a_line_when_it_does_not_fit(
+        monkeypatch, capsys) -> None:
+    """The end-of-run tables out of room: one line saying the runs are stored and how to see
+    them; nothing raised (the exit code stays the cells')."""
+    from orchestrator.cli import run as run_cli
+
+    def no_room(store, sessions):
+        raise LowMemory("not enough memory to load scipy: ... (ulimit -v 500000 kB) ...")
+    monkeypatch.setattr("orchestrator.results.run_end.run_end", no_room)
+    run_cli._analysis(None, {"local": 3, "other": 4}, per_run=False)   # type: ignore[arg-type]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "the analysis was skipped (not enough memory" in err
+    assert "`orch table 3`, `orch table 4`" in err
 
 
 @pytest.mark.parametrize("error", [MemoryError(), ImportError(
