@@ -8,7 +8,8 @@ a limit too low for it that allocation retries for ever (`orch run` stored every
 hung at 100% CPU in its end-of-run analysis; SIGTERM and Ctrl-C did nothing). A failure later
 in the import is a bare MemoryError, an ImportError "failed to map segment" or a SIGSEGV.
 
-So, before any of them is imported (orchestrator/entry.py calls `prepare` first):
+So, before any of them is imported (orchestrator/entry.py calls `prepare` before it imports
+the commands):
 
 - their thread pools are bounded to one thread (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS, ... set
   to 1 unless the user set them): orch's arrays are small, and one thread's buffers are a
@@ -20,11 +21,10 @@ So, before any of them is imported (orchestrator/entry.py calls `prepare` first)
   of starting a load that hangs or crashes. `orch run` skips its analysis on it (the rows are
   stored); other commands exit 1 with the line.
 
-Standard library only: it runs before anything else of orch.
+Standard library only (and orchestrator.errors): it runs before the commands are imported.
 """
 from __future__ import annotations
 
-import importlib.abc
 import os
 import resource
 import sys
@@ -121,9 +121,11 @@ def check_room(name: str) -> None:
                         f"raise the limit or unset it")
 
 
-class _Guard(importlib.abc.MetaPathFinder):
+class _Guard:
     """First in sys.meta_path: checks the room before the first import of each library of
-    FLOORS; finds nothing itself (the other finders load the module)."""
+    FLOORS; finds nothing itself (the other finders load the module). A meta path finder by
+    protocol, not importlib.abc's class: that import pulls in tempfile and more, before
+    orch's first line runs."""
 
     def __init__(self) -> None:
         self.approved: set[str] = set()

@@ -8,9 +8,9 @@ back to Python (KeyboardInterrupt: handle_errors' one line, `orch run`'s clean s
 
 This module imports only the standard library (and orchestrator.address_space, which does too),
 and lives outside orchestrator.cli so that importing it does not import the commands (a
-package's __init__ runs first). Before anything else, the numeric libraries' thread pools are
-bounded and their first imports guarded against an address-space limit (address_space.py;
-docs/reliability.md, "Low memory").
+package's __init__ runs first). Before the commands are imported (and after the SIGINT
+handler), the numeric libraries' thread pools are bounded and their first imports guarded
+against an address-space limit (address_space.py; docs/reliability.md, "Low memory").
 SIGTERM and SIGHUP keep their default here (nothing to clean up yet); `orch run` and
 `orch lab worker` handle both the same way (run/lifecycle.py, lab/supervisor.py).
 
@@ -113,9 +113,6 @@ def _silence_output() -> None:
 
 
 def main() -> None:
-    from orchestrator.address_space import prepare
-
-    prepare()
     _guard_streams()
     try:
         try:
@@ -137,6 +134,10 @@ def _main() -> None:
     # stays ignored: Python installs its handler only where SIGINT was not ignored.
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupted)
+    # after the SIGINT handler (a Ctrl-C here is one line too), before any numeric library
+    from orchestrator.address_space import prepare
+
+    prepare()
     from orchestrator.cli import main as group
 
     group(prog_name="orch")
