@@ -103,22 +103,26 @@ def is_out_of_memory(exc: BaseException) -> bool:
         or "cannot allocate memory" in text)
 
 
-def needed_kb(name: str) -> int:
-    """What importing `name` adds: its floor and those of its dependencies not loaded yet."""
-    names = [name, *(d for d in DEPENDS.get(name, ()) if d not in sys.modules)]
-    return sum(FLOORS[n] for n in names) + WORK_KB
+def needed_kb(*names: str) -> int:
+    """What importing `names` adds: their floors and those of their dependencies not loaded
+    yet, each once, and WORK_KB."""
+    todo = {n for name in names for n in (name, *DEPENDS.get(name, ())) if n not in sys.modules}
+    return sum(FLOORS[n] for n in todo) + WORK_KB
 
 
-def check_room(name: str) -> None:
-    """Raise LowMemory when `name` does not fit under the limit (nothing without one)."""
+def check_room(*names: str) -> None:
+    """Raise LowMemory when the libraries `names` (those not loaded yet) do not fit under the
+    limit together (nothing without a limit)."""
     limit = limit_kb()
-    if limit is None:
+    todo = [n for n in names if n not in sys.modules]
+    if limit is None or not todo:
         return
-    need, room = needed_kb(name), limit - mapped_kb()
+    need, room = needed_kb(*todo), limit - mapped_kb()
     if room < need:
-        raise LowMemory(f"not enough memory to load {name}: it needs about {need // 1024} MB "
-                        f"more, {max(room, 0) // 1024} MB are left under {limit_text(limit)}; "
-                        f"raise the limit or unset it")
+        they = "it needs" if len(todo) == 1 else "they need"
+        raise LowMemory(f"not enough memory to load {', '.join(todo)}: {they} about "
+                        f"{need // 1024} MB more, {max(room, 0) // 1024} MB are left under "
+                        f"{limit_text(limit)}; raise the limit or unset it")
 
 
 class _Guard:
@@ -140,10 +144,12 @@ class _Guard:
 
 
 def load(modules: Sequence[str]) -> None:
-    """Import `modules` now (each checked by the guard): LowMemory, one line, when one does
-    not fit, before the caller starts work that would need them half-way (`orch run`)."""
+    """Import `modules` now, their room checked together first: LowMemory, one line, when
+    they do not fit, before the caller starts work that would need them half-way (`orch
+    run`: a library loaded mid-cell, beside the run's threads, is where it failed)."""
     import importlib
 
+    check_room(*dict.fromkeys(m.split(".")[0] for m in modules if m.split(".")[0] in FLOORS))
     for module in modules:
         try:
             importlib.import_module(module)

@@ -21,6 +21,8 @@ from sqlalchemy import select
 from waiting import wait_until
 
 from orchestrator import address_space
+from orchestrator.db import schema
+from orchestrator.db.store import Store
 from orchestrator.address_space import FLOORS, WORK_KB, LowMemory
 from orchestrator.cli.handler import handle_errors
 
@@ -110,14 +112,15 @@ def test_a_view_under_a_too_low_limit_is_one_line(db: str, tmp_path: Path,
 
 
 @pytest.mark.slow
-def test_run_under_a_limit_too_low_for_its_figures_writes_nothing(workspace: Path) -> None:
-    """A run whose figures could not be computed is refused before the store is opened (it
+def test_run_under_a_limit_too_low_for_its_figures_starts_nothing(workspace: Path) -> None:
+    """A run whose figures could not be computed is refused before a session starts (it
     used to stop after its first cell with the run left `running`)."""
     (workspace / "m.yaml").write_text(textwrap.dedent(SMALL_PROBE_MATRIX))
     limit = _bare_kb() + _floors("numpy", "pandas", "pyarrow") + 64 * MB
     code, _out, err = _orch_limited(limit, ["run", "m.yaml"], workspace)
     _one_line_naming_the_limit(code, err, limit)
-    assert not (workspace / "orch.db").exists()
+    store = Store.open(str(workspace / "orch.db"))
+    assert not store.fetch(select(schema.session.c.id)) and not store.fetch(select(schema.run.c.id))
     assert not (workspace / "dev-local").exists()   # no device was touched
 
 
@@ -125,11 +128,8 @@ def test_run_under_a_limit_too_low_for_its_figures_writes_nothing(workspace: Pat
 def test_run_under_a_limit_ends_with_its_rows_stored(workspace: Path) -> None:
     """Room for what a run loads and little more: it runs to its end (it used to die with a
     MemoryError, or hang in OpenBLAS on a machine of many cores), rows stored, exit 0."""
-    from orchestrator.db import schema
-    from orchestrator.db.store import Store
-
     (workspace / "m.yaml").write_text(textwrap.dedent(SMALL_PROBE_MATRIX))
-    limit = _bare_kb() + sum(FLOORS.values()) + WORK_KB + 32 * MB
+    limit = _bare_kb() + sum(FLOORS.values()) + WORK_KB + 64 * MB
     code, out, err = _orch_limited(limit, ["run", "m.yaml"], workspace)
     assert code == 0, err[-2000:]
     assert "Traceback" not in err and "c0" in out and "c1" in out, out
@@ -154,7 +154,12 @@ def test_room_is_checked_against_the_limit(monkeypatch) -> None:
 
 def test_a_dependency_loaded_already_is_not_counted(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "numpy", sys.modules.get("numpy") or object())
+    monkeypatch.delitem(sys.modules, "scipy", raising=False)
+    monkeypatch.delitem(sys.modules, "matplotlib", raising=False)
     assert address_space.needed_kb("scipy") == FLOORS["scipy"] + WORK_KB
+    # several at once: a shared dependency counted once
+    assert address_space.needed_kb("scipy", "matplotlib") == \
+        FLOORS["scipy"] + FLOORS["matplotlib"] + WORK_KB
 
 
 def test_the_bounds_are_orchs_alone(monkeypatch) -> None:

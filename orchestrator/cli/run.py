@@ -17,8 +17,9 @@ from orchestrator.stats.status import Status
 if TYPE_CHECKING:
     from orchestrator.db.store import Store
 
-# the numeric libraries a run's figures load (stats/: the trend test, the block bootstrap)
-RUN_LIBRARIES = ("numpy", "pandas", "scipy.stats", "arch.bootstrap")
+# the numeric libraries a run's figures load (stats/: the trend test, the block bootstrap;
+# arch loads matplotlib)
+RUN_LIBRARIES = ("numpy", "pandas", "scipy.stats", "matplotlib", "arch.bootstrap")
 
 
 @click.command()
@@ -86,10 +87,11 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     names = device_names(inv, devices)
     check_engine(loaded)
     confirm_size(loaded, len(names), yes)
-    # what every run's figures need, loaded before anything is written: under an address-space
-    # limit too low for them one line, not a run left `running` after its first cell
-    load(RUN_LIBRARIES)
     store = Store.open(db, write=True)
+    # what every run's figures load, loaded before a session starts (after --db is known good:
+    # matplotlib writes its config and font cache): under an address-space limit too low for
+    # them one line, not a run left `running` after its first cell
+    load(RUN_LIBRARIES)
     board = Board(errors)
     try:
         options = RunOptions(resume=resume, force=force, link=LinkPolicy(grace_s=link_grace),
