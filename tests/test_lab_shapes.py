@@ -188,6 +188,7 @@ def test_a_failed_cell_shows_its_cause_in_status_wait_and_report(lab):
     assert len({c.error for c in cells}) == 1
     line = f"4 cells failed: {cause} (on f1)"
     assert out.count(line) == 1, out
+    assert f"session {cells[0].session_id}:" not in out, out   # no empty table before it
     code, out = orch("lab", "status")
     assert code == 0 and out.count(line) == 1, out
     rows = json.loads(orch("lab", "status", "--format", "json")[1])

@@ -259,7 +259,9 @@ def wait(session: int | None, timeout: float | None, broker: str | None, db: str
     if not result.ok and timeout is not None and any(result.states[s] for s in ("queued", "delivered")):
         errors.print(f"{last_line}; gave up after --timeout {timeout:g} s")
     for sid in sessions:
-        print_session_table(console, session_listing(store, sid))
+        listing = session_listing(store, sid)
+        if listing.rows:   # a session whose cells all failed before running: its causes below
+            print_session_table(console, listing)
     _print_failures(lab_failures(store, sessions))   # cells with no run are in no table above
     if not result.ok:   # the tables above say which cells did not end ok
         raise Failed()
