@@ -198,7 +198,7 @@ end_proven() {
 live_jobs() {
   LIVE=''
   runs=$1 except=$2
-  tagged "$runs/"
+  tagged "$runs" -j
   left=" $TPIDS "
   for d in "$runs"/*; do
     # not skipped for a `done` file: anyone can create one (end_proven); sup_alive decides
@@ -244,9 +244,12 @@ proc_name() {
 #    "Process groups and the job tag").
 # ==============================================================================================
 
-# tagged VALUE [-x]: TPIDS = "PID ..." and TAGGED = "PID(comm) ..." of the live processes
-# whose environment holds ORCH_JOB=VALUE, exactly with -x, else as a prefix (every job under
-# a runs directory). exec_engine gives the engine ORCH_JOB=JOBDIR/ and every descendant
+# tagged VALUE -x|-j: TPIDS = "PID ..." and TAGGED = "PID(comm) ..." of the live processes
+# whose environment holds ORCH_JOB=VALUE exactly (-x), or, with -j, ORCH_JOB=VALUE/NAME/ for
+# any NAME without a slash: every job of the runs directory VALUE and nothing else. Never a
+# prefix: another device's workdir may lie inside this one's runs directory (or share the
+# start of its path), and its live jobs' tags start with VALUE/ too (docs/reliability.md,
+# "Overlapping workdirs"). exec_engine gives the engine ORCH_JOB=JOBDIR/ and every descendant
 # inherits it: /proc/PID/environ is the environment a process started with, readable by the
 # same uid without root (also on a phone), and neither setsid, a double fork nor a removed
 # job directory takes it away. One grep (toybox has it; -z: the file is NUL-separated) and
@@ -254,8 +257,12 @@ proc_name() {
 tagged() {
   TPIDS='' TAGGED=''
   command -v grep >/dev/null 2>&1 || return 0
-  # shellcheck disable=SC2086
-  files=$(grep -l -a -z -F $2 -e "ORCH_JOB=$1" /proc/[0-9]*/environ 2>/dev/null)
+  if [ "$2" = -j ]; then
+    bre_quote "$1"
+    files=$(grep -l -a -z -x -e "ORCH_JOB=$Q/[^/][^/]*/" /proc/[0-9]*/environ 2>/dev/null)
+  else
+    files=$(grep -l -a -z -x -F -e "ORCH_JOB=$1" /proc/[0-9]*/environ 2>/dev/null)
+  fi
   for f in $files; do
     p=${f#/proc/}
     p=${p%/environ}
@@ -265,6 +272,17 @@ tagged() {
     TPIDS="$TPIDS $p" TAGGED="$TAGGED $p($PNAME)"
   done
   TPIDS=${TPIDS# } TAGGED=${TAGGED# }
+}
+
+# bre_quote STRING: Q = STRING with every character a basic regular expression treats
+# specially escaped, so that a path with . [ ] * ^ $ \ in it matches only itself. Builtins only.
+bre_quote() {
+  Q='' bq_s=$1
+  while [ -n "$bq_s" ]; do
+    bq_r=${bq_s#?} bq_c=${bq_s%"${bq_s#?}"}
+    case $bq_c in '.'|'['|']'|'*'|'^'|'$'|\\) Q="$Q\\$bq_c" ;; *) Q="$Q$bq_c" ;; esac
+    bq_s=$bq_r
+  done
 }
 
 # kill_tagged VALUE: TERM the processes tagged ORCH_JOB=VALUE, KILL what is left after 3 s.

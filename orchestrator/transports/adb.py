@@ -85,6 +85,10 @@ class AdbEntry(DeviceEntry):
     adb_host: str = "127.0.0.1"
     adb_port: int = 5037
 
+    def target(self) -> tuple[object, ...]:
+        # a serial names the phone, whichever adb server reaches it
+        return ("adb", self.serial)
+
 
 class AdbTransport(PosixTransport):
     kind = "adb"

@@ -159,6 +159,24 @@ class DeviceEntry(BaseModel):
     # Environment for agent commands, e.g. a restricted PATH or ORCH_THERMAL_DIR.
     env: dict[str, str] = Field(default_factory=dict)
 
+    def target(self) -> tuple[object, ...]:
+        """The machine this entry reaches: two entries with equal targets share a file
+        system, so their workdirs must not overlap (config/workdirs.py). By default every
+        address field counts (a plugin's kind is unknown here); a kind says what identifies
+        a machine when fewer fields do."""
+        fixed = {"workdir", "description", "shell", "env"}
+        return (self.kind, *sorted((k, repr(v)) for k, v in self.model_dump().items()
+                                   if k not in fixed))
+
+    def home_of(self) -> str:
+        """Whose home `~` is on the target: a workdir under ~ overlaps another under ~ only
+        when both are the same user's."""
+        return ""
+
+    def expand_home(self, path: str) -> str:
+        """The workdir with `~` resolved where orch can do so without the device (here)."""
+        return path
+
 
 class Transport(abc.ABC):
     """A connection to one device. Paths on the device are POSIX strings."""

@@ -22,6 +22,12 @@ from orchestrator.transports.posix import PosixTransport
 class LocalEntry(DeviceEntry):
     kind: Literal["local"]
 
+    def target(self) -> tuple[object, ...]:
+        return ("local",)
+
+    def expand_home(self, path: str) -> str:
+        return os.path.expanduser(path)
+
 
 class LocalTransport(PosixTransport):
     kind = "local"
