@@ -691,13 +691,41 @@ drain() {
   while :; do
     l=''
     if IFS= read -r l <&"$1"; then
-      say "$2$TAB$p$l"
+      l=$p$l p=''
+      [ ${#l} -gt "$LINE_KEEP" ] && cut_line
+      say "$2$TAB$l"
       # a session's turn ends with its BMOE_DONE or BMOE_ERROR line (session_line)
-      [ -n "$SESSION" ] && [ "$2" = O ] && session_line "$p$l"
-      p=''
-    else p=$p$l; break; fi
+      [ -n "$SESSION" ] && [ "$2" = O ] && session_line "$l"
+    else
+      p=$p$l
+      # a line still being written is held to the bound too (cut again as it grows)
+      [ ${#p} -gt "$LINE_KEEP" ] && { l=$p; cut_line; p=$l; }
+      break
+    fi
   done
   case $2 in O) P_O=$p ;; E) P_E=$p ;; C) P_C=$p ;; esac
+}
+
+# An engine's line is held to orch's one bound, MAX_LINE = 65,536 bytes (orchestrator/
+# line_bound.py, checked equal by tests/test_long_lines.py): a longer one keeps its first
+# LINE_KEEP characters (room for the tag and the mark within the bound) and LINE_CUT, the
+# mark the controller puts on a line it cuts. So the spool, `attach` and the controller never
+# carry the rest of a 100 MB line; only the `read` that met it held it, once.
+MAX_LINE=65536
+LINE_KEEP=$((MAX_LINE - 64))
+LINE_CUT=' [cut: the line was over 65,536 bytes]'
+
+# cut_line: L = the first LINE_KEEP characters of L, then LINE_CUT (also when L already ends
+# with it: a growing partial line is cut again). ${L:0:N} in mksh and bash (hidden from
+# dash's parser by eval), printf's precision in dash; one subshell tells which, and only a
+# line over the bound pays for it.
+cut_line() {
+  if (eval 'cl=ab; [ "${cl:0:1}" = a ]') 2>/dev/null; then
+    eval 'l=${l:0:'"$LINE_KEEP"'}'
+  else
+    l=$(printf "%.${LINE_KEEP}s" "$l")
+  fi
+  l=$l$LINE_CUT
 }
 
 # open_csv: the engine may create its CSV late; open it (fd 5) as soon as it exists.

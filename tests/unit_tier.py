@@ -117,6 +117,7 @@ UNIT: dict[str, tuple[str, ...]] = {
                                "test_unexpected_error_is_one_line_and_debug_shows_it"),
     "test_overlapping_workdirs.py": ("test_reap_leaves_the_jobs_of_a_workdir_inside_its_runs_folder",
                                      "test_a_runs_path_with_pattern_characters_matches_only_itself"),
+    "test_long_lines.py": ("test_a_long_line_is_cut_on_the_device",),
     "test_special_files.py": ("test_a_timed_out_local_command_leaves_no_child",
                               "test_device_model_that_is_no_regular_file_is_not_hashed"),
     "test_device_fetch.py": ("test_a_regular_file_is_fetched_whole",
