@@ -30,7 +30,7 @@
 #  12. Cooldown                   the `cooldown` command
 #  13. Commands                   attach, kill, reap, facts, start
 #  14. The command line           main, and the source-only mode
-AGENT_VERSION=1.5.1
+AGENT_VERSION=1.5.2
 
 # ==============================================================================================
 # 1. Settings and output
