@@ -297,12 +297,17 @@ class Transport(abc.ABC):
     def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
                         progress: PushProgress | None = None) -> bool:
         """Push unless the device has the same file: size first (cheap), then sha256. The
-        device's sha256 cache learns what was pushed. True if pushed."""
+        device's sha256 cache learns what was pushed. True if pushed. One push of a
+        destination at a time per device on this controller (push_lock): a second orch
+        process waits, then finds the file there and pushes nothing."""
+        from orchestrator.transports.push_lock import push_lock
+
         local, remote = Path(local), self._path(remote)
-        if self.remote_size(remote) == local.stat().st_size and \
-                self.remote_sha256(remote) == sha256_file(local):
-            return False
-        self.remember_sha256(remote, self._put_file(local, remote, mode, progress))
+        with push_lock(self.describe(), remote):
+            if self.remote_size(remote) == local.stat().st_size and \
+                    self.remote_sha256(remote) == sha256_file(local):
+                return False
+            self.remember_sha256(remote, self._put_file(local, remote, mode, progress))
         return True
 
     def expand_home(self, path: str) -> str:
