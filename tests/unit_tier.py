@@ -111,6 +111,7 @@ UNIT: dict[str, tuple[str, ...]] = {
                        "test_report_prints_the_designs_notes_labels_and_device"),
     "test_hostile_inputs.py": ("test_hostile_input[db-proc]",
                                "test_hostile_input[db-not-a-database]",
+                               "test_a_fifo_is_refused_at_the_open_not_waited_on[design]",
                                "test_interrupt_is_one_line_and_130",
                                "test_prompt_bytes_reach_the_engine_and_show_prints_its_stderr",
                                "test_subsecond_timeout_is_sent_and_honoured",
