@@ -192,8 +192,9 @@ end_proven() {
 
 # live_jobs RUNSDIR [EXCEPT]: LIVE = one "running|orphan<TAB>DIR<TAB>PID" line per job dir
 # under RUNSDIR whose supervisor or engine still runs (any session's), EXCEPT left out; then
-# one "stray<TAB>NAME<TAB>PID" line per process that carries the tag of a job under RUNSDIR
-# (tagged) but belongs to no live job: a daemon an engine left, or a job whose directory was
+# one "stray<TAB>NAME<TAB>PID" line per process that carries the tag of a job of RUNSDIR,
+# RUNSDIR/NAME/ exactly (tagged -j: not a job of a workdir nested inside), but belongs to no
+# live job: a daemon an engine left, or a job whose directory was
 # removed. Job directories alone cannot see those.
 live_jobs() {
   LIVE=''
@@ -1472,7 +1473,7 @@ kill_job() {
   return 0
 }
 
-# reap RUNSDIR: stop the stray processes `jobs` lists (tagged with a job under RUNSDIR that
+# reap RUNSDIR: stop the stray processes `jobs` lists (tagged with a job of RUNSDIR that
 # is not live, or whose directory is gone): TERM, KILL after 3 s; one "killed<TAB>PID(comm)
 # ..." line when there were any. Live jobs, and the processes they own, are left alone.
 reap() {
