@@ -30,7 +30,7 @@
 #  12. Cooldown                   the `cooldown` command
 #  13. Commands                   attach, kill, reap, facts, start
 #  14. The command line           main, and the source-only mode
-AGENT_VERSION=1.5.1
+AGENT_VERSION=1.5.2
 
 # ==============================================================================================
 # 1. Settings and output
@@ -192,13 +192,14 @@ end_proven() {
 
 # live_jobs RUNSDIR [EXCEPT]: LIVE = one "running|orphan<TAB>DIR<TAB>PID" line per job dir
 # under RUNSDIR whose supervisor or engine still runs (any session's), EXCEPT left out; then
-# one "stray<TAB>NAME<TAB>PID" line per process that carries the tag of a job under RUNSDIR
-# (tagged) but belongs to no live job: a daemon an engine left, or a job whose directory was
+# one "stray<TAB>NAME<TAB>PID" line per process that carries the tag of a job of RUNSDIR,
+# RUNSDIR/NAME/ exactly (tagged -j: not a job of a workdir nested inside), but belongs to no
+# live job: a daemon an engine left, or a job whose directory was
 # removed. Job directories alone cannot see those.
 live_jobs() {
   LIVE=''
   runs=$1 except=$2
-  tagged "$runs/"
+  tagged "$runs" -j
   left=" $TPIDS "
   for d in "$runs"/*; do
     # not skipped for a `done` file: anyone can create one (end_proven); sup_alive decides
@@ -244,9 +245,12 @@ proc_name() {
 #    "Process groups and the job tag").
 # ==============================================================================================
 
-# tagged VALUE [-x]: TPIDS = "PID ..." and TAGGED = "PID(comm) ..." of the live processes
-# whose environment holds ORCH_JOB=VALUE, exactly with -x, else as a prefix (every job under
-# a runs directory). exec_engine gives the engine ORCH_JOB=JOBDIR/ and every descendant
+# tagged VALUE -x|-j: TPIDS = "PID ..." and TAGGED = "PID(comm) ..." of the live processes
+# whose environment holds ORCH_JOB=VALUE exactly (-x), or, with -j, ORCH_JOB=VALUE/NAME/ for
+# any NAME without a slash: every job of the runs directory VALUE and nothing else. Never a
+# prefix: another device's workdir may lie inside this one's runs directory (or share the
+# start of its path), and its live jobs' tags start with VALUE/ too (docs/reliability.md,
+# "Overlapping workdirs"). exec_engine gives the engine ORCH_JOB=JOBDIR/ and every descendant
 # inherits it: /proc/PID/environ is the environment a process started with, readable by the
 # same uid without root (also on a phone), and neither setsid, a double fork nor a removed
 # job directory takes it away. One grep (toybox has it; -z: the file is NUL-separated) and
@@ -254,8 +258,12 @@ proc_name() {
 tagged() {
   TPIDS='' TAGGED=''
   command -v grep >/dev/null 2>&1 || return 0
-  # shellcheck disable=SC2086
-  files=$(grep -l -a -z -F $2 -e "ORCH_JOB=$1" /proc/[0-9]*/environ 2>/dev/null)
+  if [ "$2" = -j ]; then
+    bre_quote "$1"
+    files=$(grep -l -a -z -x -e "ORCH_JOB=$Q/[^/][^/]*/" /proc/[0-9]*/environ 2>/dev/null)
+  else
+    files=$(grep -l -a -z -x -F -e "ORCH_JOB=$1" /proc/[0-9]*/environ 2>/dev/null)
+  fi
   for f in $files; do
     p=${f#/proc/}
     p=${p%/environ}
@@ -265,6 +273,17 @@ tagged() {
     TPIDS="$TPIDS $p" TAGGED="$TAGGED $p($PNAME)"
   done
   TPIDS=${TPIDS# } TAGGED=${TAGGED# }
+}
+
+# bre_quote STRING: Q = STRING with every character a basic regular expression treats
+# specially escaped, so that a path with . [ ] * ^ $ \ in it matches only itself. Builtins only.
+bre_quote() {
+  Q='' bq_s=$1
+  while [ -n "$bq_s" ]; do
+    bq_r=${bq_s#?} bq_c=${bq_s%"${bq_s#?}"}
+    case $bq_c in '.'|'['|']'|'*'|'^'|'$'|\\) Q="$Q\\$bq_c" ;; *) Q="$Q$bq_c" ;; esac
+    bq_s=$bq_r
+  done
 }
 
 # kill_tagged VALUE: TERM the processes tagged ORCH_JOB=VALUE, KILL what is left after 3 s.
@@ -673,13 +692,41 @@ drain() {
   while :; do
     l=''
     if IFS= read -r l <&"$1"; then
-      say "$2$TAB$p$l"
+      l=$p$l p=''
+      [ ${#l} -gt "$LINE_KEEP" ] && cut_line
+      say "$2$TAB$l"
       # a session's turn ends with its BMOE_DONE or BMOE_ERROR line (session_line)
-      [ -n "$SESSION" ] && [ "$2" = O ] && session_line "$p$l"
-      p=''
-    else p=$p$l; break; fi
+      [ -n "$SESSION" ] && [ "$2" = O ] && session_line "$l"
+    else
+      p=$p$l
+      # a line still being written is held to the bound too (cut again as it grows)
+      [ ${#p} -gt "$LINE_KEEP" ] && { l=$p; cut_line; p=$l; }
+      break
+    fi
   done
   case $2 in O) P_O=$p ;; E) P_E=$p ;; C) P_C=$p ;; esac
+}
+
+# An engine's line is held to orch's one bound, MAX_LINE = 65,536 bytes (orchestrator/
+# line_bound.py, checked equal by tests/test_long_lines.py): a longer one keeps its first
+# LINE_KEEP characters (room for the tag and the mark within the bound) and LINE_CUT, the
+# mark the controller puts on a line it cuts. So the spool, `attach` and the controller never
+# carry the rest of a 100 MB line; only the `read` that met it held it, once.
+MAX_LINE=65536
+LINE_KEEP=$((MAX_LINE - 64))
+LINE_CUT=' [cut: the line was over 65,536 bytes]'
+
+# cut_line: L = the first LINE_KEEP characters of L, then LINE_CUT (also when L already ends
+# with it: a growing partial line is cut again). ${L:0:N} in mksh and bash (hidden from
+# dash's parser by eval), printf's precision in dash; one subshell tells which, and only a
+# line over the bound pays for it.
+cut_line() {
+  if (eval 'cl=ab; [ "${cl:0:1}" = a ]') 2>/dev/null; then
+    eval 'l=${l:0:'"$LINE_KEEP"'}'
+  else
+    l=$(printf "%.${LINE_KEEP}s" "$l")
+  fi
+  l=$l$LINE_CUT
 }
 
 # open_csv: the engine may create its CSV late; open it (fd 5) as soon as it exists.
@@ -1426,7 +1473,7 @@ kill_job() {
   return 0
 }
 
-# reap RUNSDIR: stop the stray processes `jobs` lists (tagged with a job under RUNSDIR that
+# reap RUNSDIR: stop the stray processes `jobs` lists (tagged with a job of RUNSDIR that
 # is not live, or whose directory is gone): TERM, KILL after 3 s; one "killed<TAB>PID(comm)
 # ..." line when there were any. Live jobs, and the processes they own, are left alone.
 reap() {

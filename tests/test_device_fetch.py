@@ -22,6 +22,7 @@ from device_targets import KINDS, Target, device_target
 from orchestrator.transports.base import CommandTimedOut, RemoteFileNotFound, Transport
 from orchestrator.transports.fetch import (
     ROUTE_TRACE,
+    SPOOL_LINE,
     FetchRefused,
     FileKind,
     bounded_output,
@@ -247,8 +248,13 @@ def test_orch_run_a_special_route_trace_costs_a_warning_not_the_run(workspace, t
 
 def test_a_spool_line_is_held_to_its_bound():
     """The spool is streamed, not fetched: only a line is held, and a line without end (an
-    engine printing no newline) is cut at SPOOL_LINE's bound yet counts as one line."""
-    from orchestrator.run.stream import CUT, LineSplitter
+    engine printing no newline) is cut at SPOOL_LINE's bound yet counts as one line; the
+    bound is import's (orchestrator/line_bound.py), one owner for both."""
+    from orchestrator.engines.bmoe_format import MAX_LINE
+    from orchestrator.line_bound import CUT
+    from orchestrator.run.stream import LineSplitter
+
+    assert SPOOL_LINE.max_bytes == MAX_LINE == LineSplitter()._max == 65536  # noqa: SLF001
 
     splitter = LineSplitter(max_line=100)
     out = list(splitter.feed(b"O\tshort\nO\t" + b"z" * 60))

@@ -210,6 +210,18 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], int, str]] = [
     ("link-grace-negative", {"m.yaml": GOOD}, ["run", "m.yaml", "--link-grace", "-1"], 2, "link-grace"),
     ("link-grace-inf", {"m.yaml": GOOD}, ["run", "m.yaml", "--link-grace", "inf"], 2, "link-grace"),
     ("show-not-a-number", {}, ["show", "x"], 2, "is not a valid integer"),
+    # a file orch cannot read is one line naming it and why, exit 2 (never Python's text)
+    ("matrix-under-a-file", {"f": "x"}, ["run", "f/m.yaml"], 2, "f/m.yaml: cannot read it: Not a directory"),
+    ("matrix-name-too-long", {}, ["run", "x" * 300 + ".yaml"], 2, "cannot read it: File name too long"),
+    ("matrix-dev-zero", {}, ["run", "/dev/zero"], 2, "/dev/zero: not a regular file (a character device)"),
+    ("inventory-directory", {"m.yaml": GOOD, "inv/keep": ""}, ["run", "m.yaml", "-i", "inv"], 2,
+     "inv: not a regular file (a directory)"),
+    ("inventory-dev-zero", {"m.yaml": GOOD}, ["run", "m.yaml", "-i", "/dev/zero"], 2,
+     "not a regular file (a character device)"),
+    ("inventory-under-a-file", {"m.yaml": GOOD, "f": "x"}, ["run", "m.yaml", "-i", "f/d.yaml"], 2,
+     "f/d.yaml: cannot read it: Not a directory"),
+    ("probes-dev-zero", {"m.yaml": GOOD + "quality: {prompts: /dev/zero, grader: exact}\n"},
+     ["run", "m.yaml"], 2, "/dev/zero: not a regular file (a character device) (quality.prompts)"),
 ]
 
 
@@ -236,6 +248,29 @@ def test_hostile_input(case, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         with sqlite3.connect(db) as conn:
             assert conn.execute("select count(*) from run where status = 'running'").fetchone() == (0,)
     assert _descendants(os.getpid()) == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("args", [["run", "fifo"], ["run", "m.yaml", "-i", "fifo"],
+                                  ["import", "study", "--design", "fifo"],
+                                  ["run", "q.yaml"]], ids=["matrix", "inventory", "design",
+                                                           "probes"])
+def test_a_fifo_is_refused_at_the_open_not_waited_on(args, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A FIFO given as a matrix, an inventory, a design or a probes file: one line naming it,
+    exit 2, at once (before, the read waited for a writer for ever)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "study").mkdir()
+    (tmp_path / "m.yaml").write_text(GOOD)
+    (tmp_path / "q.yaml").write_text(GOOD + "quality: {prompts: fifo, grader: exact}\n")
+    code, output = orch(*args)
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code == 2 and "Traceback" not in output, output
+    assert len(lines) == 1 and "fifo: not a regular file (a FIFO)" in lines[0], output
+    if args[0] == "run":   # (`orch import` opens its store before it reads the design)
+        assert not (tmp_path / "orch.db").exists()
 
 
 def test_suite_size() -> None:

@@ -273,13 +273,15 @@ def test_merge_keys_still_work(tmp_path):
     devices.write_text(textwrap.dedent("""\
         devices:
           box: &box
-            kind: local
+            kind: ssh
+            host: a.example
             workdir: /tmp/orch-box
           box2:
             <<: *box
             workdir: /tmp/orch-box2
           box3:
             <<: *box
+            host: b.example
         """))
     inventory = load_inventory(str(devices))
     assert inventory.workdir("box2") == "/tmp/orch-box2"

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from orchestrator.config.matrix_values import parse_duration
+from orchestrator.config.workdirs import workdir_problems
 from orchestrator.config.yamlfile import (
     Problems,
     errors_at,
@@ -121,9 +122,20 @@ class InventoryFile(BaseModel):
     @model_validator(mode="after")
     def _confined(self) -> InventoryFile:
         problems = [p for name, entry in self.devices.items() for p in entry_problems(name, entry)]
+        if not problems:
+            # the implicit `local` (Inventory) counts too: a workdir may hold its default one
+            devices = [(name, entry, entry.workdir or device_kind(entry.kind).workdir_for(name))
+                       for name, entry in {**_implicit(), **self.devices}.items()]
+            problems = [(("devices", name, "workdir"), message) for name, message
+                        in workdir_problems(devices, listed=self.devices)]
         if problems:
             raise errors_at(self, problems)
         return self
+
+
+def _implicit() -> dict[str, DeviceEntry]:
+    """The devices every inventory has, its file naming them or not."""
+    return {"local": device_kind("local").entry_model(kind="local")}
 
 
 class Inventory:
@@ -134,8 +146,8 @@ class Inventory:
         self.entries = dict(entries)
         self.source = source
         self.lab = lab or LabAlerts()
-        if "local" not in self.entries:
-            self.entries["local"] = device_kind("local").entry_model(kind="local")
+        for name, entry in _implicit().items():
+            self.entries.setdefault(name, entry)
 
     def names(self) -> list[str]:
         return list(self.entries)

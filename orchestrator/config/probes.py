@@ -11,11 +11,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.local_files import NotRegular, read_regular
 from orchestrator.config.grading import number
 from orchestrator.config.quality import QualitySpec
 from orchestrator.errors import ConfigError
 
 KEYS = ("id", "prompt", "expected")
+
+# a probes file is a few thousand prompts: far below a memory's worth
+MAX_PROBES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -66,9 +70,14 @@ def read_probes(path: Path, grader: str) -> list[Probe]:
     """Every probe of a file, in file order; ConfigError `path:line: reason` on the first bad
     line (a duplicate id, too, names the line that repeats it)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # a FIFO or /dev/zero is refused at the open, never waited on or read without end
+        text = read_regular(path, MAX_PROBES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file (quality.prompts)") from None
+    except NotRegular as exc:
+        why = f"not a regular file ({exc.kind})" if exc.kind else \
+            f"{exc.size} bytes, over the {MAX_PROBES >> 20} MiB a probes file may have"
+        raise ConfigError(f"{path}: {why} (quality.prompts)") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from None
     except OSError as exc:

@@ -8,9 +8,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from orchestrator.config.local_files import NotRegular, read_regular
 from orchestrator.errors import ConfigError
 
 _MERGE = "tag:yaml.org,2002:merge"
+# The largest matrix, inventory or design orch reads: far beyond any written by hand or by a
+# generator (a 1,000-config grid is a few hundred kB), far below a memory's worth.
+MAX_YAML = 16 << 20
 
 # What a cross-key check found: (key path, message) per problem.
 Problems = list[tuple[tuple[str | int, ...], str]]
@@ -156,11 +160,20 @@ def node_tree(text: str) -> yaml.Node | None:
 
 def load_yaml(path: Path) -> tuple[Any, yaml.Node | None, str]:
     """Read a YAML file; return (data, node tree, text). Syntax errors, duplicate keys and
-    nesting too deep for the parser become ConfigError."""
+    nesting too deep for the parser become ConfigError; so does a file that cannot be read,
+    in one line naming it and why: a FIFO or /dev/zero is refused at the open, never waited
+    on or read without end (config/local_files.py read_regular), and a file over MAX_YAML
+    from its size, unread."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular(path, MAX_YAML).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such file") from None
+    except NotRegular as exc:
+        why = f"not a regular file ({exc.kind})" if exc.kind else \
+            f"{exc.size} bytes, over the {MAX_YAML >> 20} MiB a YAML file of orch may have"
+        raise ConfigError(f"{path}: {why}") from None
+    except OSError as exc:   # not a directory on the way, a name too long, no permission
+        raise ConfigError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from None
     try:

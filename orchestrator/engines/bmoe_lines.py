@@ -9,8 +9,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+# Longer lines are not engine output (a runaway or corrupt stream); live runs cut theirs at
+# the same bound (orchestrator/line_bound.py). Re-exported: bmoe_format is the import point.
+from orchestrator.line_bound import MAX_LINE as MAX_LINE
+
 BOM = "\ufeff"
-MAX_LINE = 64 * 1024          # longer lines are not engine output (runaway or corrupt stream)
 
 
 # ---- stdout summary lines (docs/formats.md §3) ---------------------------------------------

@@ -43,6 +43,7 @@ from orchestrator.db.session_lock import import_lock
 from orchestrator.db.store import Store, now
 from orchestrator.ingest import planning
 from orchestrator.ingest.checks import Refused
+from orchestrator.ingest.full_store import store_full, undo_and_fail
 from orchestrator.ingest.grouping import Member, name_configs
 from orchestrator.ingest.naming import (
     model_from_file_name,
@@ -174,9 +175,16 @@ def _import_locked(store: Store, request: ImportRequest,
     old = Runs(store).current(sid, include_superseded=True)
     writer = RunWriter(store, request.adapter, sid, store.upsert_device(opts.device, "imported"),
                        report, old, replace=request.replace)
-    writer.write_all(plans, drop_session=row is None)
-    _finish(store, report, sid, row is None, old if request.replace else None, writer.digests,
-            opts, folder, the_design)
+    try:
+        writer.write_all(plans, drop_session=row is None)
+        _finish(store, report, sid, row is None, old if request.replace else None,
+                writer.digests, opts, folder, the_design)
+    except Exception as exc:
+        if not store_full(exc):
+            raise
+        # the attempt is taken back whole: a partial import with a raw driver error is none
+        raise undo_and_fail(store, exc, folder, writer.written,
+                            sid if row is None else None) from None
     return report
 
 
@@ -223,8 +231,9 @@ class RunWriter:
             if drop_session:
                 self.store.delete_session(self.sid)
             raise
-        except BaseException:
-            self._drop_replaced()
+        except BaseException as exc:
+            if not store_full(exc):   # a full store: the attempt is undone (full_store.py)
+                self._drop_replaced()
             raise
         self._drop_replaced()
 
@@ -247,6 +256,8 @@ class RunWriter:
         except Refused:
             raise
         except Exception as exc:   # noqa: BLE001 (write_run rolled the half-written run back)
+            if store_full(exc):    # not this file's fault: no other run will fit either
+                raise
             why = f"not written: {type(exc).__name__}: {str(exc).strip()[:200]}"
             self.report.skipped.append((planned.shown, why))
             return

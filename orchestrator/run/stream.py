@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from orchestrator.line_bound import CUT
 from orchestrator.transports.fetch import SPOOL_LINE
 
 PROTO = "1"
@@ -131,6 +132,13 @@ class LineSplitter:
         self._cut = False   # the pending line is over the bound: its rest is dropped
 
     def feed(self, chunk: bytes) -> Iterator[str]:
+        if self._cut:
+            # the rest of an over-long line up to its newline is dropped unread: a 100 MB
+            # line costs one find per chunk, not a copy of the pending bound per chunk
+            end = chunk.find(b"\n")
+            if end < 0:
+                return
+            chunk = chunk[end:]
         data = self._pending + chunk
         *lines, self._pending = data.split(b"\n")
         for raw in lines:
@@ -138,10 +146,6 @@ class LineSplitter:
             yield raw[:self._max].decode("utf-8", errors="replace") + (CUT if cut else "")
         if len(self._pending) > self._max:
             self._pending, self._cut = self._pending[:self._max], True
-
-
-# appended to a line cut at SPOOL_LINE's bound
-CUT = f" [cut: the line was over {SPOOL_LINE.max_bytes >> 20} MiB]"
 
 
 def facts_from_lines(lines: Iterable[str]) -> dict[str, str]:

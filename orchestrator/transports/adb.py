@@ -10,7 +10,8 @@ offline device are LinkLost; a stream silent for `dead_after` s is probed with `
 answer (a hung device still shows `device`) is LinkLost. connect() of a host:port serial runs
 `adb connect` itself rather than wait for the server's ~10 s retry. Files: our own sync SEND
 (64 KiB DATA, sendall, progress; adbutils sends 4 KiB with send(), which may write short) to
-`<file>.orch-tmp`, then rename; big files go in resumable pieces (_put_pieces).
+`<file>.orch-tmp-PID-RANDOM` (transports/push_lock.py), then rename; big files go in resumable
+pieces (_put_pieces).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from orchestrator.transports.base import (
 )
 from orchestrator.transports.base import PushProgress as Progress
 from orchestrator.transports.posix import PosixTransport
+from orchestrator.transports.push_lock import push_lock, unique_suffix
 
 SYNC_DATA_MAX = 64 * 1024          # the sync protocol's largest DATA packet
 PIECE = 64 << 20                   # resumable push granularity (see _put_pieces)
@@ -84,6 +86,10 @@ class AdbEntry(DeviceEntry):
     serial: str
     adb_host: str = "127.0.0.1"
     adb_port: int = 5037
+
+    def target(self) -> tuple[object, ...]:
+        # a serial names the phone, whichever adb server reaches it
+        return ("adb", self.serial)
 
 
 class AdbTransport(PosixTransport):
@@ -330,10 +336,12 @@ class AdbTransport(PosixTransport):
                         timeout=self.timeout)
         if size > PIECE:
             key = (digest or f"{size}-{local.stat().st_mtime_ns}")[:16]
-            return self._put_pieces(local, size, remote, mode, progress, key)
+            with push_lock(self.describe(), remote):   # the pieces of one version: one push's
+                return self._put_pieces(local, size, remote, mode, progress, key)
+        tmp = remote + unique_suffix()   # two pushes never share it
         with open(local, "rb") as handle:
-            self._send(handle, size, remote + ".orch-tmp", 0o600, progress)
-        self.sh_checked('chmod "$2" "$1.orch-tmp" && mv -f -- "$1.orch-tmp" "$1"', remote,
+            self._send(handle, size, tmp, 0o600, progress)
+        self.sh_checked('chmod "$3" "$2" && mv -f -- "$2" "$1"', remote, tmp,
                         f"{mode:o}", timeout=self.timeout)
 
     def _put_pieces(self, local: Path, size: int, remote: str, mode: int,

@@ -159,6 +159,24 @@ class DeviceEntry(BaseModel):
     # Environment for agent commands, e.g. a restricted PATH or ORCH_THERMAL_DIR.
     env: dict[str, str] = Field(default_factory=dict)
 
+    def target(self) -> tuple[object, ...]:
+        """The machine this entry reaches: two entries with equal targets share a file
+        system, so their workdirs must not overlap (config/workdirs.py). By default every
+        address field counts (a plugin's kind is unknown here); a kind says what identifies
+        a machine when fewer fields do."""
+        fixed = {"workdir", "description", "shell", "env"}
+        return (self.kind, *sorted((k, repr(v)) for k, v in self.model_dump().items()
+                                   if k not in fixed))
+
+    def home_of(self) -> str:
+        """Whose home `~` is on the target: a workdir under ~ overlaps another under ~ only
+        when both are the same user's."""
+        return ""
+
+    def expand_home(self, path: str) -> str:
+        """The workdir with `~` resolved where orch can do so without the device (here)."""
+        return path
+
 
 class Transport(abc.ABC):
     """A connection to one device. Paths on the device are POSIX strings."""
@@ -279,12 +297,17 @@ class Transport(abc.ABC):
     def push_if_changed(self, local: Path, remote: str, mode: int = 0o644,
                         progress: PushProgress | None = None) -> bool:
         """Push unless the device has the same file: size first (cheap), then sha256. The
-        device's sha256 cache learns what was pushed. True if pushed."""
+        device's sha256 cache learns what was pushed. True if pushed. One push of a
+        destination at a time per device on this controller (push_lock): a second orch
+        process waits, then finds the file there and pushes nothing."""
+        from orchestrator.transports.push_lock import push_lock
+
         local, remote = Path(local), self._path(remote)
-        if self.remote_size(remote) == local.stat().st_size and \
-                self.remote_sha256(remote) == sha256_file(local):
-            return False
-        self.remember_sha256(remote, self._put_file(local, remote, mode, progress))
+        with push_lock(self.describe(), remote):
+            if self.remote_size(remote) == local.stat().st_size and \
+                    self.remote_sha256(remote) == sha256_file(local):
+                return False
+            self.remember_sha256(remote, self._put_file(local, remote, mode, progress))
         return True
 
     def expand_home(self, path: str) -> str:

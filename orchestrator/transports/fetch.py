@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orchestrator.line_bound import MAX_LINE
 from orchestrator.transports.base import (
     CommandResult,
     CommandTimedOut,
@@ -46,7 +47,8 @@ FACTS = FileKind("facts", 1 * MiB, "a few hundred key=value lines")
 # One line of a job's spool, which the agent streams (`attach`) rather than orch fetching it
 # whole: the spool itself is consumed line by line into the store, so only a line is held,
 # and an engine printing without newlines must not make that line the controller's memory.
-SPOOL_LINE = FileKind("spool line", 1 * MiB, "an engine's output line; a longer one is cut")
+# The bound is import's too: one owner, orchestrator/line_bound.py.
+SPOOL_LINE = FileKind("spool line", MAX_LINE, "an engine's output line; a longer one is cut")
 
 # The device streams at least this fast (adb over USB 2, ssh over a slow Wi-Fi); with the
 # fixed part, the timeout of a fetch of `max_bytes`.

@@ -17,10 +17,17 @@ from orchestrator.transports.base import (
     TransportError,
 )
 from orchestrator.transports.posix import PosixTransport
+from orchestrator.transports.push_lock import unique_suffix
 
 
 class LocalEntry(DeviceEntry):
     kind: Literal["local"]
+
+    def target(self) -> tuple[object, ...]:
+        return ("local",)
+
+    def expand_home(self, path: str) -> str:
+        return os.path.expanduser(path)
 
 
 class LocalTransport(PosixTransport):
@@ -106,13 +113,16 @@ class LocalTransport(PosixTransport):
             progress: PushProgress | None = None) -> None:
         target = Path(remote)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".orch-tmp")
-        shutil.copyfile(local, tmp)
-        if progress is not None:
-            size = Path(local).stat().st_size
-            progress(size, size)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
+        tmp = target.with_name(target.name + unique_suffix())   # two pushes never share it
+        try:
+            shutil.copyfile(local, tmp)
+            if progress is not None:
+                size = Path(local).stat().st_size
+                progress(size, size)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
         target = Path(remote)

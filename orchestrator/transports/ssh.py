@@ -85,6 +85,13 @@ class SshEntry(DeviceEntry):
     known_hosts: str | None = None
     jump: str | None = None
 
+    def target(self) -> tuple[object, ...]:
+        # a host behind another jump host may be another machine of the same name
+        return ("ssh", self.host.lower(), self.port, self.jump)
+
+    def home_of(self) -> str:
+        return self.user or ""
+
 
 class SshTransport(SshFiles, PosixTransport):
     kind = "ssh"

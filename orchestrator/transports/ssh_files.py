@@ -1,7 +1,8 @@
 """The file half of the SSH transport: SFTP, scp for large files, `cat` without SFTP. A mixin
 of SshTransport (it uses its connection and command runner).
 
-- Uploads go to `<file>.orch-part[-KEY]`, then chmod and rename: a cut-off push never leaves a
+- Uploads go to `<file>.orch-tmp-PID-RANDOM` (one push's own: transports/push_lock.py) or,
+  for a file push, the resumable `<file>.orch-part-KEY`, then chmod and rename: a cut-off push never leaves a
   file of the right name with the wrong bytes. File pushes resume from what arrived
   (_put_file); a resumed file's sha256 is checked on the device before the rename.
 - Files of SCP_MIN_BYTES and more go through the local OpenSSH scp (same key, strict
@@ -33,6 +34,7 @@ from orchestrator.transports.base import (
     sha256_file,
 )
 from orchestrator.transports.posix import PosixTransport
+from orchestrator.transports.push_lock import push_lock, unique_suffix
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -45,8 +47,10 @@ SCP_MIN_BYTES = 64 << 20   # smaller files: one SFTP put on the open connection 
 PUSH_CHUNK = 256 << 10     # local read size of an SFTP push (paramiko sends 32 KiB packets)
 
 # Without SFTP: stdin -> $1 (via a temp file, dropping a sha256 cache), mode $2; reading $1.
+# $1 the file, $2 its mode, $3 this push's own temporary suffix (push_lock.unique_suffix)
 _CAT_PUT = ('d=${1%/*}; [ -z "$d" ] || mkdir -p -- "$d" || exit 1; rm -f -- "$1.orch-sha256"; '
-            'cat > "$1.orch-part" && chmod "$2" "$1.orch-part" && mv -f -- "$1.orch-part" "$1"')
+            't=$1$3; cat > "$t" && chmod "$2" "$t" && mv -f -- "$t" "$1" || '
+            '{ rm -f -- "$t"; exit 1; }')
 _CAT_GET = '[ -e "$1" ] || exit 66; cat < "$1"'
 
 
@@ -161,8 +165,9 @@ class SshFiles(PosixTransport):
                 drop_cache: bool = False) -> None:
         remote = self._path(remote)
         if (sftp := self._sftp_client()) is None:
-            result = self._run([self.shell, "-c", _CAT_PUT, "sh", remote, f"{mode:o}"], None,
-                               stdin=handle, progress=progress, size=size)
+            result = self._run([self.shell, "-c", _CAT_PUT, "sh", remote, f"{mode:o}",
+                                unique_suffix()], None, stdin=handle, progress=progress,
+                               size=size)
             if result.rc != 0:
                 raise TransportError(f"{self.name}: writing {remote} failed: "
                                      f"{result.stderr.decode(errors='replace').strip()}")
@@ -174,9 +179,10 @@ class SshFiles(PosixTransport):
                 except FileNotFoundError:
                     pass
             self._makedirs(sftp, posixpath.dirname(remote))
-            sftp.putfo(handle, remote + ".orch-part", file_size=size, callback=progress)
-            sftp.chmod(remote + ".orch-part", mode)
-            sftp.posix_rename(remote + ".orch-part", remote)
+            tmp = remote + unique_suffix()   # two pushes never share it
+            sftp.putfo(handle, tmp, file_size=size, callback=progress)
+            sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, remote)
         except _NET as exc:
             raise self._file_error(f"writing {remote}", exc) from exc
 
@@ -188,7 +194,13 @@ class SshFiles(PosixTransport):
         name: its sha256 on the device must be the local file's (else it goes again from the
         start). Large files start with OpenSSH's scp when it is there: paramiko's SFTP costs
         Python per 32 KiB packet and reached 0.5-1x scp's rate on loopback (bench/push)."""
-        remote, size = self._path(remote), local.stat().st_size
+        remote = self._path(remote)
+        with push_lock(self.describe(), remote):   # a part of one version is one push's
+            return self._put_file_locked(local, remote, mode, progress)
+
+    def _put_file_locked(self, local: Path, remote: str, mode: int,
+                         progress: Progress | None) -> str:
+        size = local.stat().st_size
         if (sftp := self._sftp_client()) is None:  # `cat` over exec: from the start each time
             self.last_put_method = "cat"
             with open(local, "rb") as handle:
