@@ -100,46 +100,100 @@ def nominal(alpha: float, rule: Rule) -> float:
 
 
 @dataclass(frozen=True)
+class Block:
+    """One baseline and the configs compared with it (one model's), each as round -> value
+    (a positive figure such as tok/s; a round where a run failed is simply absent)."""
+
+    baseline: Mapping[int, float]
+    configs: Mapping[str, Mapping[int, float]]
+
+    @staticmethod
+    def of_pairs(pairs: Mapping[str, Sequence[tuple[float, float]]]) -> "Block":
+        """Configs given as (baseline, config) per round, all against one baseline series
+        (the first config's baseline values are used)."""
+        first = next(iter(pairs.values()), [])
+        return Block({k: b for k, (b, _) in enumerate(first)},
+                     {c: {k: v for k, (_, v) in enumerate(vs)} for c, vs in pairs.items()})
+
+
+@dataclass(frozen=True)
 class _Look:
-    mean: float
+    mean: float          # the config's effect on log(value), against the baseline
     se: float
-    n: int
+    df: int
 
     def p_value(self) -> float:
         if self.se == 0.0:
             return 1.0 if self.mean == 0.0 else 0.0
-        return float(2.0 * stats.t.sf(abs(self.mean) / self.se, self.n - 1))
+        return float(2.0 * stats.t.sf(abs(self.mean) / self.se, self.df))
 
     def interval(self, level: float) -> tuple[float, float]:
-        """The interval of the mean log ratio at two-sided nominal `level`."""
-        half = 0.0 if self.se == 0.0 else float(stats.t.isf(level / 2.0, self.n - 1)) * self.se
+        """The interval of the effect at two-sided nominal `level`."""
+        half = 0.0 if self.se == 0.0 else float(stats.t.isf(level / 2.0, self.df)) * self.se
         return self.mean - half, self.mean + half
 
 
-def _look(pairs: Sequence[tuple[float, float]]) -> _Look:
-    d = np.log(np.array([c for _, c in pairs], float)) - np.log(np.array([b for b, _ in pairs],
-                                                                          float))
-    sd = float(np.std(d, ddof=1)) if len(d) > 1 else math.inf
-    return _Look(float(np.mean(d)), sd / math.sqrt(len(d)), len(d))
+def _fit(block: Block, rounds: int, stopped: Mapping[str, int]) -> dict[str, _Look]:
+    """The block's rounds before `rounds` (a config stopped at look j: its rounds before j),
+    as log(value) = round effect + config effect (the baseline's is 0), by least squares:
+    each config's effect with its standard error from the residual variance pooled over the
+    block (a randomized complete block design; with one config, the paired t-test)."""
+    rows: list[tuple[int, str | None, float]] = [
+        (k, None, math.log(v)) for k, v in block.baseline.items() if k < rounds]
+    for c, series in block.configs.items():
+        end = min(rounds, stopped.get(c, rounds))
+        rows += [(k, c, math.log(v)) for k, v in series.items() if k < end]
+    present = sorted({k for k, c, _ in rows if c is not None})
+    names = sorted({c for _, c, _ in rows if c is not None})
+    rows = [r for r in rows if r[0] in present]   # a round without a config tells nothing
+    if not names or not rows:
+        return {}
+    col = {k: i for i, k in enumerate(present)}
+    x = np.zeros((len(rows), len(present) + len(names)))
+    for i, (k, c, _) in enumerate(rows):
+        x[i, col[k]] = 1.0
+        if c is not None:
+            x[i, len(present) + names.index(c)] = 1.0
+    y = np.array([v for _, _, v in rows])
+    beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
+    df = len(y) - int(rank)
+    residual = y - x @ beta
+    mse = float(residual @ residual) / df if df > 0 else math.inf
+    cov = np.linalg.pinv(x.T @ x)
+    out = {}
+    for j, c in enumerate(names):
+        var = float(cov[len(present) + j, len(present) + j])
+        if df <= 0 or var > 1e6:             # no baseline beside it: not estimable yet
+            continue
+        out[c] = _Look(float(beta[len(present) + j]), math.sqrt(max(0.0, mse * var)), df)
+    return out
 
 
 def _pct(x: float) -> float:
     return (math.exp(x) - 1.0) * 100.0
 
 
-def decide(pairs: Mapping[str, Sequence[tuple[float, float]]], rule: Rule) -> dict[str, Decision]:
-    """Each config's decision from its (baseline, config) values per round, in round order
-    (positive figures, e.g. tok/s; a round where either run failed is left out by the caller).
-    The looks are replayed from the first pair on, so a decision never depends on when the
-    caller asks (sticky, and --resume gives the same answer)."""
-    m = len(pairs)
+def decide(blocks: Sequence[Block] | Mapping[str, Sequence[tuple[float, float]]],
+           rule: Rule) -> dict[str, Decision]:
+    """Each config's decision against its block's baseline, from its values per round. The
+    looks are replayed from round `first` on, so a decision never depends on when the
+    caller asks (sticky, and --resume gives the same answer). Pairs (config -> (baseline,
+    config) per round) stand for one block."""
+    if isinstance(blocks, Mapping):
+        blocks = [Block.of_pairs(blocks)]
+    names = [c for b in blocks for c in b.configs]
+    m = len(names)
     decided: dict[str, Decision] = {}
+    stopped: dict[str, int] = {}
     differ = 0
-    longest = max((len(v) for v in pairs.values()), default=0)
+    longest = max((k + 1 for b in blocks for s in (b.baseline, *b.configs.values()) for k in s),
+                  default=0)
     tost = nominal(min(1.0, 2.0 * rule.alpha), rule)
     margin = math.log1p(rule.equivalence / 100.0)
     for n in range(rule.first, min(longest, rule.max) + 1):
-        looks = {c: _look(v[:n]) for c, v in pairs.items() if c not in decided and len(v) >= n}
+        looks: dict[str, _Look] = {}
+        for b in blocks:
+            looks.update({c: lk for c, lk in _fit(b, n, stopped).items() if c not in decided})
         while differ < m:      # step-down within the look: a rejection frees alpha for the rest
             level = nominal(rule.alpha / (m - differ), rule)
             found = [c for c, lk in looks.items() if c not in decided and lk.p_value() <= level]
@@ -161,21 +215,25 @@ def decide(pairs: Mapping[str, Sequence[tuple[float, float]]], rule: Rule) -> di
                 decided[c] = Decision(c, EQUIVALENT, n, _pct(lk.mean), _pct(low), _pct(high),
                                       f"equivalent after {n} rounds: its repeated interval "
                                       f"lies within ±{rule.equivalence:g}% (TOST)")
+        stopped.update({c: n for c in decided if c not in stopped})
     out: dict[str, Decision] = {}
-    for c, values in pairs.items():
+    last: dict[str, _Look] = {}
+    for b in blocks:
+        last.update(_fit(b, min(longest, rule.max), stopped))
+    for c in names:
         if c in decided:
             out[c] = decided[c]
             continue
-        n = len(values)
-        if n < 2:
-            out[c] = Decision(c, UNDECIDED, n, None, None, None,
-                              f"{n} round(s): no interval yet")
+        lk = last.get(c)
+        rounds = len([k for b in blocks for k in b.configs.get(c, {}) if k < rule.max])
+        if lk is None:
+            out[c] = Decision(c, UNDECIDED, rounds, None, None, None,
+                              f"{rounds} round(s): no interval yet")
             continue
-        lk = _look(values[:rule.max])
         low, high = lk.interval(nominal(rule.alpha / max(1, m - differ), rule))
-        ended = n >= rule.max
-        out[c] = Decision(c, UNDECIDED, lk.n, _pct(lk.mean), _pct(low), _pct(high),
-                          (f"max reached ({rule.max} rounds)" if ended else f"{n} rounds") +
-                          f": interval {_pct(low):+.1f}%..{_pct(high):+.1f}% neither excludes 0 "
-                          f"nor lies within ±{rule.equivalence:g}%")
+        ended = rounds >= rule.max
+        out[c] = Decision(c, UNDECIDED, rounds, _pct(lk.mean), _pct(low), _pct(high),
+                          (f"max reached ({rule.max} rounds)" if ended else f"{rounds} rounds")
+                          + f": interval {_pct(low):+.1f}%..{_pct(high):+.1f}% neither "
+                            f"excludes 0 nor lies within ±{rule.equivalence:g}%")
     return out
