@@ -10,10 +10,12 @@ cooldown and the store. Its parts:
   the time, `outlier` slower) x the thermal factor of the zone's temperature then: 1% per °C
   above the ambient it was calibrated at (DVFS), 3% more per °C above `throttle_c`.
 Time is scaled: a simulated second is `scale` real seconds (0.01: a 45 s timer is 0.45 s).
-The simulated clock runs only while the engine runs or the session waits a cooldown (the
-PhoneProgress hooks tell it when a wait starts and ends): orch's own per-cell work, a few
-hundred ms of real time, would otherwise be tens of simulated seconds of free cooling.
-`Phone.clock_s` is then the device's wall time, the figure bench/decision compares.
+The simulated clock advances by each token's own simulated time while the engine runs (the
+engine writes it per token, so a busy machine that slows the engine process changes nothing),
+and by real time / scale while the session waits a cooldown (the PhoneProgress hooks say when
+a wait starts and ends); it stands still otherwise: orch's own per-cell work, a few hundred
+ms of real time, would be tens of simulated seconds of free cooling. `Phone.clock_s` is then
+the device's wall time (engine runs + cooldown waits), the figure bench/decision compares.
 """
 from __future__ import annotations
 
@@ -74,7 +76,7 @@ with open(csv, "w") as out:
         tps = cfg["base_tps"] * (1.0 + effect) * factor * max(0.2, thermal)
         ms = 1000.0 / tps
         time.sleep(ms / 1000.0 * cfg["scale"])
-        heat.write(b".")
+        heat.write(f"{ms:.3f}\n".encode())
         total += ms
         out.write(f"{i},{n},{ms:.3f},0.000,{ms:.3f},0,-1.00,0.000,0.000\n")
         out.flush()
@@ -127,23 +129,30 @@ class Phone:
 
     def _loop(self) -> None:
         m = self.model
-        seen, last = 0, time.monotonic()
-        while not self._stop.wait(0.002):
-            now = time.monotonic()
-            real, last = now - last, now
-            running = (self.root / "running").exists()
-            if running:
-                self.waiting = False
-            tokens = (self.root / "tokens").stat().st_size
-            self.temp_c += m.heat_c * (tokens - seen)
-            seen = tokens
-            if running or self.waiting:
-                dt = real / m.scale
-                self.clock_s += dt
-                self.ambient_c += m.drift_c_per_s * dt
-                self.temp_c = self.ambient_c + (self.temp_c - self.ambient_c) * \
-                    math.exp(-dt / m.tau_s)
-            self._write()
+        offset, last = 0, time.monotonic()
+        with open(self.root / "tokens", "rb") as tokens:
+            while not self._stop.wait(0.002):
+                now = time.monotonic()
+                real, last = now - last, now
+                tokens.seek(offset)
+                data = tokens.read()
+                done = data[:data.rfind(b"\n") + 1]          # whole lines only
+                offset += len(done)
+                for line in done.split():
+                    self.temp_c += m.heat_c              # a token's heat, then its time
+                    self._advance(float(line) / 1000.0)
+                if (self.root / "running").exists():
+                    self.waiting = False
+                elif self.waiting:
+                    self._advance(real / m.scale)
+                self._write()
+
+    def _advance(self, dt: float) -> None:
+        """dt simulated seconds pass: the ambient drifts, the excess over it decays."""
+        m = self.model
+        self.clock_s += dt
+        self.ambient_c += m.drift_c_per_s * dt
+        self.temp_c = self.ambient_c + (self.temp_c - self.ambient_c) * math.exp(-dt / m.tau_s)
 
 
 class PhoneProgress(Progress):

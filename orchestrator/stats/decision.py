@@ -150,10 +150,10 @@ def _fit(block: Block, rounds: int, stopped: Mapping[str, int]) -> dict[str, _Lo
         return {}
     col = {k: i for i, k in enumerate(present)}
     x = np.zeros((len(rows), len(present) + len(names)))
-    for i, (k, c, _) in enumerate(rows):
+    for i, (k, which, _) in enumerate(rows):
         x[i, col[k]] = 1.0
-        if c is not None:
-            x[i, len(present) + names.index(c)] = 1.0
+        if which is not None:
+            x[i, len(present) + names.index(which)] = 1.0
     y = np.array([v for _, _, v in rows])
     beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
     df = len(y) - int(rank)
@@ -224,15 +224,15 @@ def decide(blocks: Sequence[Block] | Mapping[str, Sequence[tuple[float, float]]]
         if c in decided:
             out[c] = decided[c]
             continue
-        lk = last.get(c)
+        final = last.get(c)
         rounds = len([k for b in blocks for k in b.configs.get(c, {}) if k < rule.max])
-        if lk is None:
+        if final is None:
             out[c] = Decision(c, UNDECIDED, rounds, None, None, None,
                               f"{rounds} round(s): no interval yet")
             continue
-        low, high = lk.interval(nominal(rule.alpha / max(1, m - differ), rule))
+        low, high = final.interval(nominal(rule.alpha / max(1, m - differ), rule))
         ended = rounds >= rule.max
-        out[c] = Decision(c, UNDECIDED, rounds, _pct(lk.mean), _pct(low), _pct(high),
+        out[c] = Decision(c, UNDECIDED, rounds, _pct(final.mean), _pct(low), _pct(high),
                           (f"max reached ({rule.max} rounds)" if ended else f"{rounds} rounds")
                           + f": interval {_pct(low):+.1f}%..{_pct(high):+.1f}% neither "
                             f"excludes 0 nor lies within ±{rule.equivalence:g}%")
