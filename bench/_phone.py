@@ -30,6 +30,8 @@ from typing import Any
 
 from orchestrator.run.progress import Progress
 
+POLL_S = 1.0     # the cooldown's default interval: when a real agent would see the target
+
 @dataclass(frozen=True)
 class PhoneModel:
     seed: int = 0
@@ -104,6 +106,8 @@ class Phone:
         self.temp_c = self.ambient_c = model.ambient_c
         self.clock_s = 0.0              # simulated seconds of device time
         self.waiting = False            # a cooldown is under way (PhoneProgress)
+        self.target_c: float | None = None   # ... to this temperature (None: a timer)
+        self.wait_began: float | None = None
         self._write()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -142,10 +146,23 @@ class Phone:
                     self.temp_c += m.heat_c              # a token's heat, then its time
                     self._advance(float(line) / 1000.0)
                 if (self.root / "running").exists():
-                    self.waiting = False
+                    self.waiting, self.wait_began = False, None
                 elif self.waiting:
-                    self._advance(real / m.scale)
+                    self._wait(real / m.scale)
                 self._write()
+
+    def _wait(self, dt: float) -> None:
+        """A cooldown's dt simulated seconds. Under a thermal condition the wait ends at the
+        first whole `POLL_S` after the zone reached the target, as a real agent polling at the
+        default 1 s interval would see it (the agent here polls every 50 ms of real time, 5
+        simulated seconds: its granularity is not the device's)."""
+        if self.wait_began is None:
+            self.wait_began = self.clock_s
+        self._advance(dt)
+        if self.target_c is not None and self.temp_c <= self.target_c:
+            waited = self.clock_s - self.wait_began
+            self._advance(math.ceil(waited / POLL_S - 1e-9) * POLL_S - waited)
+            self.waiting, self.wait_began = False, None
 
     def _advance(self, dt: float) -> None:
         """dt simulated seconds pass: the ambient drifts, the excess over it decays."""
@@ -165,9 +182,11 @@ class PhoneProgress(Progress):
 
     def cooldown(self, seconds: float, left: float | None = None, temp_c: float | None = None,
                  target_c: float | None = None) -> None:
-        if target_c is not None and temp_c is not None:     # the thermal condition
-            self.phone.waiting = temp_c > target_c
+        if target_c is not None:                             # the thermal condition: the
+            self.phone.target_c = target_c                   # phone's own temperature says
+            self.phone.waiting = self.phone.temp_c > target_c  # whether it still cools
         else:                                                # the fixed timer
+            self.phone.target_c = None
             self.phone.waiting = left is None or left > 0
 
     def note(self, message: str) -> None:
