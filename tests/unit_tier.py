@@ -43,6 +43,8 @@ UNIT: dict[str, tuple[str, ...]] = {
     # statistics
     "test_serve.py": ("test_a_store_it_cannot_open_is_one_line_and_exit_2",
                       "test_a_non_loopback_host_is_said_before_listening"),
+    "test_decision_rule.py": (),
+    "test_decision_run.py": (),
     "test_uncertainty.py": (),
     "test_lab_store_retry.py": (),
     "test_analysis_oracle.py": (),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -199,23 +199,33 @@ class RepeatPolicy(BaseModel):
     """How many times each config runs: `repeat: 3` (exactly 3), or adaptive,
     `repeat: {min: 3, max: 10, until: 2%}`: after `min` interleaved rounds, more rounds run
     until every config's 95% interval half-width is within `until` percent of its mean, or
-    `max` rounds have run (Phoronix's dynamic run count, judged by intervals)."""
+    `max` rounds have run (Phoronix's dynamic run count, judged by intervals). Or
+    `repeat: {until: decided, equivalence: 2%, max: 10}` (docs/decision.md): rounds of the
+    configs whose comparison with their baseline is still undecided, from `min` (default 2)
+    rounds to `max`, until each differs or is equivalent within `equivalence`."""
 
     model_config = ConfigDict(extra="forbid")
     min: int = Field(ge=1, le=MAX_REPEAT)
     max: int = Field(ge=1, le=MAX_REPEAT)
-    until: float | None = None          # target half-width of the 95% interval, % of the mean
+    # target half-width of the 95% interval, % of the mean; or "decided" (the decision rule)
+    until: float | Literal["decided"] | None = None
+    equivalence: float | None = None    # `until: decided`: the margin within which configs
+                                        # count as equivalent, % (default 2%)
 
     @model_validator(mode="before")
     @classmethod
     def _from_count(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return {"min": value, "max": value}
+        if isinstance(value, dict) and value.get("until") == "decided" and "min" not in value:
+            return {**value, "min": 2}      # a look needs two pairs
         return value
 
-    @field_validator("until", mode="before")
+    @field_validator("until", "equivalence", mode="before")
     @classmethod
     def _percent(cls, value: Any) -> Any:
+        if value == "decided":
+            return value
         if isinstance(value, str):
             text = value.strip().removesuffix("%").strip()
             try:
@@ -228,6 +238,15 @@ class RepeatPolicy(BaseModel):
     def _bounds(self) -> "RepeatPolicy":
         if self.max < self.min:
             raise ValueError("max must be at least min")
+        if self.until == "decided":
+            if self.min < 2:
+                raise ValueError("until: decided needs min of at least 2 (a look needs two "
+                                 "pairs)")
+            if self.equivalence is not None and not 0 < self.equivalence < 100:
+                raise ValueError("equivalence must be a percentage between 0 and 100")
+            return self
+        if self.equivalence is not None:
+            raise ValueError("equivalence goes with `until: decided`")
         if self.until is not None and not 0 < self.until < 100:
             raise ValueError("until must be a percentage between 0 and 100")
         if self.until is None and self.max != self.min:
@@ -235,8 +254,19 @@ class RepeatPolicy(BaseModel):
         return self
 
     @property
+    def decided(self) -> bool:
+        """`until: decided`: rounds until every comparison is decided (run/decided.py)."""
+        return self.until == "decided"
+
+    @property
+    def target(self) -> float:
+        """The interval target of `until: X%` (0 for the decision rule or a fixed count)."""
+        return self.until if isinstance(self.until, float) else 0.0
+
+    @property
     def adaptive(self) -> bool:
-        return self.max > self.min
+        """Rounds beyond `min` depend on the results (either rule)."""
+        return self.max > self.min or self.decided
 
 
 class SessionTurn(BaseModel):

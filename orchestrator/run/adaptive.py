@@ -29,8 +29,8 @@ class Verdict:
         widest = ("no interval yet" if math.isinf(self.widest)
                   else f"widest ±{self.widest:.2f}% ({self.widest_config})")
         text = (f"target met after {rounds} rounds: every config's 95% interval within "
-                f"±{policy.until:g}% of its mean ({widest})" if self.met else
-                f"max reached: {rounds} rounds, {widest} above the ±{policy.until:g}% target")
+                f"±{policy.target:g}% of its mean ({widest})" if self.met else
+                f"max reached: {rounds} rounds, {widest} above the ±{policy.target:g}% target")
         if self.unjudged:
             text += f"; not judged (no ok run): {', '.join(self.unjudged)}"
         return text
@@ -55,4 +55,4 @@ def judge(store: Store, session_id: int, policy: RepeatPolicy) -> Verdict:
         return Verdict(False, math.inf, None, unjudged)
     widest_config = max(widths, key=lambda n: widths[n])
     widest = widths[widest_config]
-    return Verdict(widest <= (policy.until or 0.0), widest, widest_config, unjudged)
+    return Verdict(widest <= policy.target, widest, widest_config, unjudged)

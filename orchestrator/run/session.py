@@ -182,6 +182,16 @@ def _run_session(device: DeviceSession, seed: int | None, previous: dict[str, An
     matrix = loaded.matrix
     result = SessionResult(session_id)
     policy = matrix.repeat
+    if policy.decided:
+        # imported here: scipy, as for adaptive repeats below
+        from orchestrator.run.decided import run_until_decided
+
+        loop = _CellLoop(device, result, previous, live)
+        result.repeat_stop = run_until_decided(store, session_id, matrix, seed, loop.cells,
+                                               progress)
+        store.update_session(session_id, repeat_stop=result.repeat_stop)
+        progress.note(f"decision: {result.repeat_stop}")
+        return _end_session(device, result)
     # --resume first completes every round that was started (an adaptive session may
     # have added some), and only then judges whether another is needed
     started = max((r.repeat_index for r in previous.values()), default=-1) + 1
@@ -203,15 +213,19 @@ def _run_session(device: DeviceSession, seed: int | None, previous: dict[str, An
                 result.repeat_stop = verdict.reason(rounds, policy)
                 break
             progress.note(f"adaptive repeats: round {rounds + 1} "
-                          f"(widest 95% interval ±{verdict.widest:.2f}% > ±{policy.until:g}%)")
+                          f"(widest 95% interval ±{verdict.widest:.2f}% > ±{policy.target:g}%)")
             run.cells(_extra_round(matrix, seed, rounds, per_round))
             rounds += 1
         store.update_session(session_id, repeat_stop=result.repeat_stop)
         progress.note(f"adaptive repeats: {result.repeat_stop}")
+    return _end_session(device, result)
+
+
+def _end_session(device: DeviceSession, result: SessionResult) -> SessionResult:
     # quality probes: after every speed cell, in their own table (config/quality.py, run/quality.py)
-    run_quality(device.runner, loaded, progress)
-    store.update_session(session_id, ended_at=now())
-    progress.finish()
+    run_quality(device.runner, device.loaded, device.progress)
+    device.store.update_session(device.session_id, ended_at=now())
+    device.progress.finish()
     return result
 
 

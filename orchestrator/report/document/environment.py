@@ -184,5 +184,11 @@ def method_rows(data: ReportData) -> list[tuple[str, str]]:
     them in method.md.j2."""
     trim = (f"the first {data.trim} tokens of each run are left out of the per-token "
             f"statistics" if data.trim else "none: every token counts")
-    return [("Tokens", _tokens(data)), ("Trim", trim), ("Repeats", _repeats(data)),
+    rows = [("Tokens", _tokens(data)), ("Trim", trim), ("Repeats", _repeats(data)),
             ("Order", _order(data)), ("Cooldown", _cooldown(data))]
+    # adaptive repeats and the decision rule: the rule, each config's rounds and why it
+    # stopped, as run/adaptive.py or run/decided.py worded it when the session ran
+    stops = [f"session {s.id}: {s.repeat_stop}" for s in data.sessions if s.repeat_stop]
+    if stops:
+        rows.append(("Stopping rule", "<br>".join(md.md_escape(t) for t in stops)))
+    return rows
