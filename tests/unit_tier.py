@@ -45,6 +45,7 @@ UNIT: dict[str, tuple[str, ...]] = {
                       "test_a_non_loopback_host_is_said_before_listening"),
     "test_uncertainty.py": (),
     "test_lab_store_retry.py": (),
+    "test_store_fault_kinds.py": (),
     "test_analysis_oracle.py": (),
     "test_results.py": (),
     "test_replay.py": (),

@@ -71,6 +71,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     from orchestrator.results.run_end import run_end
     from orchestrator.run.progress import Board
     from orchestrator.run.runner import LinkPolicy
+    from rich.markup import escape as markup_escape
 
     loaded = load_matrix(matrix_file)
     inv = load_inventory(inventory)
@@ -83,6 +84,9 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     confirm_size(loaded, len(names), yes)
     store = Store.open(db, write=True)
     board = Board(errors)
+    # a lost store is waited for as long as a lost device (db/reconnect.py)
+    store.guard.grace_s = link_grace
+    store.guard.note = lambda message: board.print(markup_escape(message))
     try:
         options = RunOptions(resume=resume, force=force, link=LinkPolicy(grace_s=link_grace),
                              command="orch " + shlex.join(sys.argv[1:]), resume_hint=hint)
