@@ -168,7 +168,7 @@ def classify(exc: BaseException, store: str = "", path: str | None = None) -> St
 # SQLite's own byte locks (os_unix.c): the rollback journal's PENDING, RESERVED and SHARED
 # bytes of the database file, and WAL mode's write lock (byte 120) of its -shm file
 _DB_LOCKS = (0x40000000, 512 + 2)
-_SHM_LOCKS = (120, 8)
+_SHM_LOCKS = (120, 1)
 
 
 def lock_holder(path: str) -> str:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, event
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
+from tenacity import Retrying, retry_if_exception, wait_exponential
 
 from orchestrator.db.faults import StoreDeleted, classify
 
@@ -65,12 +65,16 @@ class Guard:
         self._ident: tuple[int, int] | None = None
         self.opened = dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S UTC")
         self._relock = False     # a connection was lost since the locks were last checked
+        self._since: float | None = None   # when the current outage began (monotonic)
+        self._told = False                 # the outage was told (note)
         event.listen(engine, "invalidate", self._invalidated)
         database = engine.url.database
         if engine.dialect.name == "sqlite" and database not in (None, "", ":memory:") \
                 and not str(database).startswith("file:"):
             self.path = str(Path(str(database)).expanduser())
             event.listen(engine, "commit", self._check_file)
+            # a new connection to a deleted file would create an empty database there
+            event.listen(engine, "do_connect", lambda *_args: self._check_file(None))
         if engine.dialect.name == "postgresql" and engine.dialect.driver in _LIBPQ:
             event.listen(engine, "do_connect", self._connect)
 
@@ -109,21 +113,36 @@ class Guard:
             self._off.on = before
 
     def _retrying(self, what: str) -> Retrying:
-        began = time.monotonic()
+        """tenacity over lost-store errors, bounded by the grace counted from the start of
+        the outage (shared by nested waits: a redo and the new connection under it), told
+        once per outage."""
+        def elapsed(_state: Any) -> float:
+            if self._since is None:
+                self._since = time.monotonic()
+            return time.monotonic() - self._since
 
         def noted(state: Any) -> None:
+            if self._told:
+                return
+            self._told = True
             exc = state.outcome.exception() if state.outcome is not None else None
             message = (f"the store {self.engine.url.render_as_string(hide_password=True)} is "
-                       f"unreachable during {what} ({classify(exc).reason if exc else '?'}); "
-                       f"waiting up to {max(0.0, self.grace_s - (time.monotonic() - began)):.0f}"
-                       f" s more (--link-grace)")
+                       f"unreachable ({classify(exc).reason if exc else '?'}); waiting up to "
+                       f"{self.grace_s:g} s for it (--link-grace)")
             log.warning("%s", message)
-            if self.note is not None and state.attempt_number == 1:
+            if self.note is not None:
                 self.note(message)
 
         return Retrying(retry=retry_if_exception(lost), reraise=True,
-                        stop=stop_after_delay(self.grace_s),
+                        stop=lambda state: elapsed(state) >= self.grace_s,
                         wait=wait_exponential(multiplier=0.25, max=4.0), before_sleep=noted)
+
+    def _back(self) -> None:
+        """A store call worked: the outage, if any, is over."""
+        if self._since is not None and self._told and self.note is not None:
+            self.note(f"the store {self.engine.url.render_as_string(hide_password=True)} "
+                      f"is back after {time.monotonic() - self._since:.0f} s")
+        self._since, self._told = None, False
 
     def _connect(self, dialect: Any, _record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
         for key, value in PG_CONNECT_ARGS.items():
@@ -132,7 +151,9 @@ class Guard:
             return None          # SQLAlchemy connects once, as usual
         for attempt in self._retrying("a new connection"):
             with attempt:
-                return dialect.dbapi.connect(*cargs, **cparams)
+                conn = dialect.dbapi.connect(*cargs, **cparams)
+                self._back()
+                return conn
         return None  # pragma: no cover - Retrying returns or raises
 
     def _invalidated(self, *_args: Any) -> None:
@@ -150,7 +171,9 @@ class Guard:
                     self._relock = False
                     for retake in RETAKE:
                         retake(self.engine)
-                return step(again)
+                result = step(again)
+                self._back()
+                return result
         raise AssertionError("unreachable: Retrying returns or raises")  # pragma: no cover
 
 

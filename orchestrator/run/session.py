@@ -382,6 +382,6 @@ def _device_result(store: Store, inventory: Inventory, loaded: LoadedMatrix, nam
     except OrchError as exc:   # a user's error (a busy session, a lost device): one line
         return exc
     except STORE_ERRORS as exc:   # outside a cell (the start, between cells): one line too
-        return start_error(exc, store.url, store.path)
+        return start_error(exc, store.path or store.url, store.path)
     except Exception as exc:  # noqa: BLE001 - a thread must hand every error back
         return RuntimeError(f"{type(exc).__name__}: {exc}")

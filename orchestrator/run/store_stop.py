@@ -27,7 +27,7 @@ STORE_ERRORS = (SQLAlchemyError, OverflowError, StoreDeleted)
 def store_failed(store: Store, client: AgentClient, run_id: int, jobdir: str,
                  exc: BaseException, resume: str) -> StoreWriteError:
     """Stop the job, mark the run if the store lets us, and return the one line to raise."""
-    fault = classify(exc, store.url, store.path)
+    fault = classify(exc, store.path or store.url, store.path)
     cause = f"{STORE_STOP}: {fault.cause}"
     try:
         client.stop(jobdir, cause)
