@@ -59,6 +59,14 @@ def _streaming(store: Store, rows: int = 5):
     return check
 
 
+def _session_locked(store: Store) -> bool:
+    """The session lock (db/session_lock.py: an advisory lock of class 0x6F72) is held in the
+    store's database."""
+    return bool(store.fetch(text(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 28530 "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"))[0][0])
+
+
 class Orch:
     """`orch run` in its own process (the test restarts the store's server meanwhile)."""
 
@@ -106,14 +114,21 @@ def test_a_postgresql_restart_mid_run_loses_nothing(nothing_left, pg_url):
 
     ws = nothing_left
     url, store = _pg_store(pg_url, "sf_restart")
-    _matrix(ws)
+    _matrix(ws, tokens=100)
     orch = Orch(ws, "--db", url, "--link-grace", "120")
     wait_for(_streaming(store), timeout=120, what="the first cell to stream")
-    restart_pg_server(pg_url, down_s=3.0)
+    assert _session_locked(store)
+    restart_pg_server(pg_url, down_s=3.0)    # every connection cut: the lock went with its own
     store.engine.dispose()                   # the test's own connections were cut too
+    # the session lock is taken again (while the run goes on, or it has ended meanwhile)
+    relocked = wait_for(lambda: "locked" if _session_locked(store) else
+                        "ended" if orch.proc.poll() is not None else None,
+                        timeout=120, what="the session lock taken again")
     assert orch.wait() == 0, orch.output
+    assert relocked == "locked", f"the run ended without its session lock\n{orch.output}"
     runs = _runs(store)
-    assert [(r.status, r.tokens, r.superseded) for r in runs] == [("ok", 60, False)] * 2, runs
+    assert [(r.status, r.tokens, r.superseded) for r in runs] == [("ok", 100, False)] * 2, runs
+    assert "is back" in orch.output, orch.output
     assert "Traceback" not in orch.output
     assert _no_engine(ws)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from orchestrator.db.faults import StoreDeleted, classify
+from orchestrator.db.faults import LockLost, StoreDeleted, classify
 from orchestrator.db.reconnect import no_retry
 from orchestrator.db.store import Store, now
 from orchestrator.errors import StoreWriteError
@@ -21,7 +21,7 @@ from orchestrator.stats.status import Status
 from orchestrator.transports.base import TransportError
 
 # what the runner catches as a store failure
-STORE_ERRORS = (SQLAlchemyError, OverflowError, StoreDeleted)
+STORE_ERRORS = (SQLAlchemyError, OverflowError, StoreDeleted, LockLost)
 
 
 def store_failed(store: Store, client: AgentClient, run_id: int, jobdir: str,
