@@ -272,3 +272,35 @@ def test_a_locked_sqlite_store_is_one_line_naming_the_holder(nothing_left, short
     runs = _runs(store)
     assert [(r.status, r.tokens) for r in runs if not r.superseded] == [("ok", 40)] * 2, runs
     assert not [r for r in runs if r.status in ("killed", "running")], runs
+
+
+def test_a_session_lock_another_orch_took_while_the_store_was_away_stops_the_writer(pg_url):
+    """The session's advisory lock dies with its connection in a restart; another orch takes
+    it before this one is back: the next write says so (LockLost, one line naming the
+    session) instead of two orch processes writing one session's runs."""
+    from pg_fixture import fresh_pg_database, restart_pg_server
+    from sqlalchemy import create_engine
+
+    from orchestrator.db.faults import LockLost, classify
+    from orchestrator.db.session_lock import PG_CLASS, session_lock
+
+    url = fresh_pg_database(pg_url, "sf_lock")
+    store = Store.open(url)
+    store.guard.grace_s = 60
+    session = store.create_session(kind="run", name="locked")
+    other = create_engine(url)
+    try:
+        with session_lock(store, session):
+            restart_pg_server(pg_url, down_s=0.5)
+            with other.connect() as conn:
+                assert conn.execute(text("SELECT pg_try_advisory_lock(:c, :s)"),
+                                    {"c": PG_CLASS, "s": session}).scalar()
+                conn.commit()
+                with pytest.raises(LockLost) as raised:
+                    store.update_session(session, name="still mine?")
+                assert f"session {session}" in str(raised.value)
+                fault = classify(raised.value, url)
+                assert fault.kind == "locked" and "\n" not in fault.cause
+    finally:
+        other.dispose()
+        store.engine.dispose()

@@ -68,6 +68,9 @@ class Guard:
         self._since: float | None = None   # when the current outage began (monotonic)
         self._told = False                 # the outage was told (note)
         event.listen(engine, "invalidate", self._invalidated)
+        # a new connection mid-run may follow a restart that no pooled one noticed (the pool
+        # was empty): the locks' own connections are checked then too (one SELECT 1 each)
+        event.listen(engine, "connect", self._invalidated)
         database = engine.url.database
         if engine.dialect.name == "sqlite" and database not in (None, "", ":memory:") \
                 and not str(database).startswith("file:"):
@@ -159,6 +162,13 @@ class Guard:
     def _invalidated(self, *_args: Any) -> None:
         self._relock = True
 
+    def _retake(self) -> None:
+        """After a lost connection: the locks this process held on the store, taken again."""
+        if self._relock:
+            self._relock = False
+            for retake in RETAKE:
+                retake(self.engine)
+
     def redo(self, what: str, step: Callable[[bool], T]) -> T:
         """step(again) (again: False the first time), made again while the store is lost,
         for at most the grace; after a loss, the session locks are taken again first."""
@@ -167,11 +177,11 @@ class Guard:
         for attempt in self._retrying(what):
             with attempt:
                 again = attempt.retry_state.attempt_number > 1
-                if again or self._relock:
-                    self._relock = False
-                    for retake in RETAKE:
-                        retake(self.engine)
+                if again:              # the store was lost: so may be the locks' connections
+                    self._relock = True
+                    self._retake()
                 result = step(again)
+                self._retake()      # a pooled connection found dead (pre-ping) on the way
                 self._back()
                 return result
         raise AssertionError("unreachable: Retrying returns or raises")  # pragma: no cover
