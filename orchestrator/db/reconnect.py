@@ -64,7 +64,7 @@ class Guard:
         self.path: str | None = None
         self._ident: tuple[int, int] | None = None
         self.opened = dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S UTC")
-        self._relock = False     # a connection was lost since the locks were last checked
+        self._relock = False     # a connection was lost or made since the locks were checked
         self._since: float | None = None   # when the current outage began (monotonic)
         self._told = False                 # the outage was told (note)
         event.listen(engine, "invalidate", self._invalidated)
