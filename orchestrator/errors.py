@@ -7,10 +7,12 @@ error handler (orchestrator/cli/handler.py) prints it as one line and exits with
 codes"; `orch --help`):
 
     0    ok
-    1    Failed, DeviceError, BuildError, StoreWriteError: the work failed (message says why)
+    1    Failed, DeviceError, BuildError, StoreWriteError: the work failed (message says why;
+         a store server that cannot be reached too: db/faults.py StoreUnreachable)
     2    ConfigError, StoreError: bad input (matrix, inventory, options, --db), nothing written
     3    NotFound: no session / run / device of that id or name
-    4    Busy: a session, device or import is held by another live orch
+    4    Busy: a session, device or import is held by another live orch (or the store is
+         locked past its busy timeout: db/faults.py StoreLocked)
     5    Regression: `orch compare --fail-on` found a significant slowdown (the CI gate)
     130  Interrupted (Ctrl-C; 128 + the signal for SIGTERM 143, SIGHUP 129)
 """
@@ -40,8 +42,9 @@ class ConfigError(OrchError):
 
 
 class StoreError(ConfigError):
-    """`--db` names no usable store (a directory, a bad URL, a missing driver, a server that
-    does not answer): one line and exit 2, before anything runs."""
+    """`--db` names no usable store (a directory, a bad URL, a missing driver, a file that is
+    no database): one line and exit 2, before anything runs. A server that cannot be reached
+    is not bad input: db/faults.py StoreUnreachable, exit 1."""
 
 
 class NotFound(ConfigError):

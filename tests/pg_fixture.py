@@ -13,6 +13,7 @@ Missing PostgreSQL, root + runuser, or psycopg: the tests are skipped, unless CI
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
@@ -90,6 +91,31 @@ def fresh_pg_database(pg_url: str, name: str) -> str:
     _psql(port, f"drop database if exists {name} with (force)")
     _psql(port, f"create database {name}")
     return pg_url[: match.end()] + name
+
+
+@contextlib.contextmanager
+def pg_server_down(pg_url: str) -> Iterator[None]:
+    """pg_url's server stopped (a fast stop: every client connection is cut) for the block,
+    then started again on the same port; the block ends when the test's event happened (an
+    orch that gave up on it), so the outage lasts as long as that takes."""
+    pg, root, port = _server(pg_url)
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-m", "fast", "-w", "stop"],
+                   check=True, capture_output=True, timeout=60)
+    try:
+        yield
+    finally:
+        subprocess.run(as_pg + [f"{pg}/pg_ctl", "-D", f"{root}/data", "-l", f"{root}/log",
+                                "-w", "-o", f"-p {port} -k {root} -c listen_addresses=127.0.0.1",
+                                "start"], check=True, capture_output=True, timeout=60)
+
+
+def _server(pg_url: str) -> tuple[str, Path, int]:
+    match = re.search(r"@127\.0\.0\.1:(\d+)/", pg_url)
+    if match is None or int(match.group(1)) not in _servers:
+        raise ValueError(f"not a pg_url of this fixture: {pg_url}")
+    port = int(match.group(1))
+    return (*_servers[port], port)
 
 
 def restart_pg_server(pg_url: str, down_s: float = 3.0) -> None:

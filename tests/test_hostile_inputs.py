@@ -199,7 +199,7 @@ CASES: list[tuple[str, dict[str, str | bytes], list[str], int, str]] = [
     ("db-directory", {"m.yaml": GOOD, "d/keep": ""}, ["run", "m.yaml", "--db", "d"], 2, "is a directory"),
     ("db-not-a-url", {"m.yaml": GOOD}, ["run", "m.yaml", "--db", "notaurl://"], 2, "notaurl"),
     ("db-postgres-closed-port", {"m.yaml": GOOD},
-     ["run", "m.yaml", "--db", "postgresql+psycopg://u@127.0.0.1:1/x"], 2, "cannot open the store"),
+     ["run", "m.yaml", "--db", "postgresql+psycopg://u@127.0.0.1:1/x"], 1, "cannot open the store"),
     ("db-not-a-database", {"x.db": b"not sqlite at all" * 100}, ["runs", "--db", "x.db"], 2,
      "cannot open the store"),
     ("show-no-database", {}, ["show", "1"], 2, "no database at"),

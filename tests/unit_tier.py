@@ -47,6 +47,7 @@ UNIT: dict[str, tuple[str, ...]] = {
     "test_decision_run.py": (),
     "test_uncertainty.py": (),
     "test_lab_store_retry.py": (),
+    "test_store_fault_kinds.py": (),
     "test_analysis_oracle.py": (),
     "test_results.py": (),
     "test_replay.py": (),

@@ -77,6 +77,7 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     from orchestrator.db.store import Store
     from orchestrator.run.progress import Board
     from orchestrator.run.runner import LinkPolicy
+    from rich.markup import escape as markup_escape
 
     loaded = load_matrix(matrix_file)
     inv = load_inventory(inventory)
@@ -93,6 +94,9 @@ def _run(matrix_file: str, devices: tuple[str, ...], resume: bool, link_grace: f
     # them one line, not a run left `running` after its first cell
     load(RUN_LIBRARIES)
     board = Board(errors)
+    # a lost store is waited for as long as a lost device (db/reconnect.py)
+    store.guard.grace_s = link_grace
+    store.guard.note = lambda message: board.print(markup_escape(message))
     try:
         options = RunOptions(resume=resume, force=force, link=LinkPolicy(grace_s=link_grace),
                              command="orch " + shlex.join(sys.argv[1:]), resume_hint=hint)

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.db.reconnect import RETAKE
 from orchestrator.errors import Busy
 
 if TYPE_CHECKING:
@@ -163,22 +164,81 @@ def _file_lock(db_path: Path, namespace: str, ident: int, busy: Any) -> Iterator
         fcntl.lockf(fd, fcntl.LOCK_UN, 1, ident)
 
 
+class _PgHeld:
+    """An advisory lock this process holds on PostgreSQL, on its own connection."""
+
+    def __init__(self, conn: Any, pg_class: int, ident: int, busy: Any) -> None:
+        self.conn, self.pg_class, self.ident, self.busy = conn, pg_class, ident, busy
+
+
+_PG_HELD: dict[str, list[_PgHeld]] = {}   # database URL -> its locks held by this process
+
+
+def _try_lock(conn: Any, pg_class: int, ident: int) -> bool:
+    from sqlalchemy import text
+
+    got = conn.execute(text("SELECT pg_try_advisory_lock(:c, :s)"),
+                       {"c": pg_class, "s": ident}).scalar()
+    conn.commit()
+    return bool(got)
+
+
 @contextmanager
 def _pg_lock(engine: Any, pg_class: int, ident: int, busy: Any) -> Iterator[None]:
     from sqlalchemy import text
 
-    conn = engine.connect()
+    url = engine.url.render_as_string(hide_password=True)
+    held = _PgHeld(engine.connect(), pg_class, ident, busy)
     try:
-        got = conn.execute(text("SELECT pg_try_advisory_lock(:c, :s)"),
-                           {"c": pg_class, "s": ident}).scalar()
-        conn.commit()
-        if not got:
+        if not _try_lock(held.conn, pg_class, ident):
             raise busy()
+        with _GUARD:
+            _PG_HELD.setdefault(url, []).append(held)
         try:
             yield
         finally:
-            conn.execute(text("SELECT pg_advisory_unlock(:c, :s)"),
-                         {"c": pg_class, "s": ident})
-            conn.commit()
+            with _GUARD:
+                _PG_HELD[url].remove(held)
+            try:   # a lock whose connection a restart cut is gone with it already
+                held.conn.execute(text("SELECT pg_advisory_unlock(:c, :s)"),
+                                  {"c": pg_class, "s": ident})
+                held.conn.commit()
+            except Exception:  # noqa: BLE001 - any failure of a dead connection
+                pass
     finally:
-        conn.close()
+        try:
+            held.conn.close()
+        except Exception:  # noqa: BLE001 - closing a cut connection
+            pass
+
+
+def retake(engine: Any) -> None:
+    """After the store's server was lost (db/reconnect.py): every advisory lock this process
+    holds on it whose connection died (a restart drops the lock with it) is taken again on a
+    new connection. One that another orch took meanwhile raises LockLost (db/faults.py): the
+    run must stop, two writers of one session would create its runs twice. A lost server
+    raises its own error (the caller waits it out and calls again)."""
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+
+    from orchestrator.db.faults import LockLost
+
+    with _GUARD:
+        held = list(_PG_HELD.get(engine.url.render_as_string(hide_password=True), []))
+    for lock in held:
+        try:
+            lock.conn.execute(text("SELECT 1"))
+            lock.conn.commit()
+            continue
+        except DBAPIError:
+            pass
+        try:
+            lock.conn.close()
+        except Exception:  # noqa: BLE001 - closing a cut connection
+            pass
+        lock.conn = engine.connect()
+        if not _try_lock(lock.conn, lock.pg_class, lock.ident):
+            raise LockLost(f"{lock.busy()} (it was taken while the store was away)")
+
+
+RETAKE.append(retake)

@@ -7,22 +7,17 @@ writes share the engine and the lock that serialises writers.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import threading
 import time
-from itertools import repeat
-from operator import is_not, itemgetter
 from pathlib import Path
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from sqlalchemy import (
-    JSON,
     Connection,
     CursorResult,
     Engine,
-    Table,
     create_engine,
     event,
     select,
@@ -40,6 +35,10 @@ from sqlalchemy.exc import (
 )
 
 from orchestrator.db import schema
+from orchestrator.db.bulk import bulk_insert  # noqa: F401 - re-exported (db/writes.py, tests)
+from orchestrator.db.faults import first_line as _first_line
+from orchestrator.db.faults import opening_error
+from orchestrator.db.reconnect import Guard, engine_options
 from orchestrator.db.storable import storable_values
 from orchestrator.errors import StoreError
 
@@ -89,12 +88,6 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
-
-
-def _first_line(exc: BaseException) -> str:
-    """A DBAPI error's message without SQLAlchemy's statement and background-link lines."""
-    inner = getattr(exc, "orig", None) or exc
-    return (str(inner).strip().splitlines() or [type(inner).__name__])[0]
 
 
 def migrate(engine: Engine) -> bool:
@@ -163,55 +156,13 @@ def current_revision(engine: Engine) -> str | None:
     return rows[0][0] if rows else None
 
 
-_COMPILED: dict[tuple[str, str, tuple[str, ...]], tuple[str, tuple[str, ...] | None]] = {}
-
-
-def bulk_insert(conn: Connection, table: Table, rows: Sequence[Any],
-                keys: Sequence[str] | None = None) -> None:
-    """executemany straight on the DBAPI cursor with a statement compiled once per shape.
-
-    SQLAlchemy's Core executemany costs ~10 us per row in parameter processing, which made
-    ingest 20x slower than sqlite3 itself; token rows are plain numbers, so the only
-    processing they need is JSON-encoding the `extra` column, done here. Rows are dicts, or
-    tuples in the order of `keys`.
-    """
-    if not rows:
-        return
-    if keys is None:
-        keys = tuple(rows[0])
-        rows = [tuple(r[k] for k in keys) for r in rows]
-    keys = tuple(keys)
-    cache_key = (conn.dialect.name, table.name, keys)
-    if cache_key not in _COMPILED:
-        compiled = table.insert().compile(dialect=conn.dialect, column_keys=list(keys))
-        positions = compiled.positiontup if compiled.positional else None
-        order = tuple(positions) if positions is not None else None
-        _COMPILED[cache_key] = (str(compiled), order)
-    sql, order = _COMPILED[cache_key]
-    json_at = [i for i, k in enumerate(keys) if isinstance(table.c[k].type, JSON)]
-    # any JSON value to encode: a scan in C (map/is_not), not a generator per row (a 2M-row
-    # import paid 0.26 s for the generator)
-    if json_at and any(any(map(is_not, map(itemgetter(i), rows), repeat(None)))
-                       for i in json_at):
-        dumps = json.dumps
-        rows = [tuple(dumps(v) if i in json_at and v is not None else v for i, v in enumerate(r))
-                for r in rows]
-    if order is None:  # a dialect with named parameters (PostgreSQL's drivers)
-        params: list[Any] = [dict(zip(keys, r)) for r in rows]
-    elif tuple(order) == keys:
-        params = list(rows)
-    else:
-        at = [keys.index(k) for k in order]
-        params = [tuple(r[i] for i in at) for r in rows]
-    conn.exec_driver_sql(sql, params)
-
-
 class Store:
     """Thread-safe writer and reader. Writes are serialised with a lock so that several device
     workers share one SQLite file without "database is locked"."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.guard = Guard(engine)         # lost connections, a deleted file (db/reconnect.py)
         self.lock = threading.RLock()
         self._open = threading.local()     # .conn: this thread's open transaction()
 
@@ -226,8 +177,8 @@ class Store:
         if conn is not None:
             yield conn
             return
-        with self.lock, self.engine.begin() as conn:
-            self._open.conn = conn
+        with self.lock, self.guard.off(), self.engine.begin() as conn:
+            self._open.conn = conn   # (a cut transaction cannot be redone a statement at a time)
             try:
                 yield conn
             finally:
@@ -284,7 +235,7 @@ class Store:
                 # SQLite writes its journal beside the file: a read-only folder stops writes too
                 raise StoreError(f"store {path} is read-only (its folder is not writable)")
         try:
-            engine = create_engine(url)
+            engine = create_engine(url, **engine_options(parsed))
         except (ArgumentError, NoSuchModuleError, ImportError) as exc:
             raise StoreError(f"--db {parsed.render_as_string(hide_password=True)}: "
                              f"{type(exc).__name__}: {_first_line(exc)}") from None
@@ -298,13 +249,13 @@ class Store:
                 from orchestrator.db.backfill import backfill
 
                 backfill(store)
+            store.guard.remember_file()
         except StoreError:
             engine.dispose()
             raise
         except (DBAPIError, OSError) as exc:
             engine.dispose()
-            raise StoreError(f"--db {parsed.render_as_string(hide_password=True)}: cannot open "
-                             f"the store: {_first_line(exc)}") from None
+            raise opening_error(exc, parsed.render_as_string(hide_password=True)) from None
         return store
 
     def forked(self) -> None:
@@ -316,16 +267,25 @@ class Store:
     def url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)
 
+    @property
+    def path(self) -> str | None:
+        """A SQLite store's file; None for a server's."""
+        return self.guard.path
+
     # -- writes ------------------------------------------------------------------------------
     def _insert(self, table: Any, values: dict[str, Any]) -> int:
-        with self.writing() as conn:
-            values = storable_values(conn, table, None, values)
-            return inserted_id(conn.execute(table.insert().values(**values)))
+        def insert(_again: bool) -> int:
+            with self.writing() as conn:
+                return inserted_id(conn.execute(
+                    table.insert().values(**storable_values(conn, table, None, values))))
+        return self.guard.redo(f"a write of {table.name}", insert)
 
     def _update(self, table: Any, row_id: int, values: dict[str, Any]) -> None:
-        with self.writing() as conn:
-            values = storable_values(conn, table, row_id, values)
-            conn.execute(update(table).where(table.c.id == row_id).values(**values))
+        def change(_again: bool) -> None:
+            with self.writing() as conn:
+                conn.execute(update(table).where(table.c.id == row_id)
+                             .values(**storable_values(conn, table, row_id, values)))
+        self.guard.redo(f"an update of {table.name} {row_id}", change)
 
     def upsert_device(self, name: str, kind: str, facts: dict[str, str] | None = None) -> int:
         with self.writing() as conn:
@@ -400,8 +360,10 @@ class Store:
 
     # -- reads -------------------------------------------------------------------------------
     def fetch(self, stmt: Any) -> list[Any]:
-        with self.reading() as conn:
-            return list(conn.execute(stmt))
+        def read(_again: bool) -> list[Any]:
+            with self.reading() as conn:
+                return list(conn.execute(stmt))
+        return self.guard.redo("a read", read)
 
     def device_by_name(self, name: str) -> Any | None:
         rows = self.fetch(select(schema.device).where(schema.device.c.name == name))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from orchestrator.db import schema
 from orchestrator.db.schema import SAMPLE_FIELDS
@@ -36,11 +36,23 @@ def write_batch(store: Store, run_id: int, tokens: Sequence[tuple[Any, ...]],
     the store cannot hold (a device's: db/storable.py) is dropped and named in the run's
     warnings; token values were checked by the engine's parser (engines/bmoe_checks.py)."""
     samples, dropped = storable_samples(samples)
-    with store.writing() as conn:
-        bulk_insert(conn, schema.token, tokens, TOKEN_KEYS)
-        bulk_insert(conn, schema.sample, samples)
-        if dropped:
-            name_on_run(conn, run_id, dropped)
-        bulk_insert(conn, schema.output, outputs)
-        conn.execute(update(schema.run).where(schema.run.c.id == run_id)
-                     .values(spool_lines=spool_lines))
+
+    def write(again: bool) -> None:
+        with store.writing() as conn:
+            if again and _stored_up_to(conn, run_id) >= spool_lines:
+                return   # the cut came after the commit reached the server: stored once
+            bulk_insert(conn, schema.token, tokens, TOKEN_KEYS)
+            bulk_insert(conn, schema.sample, samples)
+            if dropped:
+                name_on_run(conn, run_id, dropped)
+            bulk_insert(conn, schema.output, outputs)
+            conn.execute(update(schema.run).where(schema.run.c.id == run_id)
+                         .values(spool_lines=spool_lines))
+    # made again after a lost connection (db/reconnect.py): the transaction was rolled back
+    # whole, unless the cut came after its commit, which the stored line count tells
+    store.guard.redo(f"the rows of run #{run_id}", write)
+
+
+def _stored_up_to(conn: Any, run_id: int) -> int:
+    row = conn.execute(select(schema.run.c.spool_lines).where(schema.run.c.id == run_id)).first()
+    return int(row[0] or 0) if row is not None else 0

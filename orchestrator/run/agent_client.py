@@ -20,7 +20,13 @@ from orchestrator.transports.base import (
     TransportError,
     sha256_file,
 )
-from orchestrator.transports.fetch import FACTS, bounded_output
+from orchestrator.transports.fetch import FACTS, FileKind, bounded_output, fetch_file
+
+# The file orch leaves in a job folder before it stops the job's engine itself (a Ctrl-C, a
+# store fault, a deadline): its one line is why. A later collection (`--resume`, the lab) that
+# finds it never stores the X line orch's own kill produced as the engine's result.
+STOP_MARKER = "orch-stopped"
+STOP_NOTE = FileKind("stop marker", 4096, "one line: why orch stopped the job")
 
 
 def file_sha256(path: Path) -> str:
@@ -168,6 +174,28 @@ class AgentClient:
         (docs/agent-protocol.md, "kill"): what was stopped, as "PID(comm) ...", or ""."""
         result = self.transport.run(self._agent("kill", jobdir), timeout=30)
         return _killed(result.stdout)
+
+    def stop(self, jobdir: str, cause: str) -> str:
+        """kill(), after leaving the STOP_MARKER (`cause`) in the job folder, so that whoever
+        collects the job later knows its end was orch's own. One try each, no retry (a stop
+        must not wait for a link): a marker that could not be written leaves the run's stored
+        cause as the only record."""
+        try:
+            self.transport.put_bytes(cause.encode()[:STOP_NOTE.max_bytes - 1] + b"\n",
+                                     f"{jobdir}/{STOP_MARKER}")
+        except (TransportError, OSError):
+            pass
+        return self.kill(jobdir)
+
+    def stopped_by_orch(self, jobdir: str) -> str | None:
+        """The cause orch left when it stopped this job itself (STOP_MARKER), else None."""
+        try:
+            data = retry_link(self.transport, f"the stop marker of {jobdir}",
+                              lambda: fetch_file(self.transport, f"{jobdir}/{STOP_MARKER}",
+                                                 STOP_NOTE))
+        except FileNotFoundError:
+            return None
+        return data.decode("utf-8", errors="replace").strip() or "stopped by orch"
 
     def supervisor_state(self, jobdir: str) -> tuple[int, str] | None:
         """(pid, state letter of /proc/PID/stat: R, S, T (stopped), ...) of the job's live

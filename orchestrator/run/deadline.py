@@ -94,7 +94,7 @@ class DeadlineWatch:
                 self.last_line = now_   # silent but not stopped: look again a period later
 
     def _give_up(self, status: str, cause: str) -> None:
-        killed = self.client.kill(self.jobdir)
+        killed = self.client.stop(self.jobdir, f"{status}: {cause}")   # orch-stopped: ours
         supervisor = self.client.stop_supervisor(self.jobdir)
         stopped = [part for part in (killed, supervisor and f"supervisor {supervisor}") if part]
         self.warning = f"{cause}: stopped {' '.join(stopped) or 'nothing (it had ended)'}"

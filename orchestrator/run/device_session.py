@@ -19,7 +19,7 @@ from typing import Any
 from orchestrator.config.matrix import Cooldown, LoadedMatrix
 from orchestrator.config.plan import Cell
 from orchestrator.db.runs import Runs, Sessions
-from orchestrator.db.store import Store
+from orchestrator.db.store import Store, now
 from orchestrator.run.agent_client import AgentClient
 from orchestrator.run.device_jobs import job_state
 from orchestrator.run.lifecycle import STORE_STOP, USER_STOP
@@ -107,6 +107,14 @@ class DeviceSession:
         runner, jobdir = self.runner, earlier.remote_dir
         state, _ = job_state(self.client, jobdir)
         stopped = (earlier.cause or "").startswith((USER_STOP, STORE_STOP))
+        if not stopped and state in ("running", "done"):
+            # orch stopped it itself and could not record that (the store was away): its
+            # end is orch's kill, never the engine's result; stored with orch's own cause
+            marker = self.client.stopped_by_orch(jobdir)
+            if marker is not None:
+                self.store.update_run(earlier.id, status=Status.INTERRUPTED, cause=marker,
+                                      ended_at=now())
+                stopped = True
         if state in ("running", "done") and not stopped:
             # running again: its figures go until it ends again (db/figures.py)
             self.store.update_run(earlier.id, status=Status.RUNNING, cause=None, figures=None)

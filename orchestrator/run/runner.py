@@ -16,8 +16,6 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from typing import Any
 
-from sqlalchemy.exc import DataError, SQLAlchemyError
-
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell
 from orchestrator.db.figures import compute_run
@@ -28,10 +26,11 @@ from orchestrator.errors import StoreWriteError
 from orchestrator.run.agent_client import AgentClient, Job, file_sha256
 from orchestrator.run.deadline import DeadlineWatch
 from orchestrator.run.device_jobs import job_state
-from orchestrator.run.lifecycle import STOPPING, STORE_STOP, USER_STOP, DeviceBusy
+from orchestrator.run.lifecycle import STOPPING, USER_STOP, DeviceBusy
 from orchestrator.run.link_retry import retry_link
 from orchestrator.run.progress import Progress
 from orchestrator.run.recorder import RunRecorder
+from orchestrator.run.store_stop import STORE_ERRORS, store_failed
 from orchestrator.run.route_collect import collect_route_trace, trace_path
 from orchestrator.run.session_turns import session_status, session_turns, stored_requests
 from orchestrator.run.validity import run_messages, sample_dicts, summarise
@@ -242,47 +241,23 @@ class DeviceRunner:
             return CellOutcome(run_id, Status.FAILED, 0, str(exc))
         return self.follow(run_id, jobdir, stored_lines=0, cell=cell)
 
-    def _store_failed(self, run_id: int, jobdir: str, exc: Exception) -> StoreWriteError:
-        """The store refused a write mid-run: the engine is stopped (a run nobody records
-        must not go on), the run marked interrupted if the store still takes that one
-        update (else the next `orch run` settles it), and one line says what to do. A value
-        the store cannot hold (DataError, the SQLite driver's OverflowError) is named as such:
-        no space to free (orch drops those values first, db/storable.py: one that gets
-        through is orch's bug)."""
-        try:
-            self.client.kill(jobdir)
-        except TransportError:
-            pass
-        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0][:200]
-        try:
-            self.store.update_run(run_id, status=Status.INTERRUPTED, ended_at=now(),
-                                  cause=f"{STORE_STOP} ({reason})")
-        except SQLAlchemyError:
-            pass
-        resume = self.resume_hint or f"orch run {self.loaded.path} --resume"
-        if isinstance(exc, (DataError, OverflowError)):
-            what = "the store refused a value" if isinstance(exc, DataError) else \
-                "a number too large to handle came"
-            return StoreWriteError(f"{what} during run #{run_id} "
-                                   f"({reason}); its engine was stopped. orch drops values the "
-                                   f"store cannot hold: this one got through, a bug to report "
-                                   f"with the line above; `{resume}` runs the cell again")
-        return StoreWriteError(f"the store could not be written during run #{run_id} "
-                               f"({reason}); its engine was stopped. Free the space, then "
-                               f"`{resume}` runs the cell again")
+    def _store_failed(self, run_id: int, jobdir: str, exc: BaseException) -> StoreWriteError:
+        """The store failed mid-run (run/store_stop.py): the engine stopped, one line."""
+        return store_failed(self.store, self.client, run_id, jobdir, exc,
+                            self.resume_hint or f"orch run {self.loaded.path} --resume")
 
     def _stopped(self, run_id: int, jobdir: str, recorder: RunRecorder | None = None) -> None:
         """Ctrl-C or SIGTERM: stop the engine, keep what was streamed, mark the run
         interrupted with USER_STOP (so --resume re-runs it instead of collecting our kill)."""
-        if recorder is not None:
-            recorder.flush()
+        how = getattr(STOPPING, "name", None)
+        cause = USER_STOP + (f" ({how})" if how else "")
         try:
-            self.client.kill(jobdir)
+            self.client.stop(jobdir, cause)
         except TransportError:
             pass
-        how = getattr(STOPPING, "name", None)
-        self.store.update_run(run_id, status=Status.INTERRUPTED,
-                              cause=USER_STOP + (f" ({how})" if how else ""), ended_at=now())
+        if recorder is not None:
+            recorder.flush()
+        self.store.update_run(run_id, status=Status.INTERRUPTED, cause=cause, ended_at=now())
 
     def follow(self, run_id: int, jobdir: str, stored_lines: int, cell: Cell) -> CellOutcome:
         """Stream the job's spool into the store until its X line, surviving link loss."""
@@ -304,7 +279,7 @@ class DeviceRunner:
         except KeyboardInterrupt:
             self._stopped(run_id, jobdir, recorder)
             raise
-        except (SQLAlchemyError, OverflowError) as exc:
+        except STORE_ERRORS as exc:
             raise self._store_failed(run_id, jobdir, exc) from exc
         status, cause = classify(recorder, self.mem_total_kb)
         # the engine's own account of its failure (a fatal BMOE_ERROR) is the cause
@@ -323,7 +298,7 @@ class DeviceRunner:
         except KeyboardInterrupt:   # during the collection (a slow fetch): not left `running`
             self._stopped(run_id, jobdir, recorder)
             raise
-        except (SQLAlchemyError, OverflowError) as exc:
+        except STORE_ERRORS as exc:
             raise self._store_failed(run_id, jobdir, exc) from exc
 
     def _deadline_watch(self, run_id: int, jobdir: str) -> DeadlineWatch:

@@ -18,6 +18,7 @@ from orchestrator.config.inventory import Inventory, open_transport
 from orchestrator.config.matrix import LoadedMatrix
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db.runs import Runs, Sessions
+from orchestrator.db.faults import start_error
 from orchestrator.db.session_lock import session_lock
 from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError, OrchError
@@ -31,6 +32,7 @@ from orchestrator.run.progress import Board, Progress
 from orchestrator.run.quality import run_quality
 from orchestrator.run.runner import CellOutcome, DeviceRunner
 from orchestrator.run.session_turns import session_changed
+from orchestrator.run.store_stop import STORE_ERRORS
 from orchestrator.stats.status import RESUMABLE, Status
 from orchestrator.transports.base import (
     AccessDenied,
@@ -393,5 +395,7 @@ def _device_result(store: Store, inventory: Inventory, loaded: LoadedMatrix, nam
         return exc
     except OrchError as exc:   # a user's error (a busy session, a lost device): one line
         return exc
+    except STORE_ERRORS as exc:   # outside a cell (the start, between cells): one line too
+        return start_error(exc, store.path or store.url, store.path)
     except Exception as exc:  # noqa: BLE001 - a thread must hand every error back
         return RuntimeError(f"{type(exc).__name__}: {exc}")
