@@ -142,6 +142,11 @@ def _kind(exc: BaseException) -> str:
     for item in chain:
         if isinstance(item, DBAPIError) and item.connection_invalidated:
             return "lost"
+    return _kind_by_words(chain)
+
+
+def _kind_by_words(chain: list[BaseException]) -> str:
+    """The kind where no code says it: the drivers' words, then the error's class."""
     text = " ".join(str(item).lower() for item in chain)
     if "database or disk is full" in text or "no space left" in text:
         return "full"
@@ -149,6 +154,12 @@ def _kind(exc: BaseException) -> str:
         return "locked"
     sqlite = any(type(item).__module__.startswith("sqlite3") for item in chain)
     if not sqlite and any(word in text for word in _LOST_WORDS):
+        return "lost"
+    # a server's OperationalError or InterfaceError that says nothing else (a driver's own
+    # wording, another language) is its link: waited out within the grace, never an answer.
+    # SQLite's are answers of a local file (locked, I/O, full), matched above.
+    from sqlalchemy.exc import InterfaceError, OperationalError
+    if not sqlite and any(isinstance(item, (OperationalError, InterfaceError)) for item in chain):
         return "lost"
     return "other"
 

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from orchestrator.db.faults import classify, first_line
 from orchestrator.db.store import Store
 from orchestrator.errors import Failed
 
@@ -29,28 +30,16 @@ class StoreGone(Failed):
 
 
 def lost_store(exc: BaseException | None) -> bool:
-    """True for an error that says the store's server went away (or is not back yet), looked
-    for through the chain (the runner wraps it in a StoreWriteError)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, StoreGone):   # the grace is over: no more waiting
+    """True for an error that says the store's server went away (or is not back yet): the
+    store's one rule (db/faults.py, kind "lost"); False once the grace is over (StoreGone)."""
+    if exc is None:
+        return False
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, StoreGone):   # the grace is over: no more waiting
             return False
-        if isinstance(exc, DBAPIError):
-            if exc.connection_invalidated:
-                return True
-            orig = exc.orig
-            # SQLite's OperationalErrors (locked, disk I/O, full) are answers of a local file
-            return isinstance(exc, (OperationalError, InterfaceError)) and \
-                not type(orig).__module__.startswith("sqlite3")
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    lines = str(orig).strip().splitlines()
-    return (lines[0] if lines else type(orig).__name__)[:200]
+        seen = seen.__cause__ or seen.__context__
+    return classify(exc).kind == "lost"
 
 
 def with_store(step: Callable[[], T], grace_s: float, what: str) -> T:
