@@ -110,6 +110,42 @@ def pg_server_down(pg_url: str) -> Iterator[None]:
                                 "start"], check=True, capture_output=True, timeout=60)
 
 
+@contextlib.contextmanager
+def pg_server_frozen(pg_url: str) -> Iterator[None]:
+    """pg_url's server stopped with SIGSTOP for the block, postmaster and every backend: its
+    kernel still accepts and acknowledges, nothing answers (a hung server, a frozen VM); the
+    block ends when the test's event happened, then every process goes on (SIGCONT)."""
+    import signal
+
+    _pg, root, _port = _server(pg_url)
+    postmaster = int((root / "data" / "postmaster.pid").read_text().split()[0])
+
+    def cluster() -> list[int]:
+        pids = [postmaster]
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+                    pids.append(int(entry.name))
+        return pids
+
+    os.kill(postmaster, signal.SIGSTOP)      # first: it forks no new backend meanwhile
+    stopped = cluster()
+    for pid in stopped[1:]:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for pid in reversed(stopped):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
 def _server(pg_url: str) -> tuple[str, Path, int]:
     match = re.search(r"@127\.0\.0\.1:(\d+)/", pg_url)
     if match is None or int(match.group(1)) not in _servers:

@@ -167,6 +167,27 @@ def test_a_store_down_past_the_grace_stops_with_its_cause_and_resume_reruns(noth
     assert _no_engine(ws)
 
 
+def test_a_postgresql_server_silent_mid_statement_is_one_line_and_exit_1(nothing_left, pg_url):
+    """The whole server stopped (SIGSTOP) mid-run: its kernel still acknowledges, so no libpq
+    timeout fires and the next write would wait for ever. The statement watch asks the server
+    on a connection of its own, hears nothing, cuts the waiting connection: the store is lost,
+    the grace runs out, one line, exit 1, the engine stopped."""
+    from pg_fixture import pg_server_frozen
+
+    ws = nothing_left
+    url, store = _pg_store(pg_url, "sf_frozen")
+    _matrix(ws, tokens=400)
+    orch = Orch(ws, "--db", url, "--link-grace", "2")
+    wait_for(_streaming(store), timeout=120, what="the first cell to stream")
+    with pg_server_frozen(pg_url):
+        code = orch.wait()
+        assert _no_engine(ws), "the engine ran on"
+    store.engine.dispose()
+    assert code == 1, orch.output
+    assert [line for line in orch.output.splitlines() if "was lost" in line], orch.output
+    assert "Traceback" not in orch.output and "[SQL" not in orch.output
+
+
 def test_a_sqlite_store_deleted_mid_run_stops_the_run(nothing_left):
     """The store's file deleted while a cell streams: orch does not write on into the unlinked
     file and exit 0; one line names the file, exit 1, the engine is stopped."""

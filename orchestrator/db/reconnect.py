@@ -12,7 +12,8 @@ run"). Every Store has one Guard; `orch run` gives it the run's `--link-grace`.
   another orch took meanwhile stops the run with that cause.
 - **Connections cannot hang**: a PostgreSQL connection has a 10 s connect timeout, TCP
   keepalives and a TCP user timeout (unless the URL sets them), so a server that accepts and
-  never answers is one line within a minute, and a dead peer is noticed.
+  never answers is one line within a minute, and a dead peer is noticed; a server silent in
+  the middle of a statement is found by db/statement_watch.py.
 - **A deleted SQLite file**: the file's (st_dev, st_ino) are remembered at open, and before
   every commit one stat checks them; a file that is gone or replaced raises StoreDeleted
   (db/faults.py) instead of writing on into an unlinked file nobody can open.
@@ -33,6 +34,7 @@ from sqlalchemy import Engine, event
 from tenacity import Retrying, retry_if_exception, wait_exponential
 
 from orchestrator.db.faults import StoreDeleted, classify
+from orchestrator.db.statement_watch import StatementWatch
 
 log = logging.getLogger("orch.store")
 T = TypeVar("T")
@@ -78,8 +80,11 @@ class Guard:
             event.listen(engine, "commit", self._check_file)
             # a new connection to a deleted file would create an empty database there
             event.listen(engine, "do_connect", lambda *_args: self._check_file(None))
+        self.statements: StatementWatch | None = None
         if engine.dialect.name == "postgresql" and engine.dialect.driver in _LIBPQ:
             event.listen(engine, "do_connect", self._connect)
+            # a server silent mid-statement, which no libpq timeout bounds
+            self.statements = StatementWatch(engine)
 
     # -- the deletion watch ------------------------------------------------------------------
     def remember_file(self) -> None:
