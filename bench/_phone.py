@@ -20,7 +20,6 @@ the device's wall time (engine runs + cooldown waits), the figure bench/decision
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
@@ -28,9 +27,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from _phone_physics import Thermal
+
 from orchestrator.run.progress import Progress
 
-POLL_S = 1.0     # the cooldown's default interval: when a real agent would see the target
+BENCH = Path(__file__).resolve().parent   # the engine imports _phone_physics from here
 
 @dataclass(frozen=True)
 class PhoneModel:
@@ -49,7 +50,9 @@ class PhoneModel:
 
 ENGINE_TEXT = r'''#!/usr/bin/env python3
 """The simulated phone's engine (bench/_phone.py): bmoe's CSV rows and summary lines."""
-import json, math, os, random, sys, time
+import json, os, sys, time
+sys.path.insert(0, "@BENCH@")
+from _phone_physics import run_factor, token_ms
 args = sys.argv[1:]
 def opt(name, default=None):
     return args[args.index(name) + 1] if name in args else default
@@ -59,10 +62,7 @@ cfg = json.load(open(os.path.join(phone, "phone.json")))
 count_file = os.path.join(phone, "runs")
 count = int(open(count_file).read()) if os.path.exists(count_file) else 0
 open(count_file, "w").write(str(count + 1))
-rng = random.Random(f"{cfg['seed']}/{count}")
-factor = math.exp(rng.gauss(0.0, cfg["noise"]))
-if rng.random() < cfg["outlier_p"]:
-    factor *= 1.0 - cfg["outlier"]
+factor = run_factor(cfg, count)
 open(os.path.join(phone, "running"), "w").close()
 heat = open(os.path.join(phone, "tokens"), "ab", buffering=0)
 total = 0.0
@@ -73,10 +73,7 @@ with open(csv, "w") as out:
             temp = int(open(os.path.join(phone, "thermal", "thermal_zone0", "temp")).read()) / 1000
         except (OSError, ValueError):
             temp = cfg["ambient_c"]
-        thermal = 1.0 - 0.01 * max(0.0, temp - cfg["ambient_c"]) \
-            - 0.03 * max(0.0, temp - cfg["throttle_c"])
-        tps = cfg["base_tps"] * (1.0 + effect) * factor * max(0.2, thermal)
-        ms = 1000.0 / tps
+        ms = token_ms(cfg, effect, factor, temp)
         time.sleep(ms / 1000.0 * cfg["scale"])
         heat.write(f"{ms:.3f}\n".encode())
         total += ms
@@ -101,16 +98,24 @@ class Phone:
         (root / "phone.json").write_text(json.dumps(asdict(model)))
         (root / "tokens").write_bytes(b"")
         self.engine = root / "phone_engine.py"
-        self.engine.write_text(ENGINE_TEXT)
+        self.engine.write_text(ENGINE_TEXT.replace("@BENCH@", str(BENCH)))
         self.engine.chmod(0o755)
-        self.temp_c = self.ambient_c = model.ambient_c
-        self.clock_s = 0.0              # simulated seconds of device time
+        # the zone's temperature and the device's simulated clock (seconds of device time)
+        self.thermal = Thermal(asdict(model))
         self.waiting = False            # a cooldown is under way (PhoneProgress)
         self.target_c: float | None = None   # ... to this temperature (None: a timer)
         self.wait_began: float | None = None
         self._write()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @property
+    def temp_c(self) -> float:
+        return self.thermal.temp_c
+
+    @property
+    def clock_s(self) -> float:
+        return self.thermal.clock_s
 
     @property
     def env(self) -> dict[str, str]:
@@ -143,8 +148,7 @@ class Phone:
                 done = data[:data.rfind(b"\n") + 1]          # whole lines only
                 offset += len(done)
                 for line in done.split():
-                    self.temp_c += m.heat_c              # a token's heat, then its time
-                    self._advance(float(line) / 1000.0)
+                    self.thermal.token(float(line))
                 if (self.root / "running").exists():
                     self.waiting, self.wait_began = False, None
                 elif self.waiting:
@@ -158,18 +162,10 @@ class Phone:
         simulated seconds: its granularity is not the device's)."""
         if self.wait_began is None:
             self.wait_began = self.clock_s
-        self._advance(dt)
+        self.thermal.advance(dt)
         if self.target_c is not None and self.temp_c <= self.target_c:
-            waited = self.clock_s - self.wait_began
-            self._advance(math.ceil(waited / POLL_S - 1e-9) * POLL_S - waited)
+            self.thermal.poll_end(self.wait_began)
             self.waiting, self.wait_began = False, None
-
-    def _advance(self, dt: float) -> None:
-        """dt simulated seconds pass: the ambient drifts, the excess over it decays."""
-        m = self.model
-        self.clock_s += dt
-        self.ambient_c += m.drift_c_per_s * dt
-        self.temp_c = self.ambient_c + (self.temp_c - self.ambient_c) * math.exp(-dt / m.tau_s)
 
 
 class PhoneProgress(Progress):
@@ -193,8 +189,12 @@ class PhoneProgress(Progress):
         self.notes.append(message)
 
 
-def cooldown_target(model: PhoneModel, above_c: float = 2.0) -> str:
-    """The condition cooldown as a calibrated phone would have it: baseline (the ambient at
-    the start) + `above_c`, as an absolute `until:` (no calibration period to wait)."""
-    return f"{model.ambient_c + above_c:g}C"
+def target_c(model: PhoneModel, above_c: float = 2.0) -> float:
+    """The condition cooldown's target as a calibrated phone would have it: its baseline (the
+    ambient at the start) + `above_c`."""
+    return model.ambient_c + above_c
 
+
+def cooldown_target(model: PhoneModel, above_c: float = 2.0) -> str:
+    """`target_c` as an absolute `until:` (no calibration period to wait)."""
+    return f"{target_c(model, above_c):g}C"

@@ -116,6 +116,37 @@ def test_until_decided_runs_only_the_undecided_and_resumes(tmp_path, monkeypatch
     assert "Stopping rule" in report and "phone/fast differs" in report
 
 
+@pytest.mark.slow
+def test_the_pure_model_replays_the_real_path(tmp_path, monkeypatch):
+    """bench/decision judges its goal on the pure model (bench/_decision_model.py) over many
+    seeds: it is only worth that if it replays what orch does. One seed of the session above,
+    through orch and through the model: the same rounds per config, the same decisions, and
+    the device time within 2% (the threaded zone integrates in real-time slices)."""
+    from _decision_model import decided
+
+    from orchestrator.stats.decision import Rule
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ORCH_DB", raising=False)
+    model = PhoneModel(seed=5)
+    with Phone(tmp_path / "phone", model) as phone:
+        loaded = load_matrix(matrix(tmp_path, phone))
+        store = Store.open(str(tmp_path / "orch.db"))
+        inventory = Inventory({"local": LocalEntry(kind="local", workdir=str(tmp_path / "dev"),
+                                                   env=phone.env)})
+        result = run_matrix(store, inventory, loaded, "local", PhoneProgress(phone),
+                            RunOptions(command="test"))
+        device_s = phone.clock_s
+        assert engines_left(phone) == []
+    real = decisions(store, result.session_id, loaded.matrix)
+    # the matrix's cooldown: until 32 °C, at most 1 s of real time (100 simulated seconds)
+    replay = decided(model, {"same": 0.0, "fast": 0.3}, 16, 32.0, 1.0 / model.scale,
+                     Rule(max=MAX, equivalence=2.0))
+    assert {c: (d.state, d.n) for c, d in real.items()} == \
+        {f"phone/{c}": (s, replay.rounds[c]) for c, s in replay.states.items()}
+    assert abs(replay.device_s - device_s) <= 0.02 * device_s, (replay.device_s, device_s)
+
+
 def test_the_matrix_setting_is_checked(tmp_path):
     base = ("name: m\nengine: bmoe\nbinary: /bin/true\nprompt: p\nconfigs: {a: --x 1, "
             "b: --x 2}\n")

@@ -379,3 +379,24 @@ def test_a_resumed_run_replays_an_unstorable_sample_and_names_it_again(tmp_path)
     s = schema.sample
     rows = store.fetch(select(s.c.seq, s.c.t_ms, s.c.cpu_temp_mC).where(s.c.run_id == run_id))
     assert [tuple(r) for r in rows] == [(1, 300, 41000)]     # only the line not stored before
+
+
+def test_calibrate_names_a_reading_the_store_cannot_hold_instead_of_printing_it(tmp_path):
+    """`orch calibrate` on a zone reading 2^70 m°C: the baseline the store keeps is what the
+    user is shown; the reading it dropped is named as not stored, never printed as °C, and
+    the device's stored baseline holds no such number."""
+    zone = fake_thermal_zone(tmp_path)
+    (zone / "temp").write_text(f"{HUGE}\n")
+    (tmp_path / "devices.yaml").write_text(textwrap.dedent(f"""\
+        devices:
+          d: {{kind: local, workdir: {tmp_path}/wd, env: {{ORCH_THERMAL_DIR: {zone.parent}}}}}
+        """))
+    db = str(tmp_path / "orch.db")
+    code, out = orch("calibrate", "-d", "d", "-i", str(tmp_path / "devices.yaml"),
+                     "--seconds", "1", "--interval", "0.5", "--db", db)
+    assert code == 0, out
+    assert "cpu: not stored (the reading is beyond what the store holds)" in out, out
+    assert "°C" not in out.replace("m°C", ""), out
+    device = Store.open(db, create=False).device_by_name("d")
+    assert not (device.idle_baseline or {}).get("cpu")
+    assert not tagged_pids(str(tmp_path / "wd"))

@@ -105,18 +105,26 @@ def _nothing_left(ws: Path, *workers) -> None:
              timeout=30, on_fail=lambda: f"left: {processes_mentioning(str(ws))}")
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_a_shape_orch_run_accepts_runs_in_the_lab(lab, shape):
+def _run_ok_in_lab(lab, m: Path, worker_name: str, device: str):
+    """`m` submitted to a worker of its own for `device`, waited for, all ok: (worker, the
+    output of `lab wait`)."""
     ws, store, start = lab
-    _workspace_files(ws)
-    m = ws / f"{shape}.yaml"
-    m.write_text(textwrap.dedent(SHAPES[shape]))
-    worker = start("ws", inventory(ws, "inv", ["s1"]))
-    wait_for("the consumer", lambda: registered(store, ["s1"]), on_fail=worker.log)
-    code, out = orch("lab", "submit", str(m), "-d", "s1")
+    worker = start(worker_name, inventory(ws, "inv", [device]))
+    wait_for("the consumer", lambda: registered(store, [device]), on_fail=worker.log)
+    code, out = orch("lab", "submit", str(m), "-d", device)
     assert code == 0, out
     code, out = orch("lab", "wait")
     assert code == 0, out + worker.log()
+    return worker, out
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_shape_orch_run_accepts_runs_in_the_lab(lab, shape):
+    ws, store, _ = lab
+    _workspace_files(ws)
+    m = ws / f"{shape}.yaml"
+    m.write_text(textwrap.dedent(SHAPES[shape]))
+    worker, _ = _run_ok_in_lab(lab, m, "ws", "s1")
     runs = _runs(store)
     tokens = 12 if shape == "session" else 6     # a session: 6 tokens per turn
     assert runs and all(r.status == "ok" and r.tokens == tokens for r in runs), runs
@@ -195,4 +203,27 @@ def test_a_failed_cell_shows_its_cause_in_status_wait_and_report(lab):
     assert rows[0]["failed"] == 4 and rows[0]["failures"] == [{"cause": cause, "cells": 4}]
     code, out = orch("report", str(cells[0].session_id), "--no-plots")
     assert code == 2 and out.count(f"4 cells failed: {cause}") == 1, out
+    _nothing_left(ws, worker)
+
+
+def test_a_forged_end_is_no_end_in_the_lab(lab):
+    """An engine that appends an X line (and a `done`) to its own spool mid-cell, in the lab
+    (docs/reliability.md, "A run's end is the supervisor's"): the consumer waits for the real
+    end, so each run holds all 6 tokens and the forged line as a warning, the next cell runs
+    (no "another orch job runs"), every cell is ok, and nothing is left running."""
+    from test_forged_end import FORGING_MATRIX, FORGING_SCRIPT
+
+    ws, store, _ = lab
+    m = ws / "forged.yaml"
+    m.write_text(FORGING_MATRIX.replace("$SCRIPT", FORGING_SCRIPT).replace("$SH", "/bin/sh"))
+    worker, out = _run_ok_in_lab(lab, m, "wx", "x1")
+    runs = _runs(store)
+    assert len(runs) == 2 and all(r.status == "ok" and r.tokens == 6 for r in runs), runs
+    warnings = store.fetch(text("SELECT warnings FROM run"))
+    assert all(any("a line claiming the end was not the supervisor's" in w
+                   for w in (json.loads(r.warnings) if isinstance(r.warnings, str)
+                             else r.warnings or [])) for r in warnings), warnings
+    assert "another orch job runs" not in out + worker.log()
+    cells = store.fetch(text("SELECT state FROM lab_cell"))
+    assert [c.state for c in cells] == ["ok", "ok"], cells
     _nothing_left(ws, worker)

@@ -39,8 +39,15 @@ def calibrate(name: str, seconds: float, interval: float, inventory: str | None,
         baseline, notes = measure(client, seconds, interval, facts=facts)
     device_id = store.upsert_device(name, entry.kind)
     store.update_device(device_id, idle_baseline=baseline or None)
-    for sensor, value in baseline.items():
-        if sensor == "power_w":    # beside the temperatures: what net energy is net of
+    # what the store kept is the baseline: a reading it cannot hold (a zone reading 2^70) was
+    # dropped there, and the user is told so instead of seeing it as a temperature
+    stored = store.device_by_name(name).idle_baseline or {}   # type: ignore[union-attr]
+    for sensor in baseline:
+        value = stored.get(sensor)
+        if value is None:
+            console.print(f"{name} {sensor}: not stored (the reading is beyond what the "
+                          f"store holds)")
+        elif sensor == "power_w":    # beside the temperatures: what net energy is net of
             console.print(f"{name} idle power: {value:.2f} W")
         else:
             console.print(f"{name} idle baseline {sensor}: {value / 1000:.1f} °C")
