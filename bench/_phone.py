@@ -9,6 +9,8 @@ cooldown and the store. Its parts:
   config's true effect x a per-run noise (lognormal, `noise`; an outlier run `outlier_p` of
   the time, `outlier` slower) x the thermal factor of the zone's temperature then: 1% per °C
   above the ambient it was calibrated at (DVFS), 3% more per °C above `throttle_c`.
+The physics (a run's noise, a token's time, the zone's heating and cooling) are
+bench/_phone_physics.py's, shared with the pure model of bench/_decision_model.py.
 Time is scaled: a simulated second is `scale` real seconds (0.01: a 45 s timer is 0.45 s).
 The simulated clock advances by each token's own simulated time while the engine runs (the
 engine writes it per token, so a busy machine that slows the engine process changes nothing),

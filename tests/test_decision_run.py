@@ -20,7 +20,7 @@ from orchestrator.db import schema
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.run.decided import decisions
+from orchestrator.run.decisions import decisions
 from orchestrator.run.session import RunOptions, run_matrix
 from orchestrator.transports.local import LocalEntry
 
@@ -114,6 +114,11 @@ def test_until_decided_runs_only_the_undecided_and_resumes(tmp_path, monkeypatch
     code, report = orch("report", "--no-plots", "--db", str(tmp_path / "orch.db"))
     assert code == 0, report
     assert "Stopping rule" in report and "phone/fast differs" in report
+    # one answer per comparison: the A/B table and the findings give the rule's decision
+    # (a fixed-sample test of the same runs could call it "no significant difference")
+    assert f"faster (decided after {fast.n} rounds)" in report, report
+    assert "decision rule, decided after" in report
+    assert "no significant difference" not in report.split("Stopping rule")[1], report
 
 
 @pytest.mark.slow

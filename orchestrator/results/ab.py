@@ -14,6 +14,11 @@ uncertainty a reader can check (docs/architecture.md, "Statistics").
 - Cache hit and flash read per token are deterministic for a given routing: their differences
   are shown as they are, with no noise caveat.
 - Runs that did not end ok take part in nothing.
+- A session run under the decision rule (`repeat: {until: decided}`, docs/decision.md) was
+  stopped by that rule's looks, so a fixed-sample test of its runs would be a second,
+  different answer: its rows carry the rule's decision instead (run/decided.py
+  decisions_of, the one the session ran on), with its repeated interval, outside the
+  document's Holm family (the rule corrects for its own comparisons and looks).
 - A row that cannot be tested (a single run on a side) carries the noise floor
   (results/noise_floor.py) and a single run's within-run interval when the statistics have
   one.
@@ -48,7 +53,9 @@ from orchestrator.results.pairing import Rounds, declared, rounds
 from orchestrator.results.query import by_model_and_device
 from orchestrator.results.confounds import run_settings
 from orchestrator.results.rows import config_label, in_order, listed_configs
+from orchestrator.run.decisions import decision_name, decisions_of, is_decided, rule_of
 from orchestrator.stats.config_figures import ConfigFigures, RunResult, combine
+from orchestrator.stats.decision import DIFFERS, EQUIVALENT, Decision
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.statistics import delta_pct
 from orchestrator.stats.status import Status
@@ -64,6 +71,9 @@ class Verdict(StrEnum):
     FASTER = "faster"                     # the corrected test finds it faster
     SLOWER = "slower"
     NO_DIFFERENCE = "no significant difference"
+    # the decision rule's (a session run `until: decided`)
+    EQUIVALENT = "equivalent"             # its repeated interval lies within the margin
+    UNDECIDED = "undecided"               # neither, when `max` rounds had run
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,10 @@ class ABRow:
     energy: Comparison | None = None
     against: str = ""                  # the baseline compared with (a baseline's row: itself)
     against_label: str = ""
+    # a session run `until: decided`: the rule's decision for this config (stats/decision.py)
+    # and the margin it judged equivalence by (%); `comparison` then holds its interval
+    decision: Decision | None = None
+    equivalence_pct: float | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -102,6 +116,12 @@ class ABRow:
         c = self.comparison
         if c is None:
             return Verdict.NO_OK_RUN
+        if self.decision is not None:
+            if self.decision.state == EQUIVALENT:
+                return Verdict.EQUIVALENT
+            if self.decision.state != DIFFERS or c.ratio is None or c.ratio == 1.0:
+                return Verdict.UNDECIDED
+            return Verdict.FASTER if c.ratio > 1.0 else Verdict.SLOWER
         if c.p_value is None:
             return Verdict.NOT_TESTED
         if c.significant and c.ratio is not None and c.ratio != 1.0:
@@ -180,6 +200,7 @@ def _group(model: str, device: str, runs_of: list[RunRow], figures: Mapping[int,
     # the tests take, the averaged cache hit and flash read
     combined = {name: combine([RunResult(r.id, r.status, figures[r.id]) for r in rs])
                 for name, rs in configs.items()}
+    decided = decisions_of(runs_of, figures, matrix) if is_decided(matrix) else {}
 
     rows = []
     def distance(a: str, b: str) -> int:
@@ -201,6 +222,11 @@ def _group(model: str, device: str, runs_of: list[RunRow], figures: Mapping[int,
                                                   base_name, name, matrix, design)
             comparison = _compare(pairing, figures, base, config) if good and not is_base \
                 else None
+            decision = None
+            if comparison is not None:
+                decision = decided.get(decision_name(model, name))
+                if decision is not None:
+                    comparison = _as_comparison(decision, comparison)
             hit, read = config.get("cache_hit_pct"), config.get("read_mib_per_token")
             base_hit = base.get("cache_hit_pct")
             joules, energy = _energy(figures, base, config, pairing)
@@ -213,9 +239,21 @@ def _group(model: str, device: str, runs_of: list[RunRow], figures: Mapping[int,
                 read_delta_pct=delta_pct(base.get("read_mib_per_token"), read),
                 within_run=_within_run(figures, config.ok),
                 j_per_token=joules, energy=None if is_base or not good else energy,
-                against=base_name, against_label=config_label(base_name, matrix, design)))
+                against=base_name, against_label=config_label(base_name, matrix, design),
+                decision=decision,
+                equivalence_pct=rule_of(matrix).equivalence if decision else None))
     return ABGroup(model, device, baseline, rows, baselines=tuple(
         b for b in baselines if ok.get(b)))
+
+
+def _as_comparison(decision: Decision, tested: Comparison) -> Comparison:
+    """The decision as the row's comparison: its change and the repeated interval it rests
+    on; no fixed-sample p-value (the rule's looks are its test)."""
+    def ratio(pct: float | None) -> float | None:
+        return None if pct is None else 1.0 + pct / 100.0
+    return replace(tested, ratio=ratio(decision.delta_pct), low=ratio(decision.low_pct),
+                   high=ratio(decision.high_pct), p_value=None, p_adjusted=None,
+                   method="decided", significant=decision.state == DIFFERS)
 
 
 def _energy(figures: Mapping[int, RunFigures], base: ConfigFigures, config: ConfigFigures,
@@ -236,7 +274,7 @@ def with_noise_floor(group: ABGroup, members: Sequence[RunRow],
     """The group's untested rows with the noise floor of the session's repeats of the group,
     else of the earlier ones."""
     def untested(r: ABRow) -> bool:
-        return r.comparison is not None and r.comparison.p_value is None
+        return r.comparison is not None and r.comparison.p_value is None and r.decision is None
 
     if not any(untested(r) for r in group.rows):
         return group
@@ -279,14 +317,18 @@ def ab_groups(runs: Sequence[RunRow], figures: Mapping[int, RunFigures],
             groups.append(with_noise_floor(group, group_runs, figures, earlier))
     # Holm across the whole report: the correction's point is the number of comparisons a
     # reader is shown, not the number per table.
-    flat = [r.comparison for g in groups for r in g.rows if r.comparison is not None]
+    def tested(r: ABRow) -> bool:   # a decided session's rows were corrected by its rule
+        return r.comparison is not None and r.decision is None
+
+    flat = [c for g in groups for r in g.rows if (c := r.comparison) is not None
+            and r.decision is None]
     corrected = iter(correct(flat, alpha))
     family = sum(1 for c in flat if c.p_value is not None)
     # energy: its own Holm family, so that measuring energy never changes a tok/s verdict
     joules = iter(correct([r.energy for g in groups for r in g.rows if r.energy is not None],
                           alpha))
     return [replace(g, family=family, rows=[
-        replace(r, comparison=r.comparison if r.comparison is None else next(corrected),
+        replace(r, comparison=next(corrected) if tested(r) else r.comparison,
                 energy=r.energy if r.energy is None else next(joules)) for r in g.rows])
         for g in groups]
 

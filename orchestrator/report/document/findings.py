@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.report.document.request import SectionRequest
-from orchestrator.report.format.ab_rows import noise_floor_text, p_cell, pp
+from orchestrator.report.format.ab_rows import decision_words, noise_floor_text, p_cell, pp
 from orchestrator.report.format.formatters import pct
 from orchestrator.report.format.labels import model_on_device
 from orchestrator.report.format.markdown import md_escape
@@ -60,6 +60,8 @@ def pair_name(row: ABRow) -> str:
 def _test(row: ABRow) -> str:
     c = row.comparison
     assert c is not None
+    if row.decision is not None:       # the decision rule's: its looks are its test
+        return f"decision rule, decided after {row.decision.n} rounds"
     n = f"{c.n_cand} rounds, paired" if c.method == "paired" else \
         f"n={c.n_base}/{c.n_cand}, Welch"
     p = p_cell(c.p_adjusted)
@@ -71,7 +73,8 @@ def _ci(row: ABRow) -> str:
     assert c is not None
     if is_missing(c.ci_low_pct) or is_missing(c.ci_high_pct):
         return ""
-    return f"95% CI {pct(c.ci_low_pct)} to {pct(c.ci_high_pct)}, "
+    kind = "95% CI" if row.decision is None else "repeated interval"
+    return f"{kind} {pct(c.ci_low_pct)} to {pct(c.ci_high_pct)}, "
 
 
 def supported(row: ABRow) -> str:
@@ -108,5 +111,8 @@ def not_supported(row: ABRow) -> str:
         return (f"{name}: not tested (n={c.n_base}/{c.n_cand}, too few runs for a test): "
                 f"{pct(c.delta_pct)} decode tok/s is one measurement against another"
                 + (f", {floor}" if floor else ""))
+    if row.decision is not None:
+        return f"{name}: {decision_words(row)}, {pct(c.delta_pct)} decode tok/s ({_ci(row)}" \
+               f"decision rule)"
     return (f"{name}: no significant difference in decode tok/s ({pct(c.delta_pct)}, "
             f"{_ci(row)}{_test(row)})")

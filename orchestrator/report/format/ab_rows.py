@@ -98,12 +98,26 @@ def verdict_words(row: ABRow) -> str:
     """The row's verdict (results/ab.py Verdict) in words, with its test's sizes where it
     was not tested or found no difference."""
     verdict, c = row.verdict, row.comparison
+    if row.decision is not None:     # the decision rule's (a session run `until: decided`)
+        return decision_words(row)
     if verdict is Verdict.NOT_TESTED and c is not None:
         return f"{verdict} (n={c.n_base}/{c.n_cand})"
     if verdict is Verdict.NO_DIFFERENCE and c is not None:
         n = f"{c.n_cand} rounds" if c.method == "paired" else f"{c.n_base}/{c.n_cand}"
         return f"{verdict} (n={n})"
     return str(verdict)
+
+
+def decision_words(row: ABRow) -> str:
+    """"faster (decided after 3 rounds)", "equivalent within ±2% (after 5 rounds)",
+    "undecided after 10 rounds (the rule's max)"."""
+    d, verdict = row.decision, row.verdict
+    assert d is not None
+    if verdict is Verdict.EQUIVALENT:
+        return f"equivalent within ±{row.equivalence_pct:g}% (after {d.n} rounds)"
+    if verdict is Verdict.UNDECIDED:
+        return f"undecided after {d.n} rounds"
+    return f"{verdict} (decided after {d.n} rounds)"
 
 
 def verdict_text(row: ABRow) -> str:
@@ -180,8 +194,11 @@ def first_cell(row: ABRow, is_delta: bool) -> str:
 def notes(group: ABGroup) -> list[str]:
     """How to read a group's A/B table: the method, and what a single run cannot tell."""
     rows = [r for r in group.rows if r.comparison is not None]
-    compared = [r.comparison for r in group.rows if r.comparison is not None]
-    tested = [c for c in compared if c.p_value is not None]
+    # the decision rule's rows are no fixed-sample test: they say so on their own
+    tested = [c for r in rows if (c := r.comparison) is not None and c.p_value is not None
+              and r.decision is None]
+    single = [r for r in rows if (c := r.comparison) is not None and c.p_value is None
+              and r.decision is None]
     methods = sorted({c.method for c in tested if c.method})
     how = {"paired": "paired by round (both configs ran in every round: an interleaved "
                      "order or a pair)",
@@ -193,11 +210,18 @@ def notes(group: ABGroup) -> list[str]:
                    f"{' or '.join(how[m] for m in methods)}. p is Holm-corrected across the "
                    f"{group.family} comparison(s) of this document; *faster* / *slower* only "
                    f"when it is below {ALPHA:g}.")
+    if any(r.decision is not None for r in group.rows):
+        out.append("Decided configs (the session ran `until: decided`): Δ is the decision "
+                   "rule's, with the repeated interval its verdict rests on (wider than a "
+                   "single 95% interval: it holds over every look), and the verdict is the "
+                   "rule's (Method, Stopping rule; docs/decision.md): no fixed-sample p-value, "
+                   "and not in the document's Holm correction (the rule corrects for its own "
+                   "comparisons and looks).")
     if any(interval_kind(r.interval, r.within_run) == "n2" for r in group.rows if r.ids):
         out.append("n = 2: the 95% interval of a mean over two runs has one degree of freedom "
                    "(its half-width is 12.7× the standard error); it is given as ± its "
                    "half-width, read as a range of tok/s it says little (it can run below 0).")
-    if any(c.p_value is None for c in compared):
+    if single:
         out.append("Configs measured once (or compared with a baseline measured once) have no "
                    "interval and no test: their Δ is one measurement against another.")
         if any(r.noise_floor_pct is not None for r in rows):
