@@ -4,12 +4,12 @@ row, and stored figures are read without any token row; the within-run bootstrap
 streams its CSV through the recorder line by line (ingest/write.py lines())."""
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from peak_rss import run_measured, run_orch
 
 from orchestrator.db import figures as figures_module
 from orchestrator.db.runs import Runs
@@ -214,40 +214,11 @@ def _csv(folder: Path, rows: int) -> np.ndarray:
     return walls
 
 
-# Runs argv[1:] and prints its peak RSS (KiB) on stderr's last line. A child forked from
-# pytest starts with pytest's own high-water mark (Linux copies it at fork and keeps it across
-# exec), which after a few hundred tests is bigger than what is measured; a child of this
-# small process starts from this process's.
-_PEAK = ("import os, subprocess, sys\n"
-         "p = subprocess.Popen(sys.argv[1:])\n"
-         "_, status, usage = os.wait4(p.pid, 0)\n"
-         "print(usage.ru_maxrss, file=sys.stderr)\n"
-         "sys.exit(os.waitstatus_to_exitcode(status))\n")
-
-
-class _Measured(subprocess.Popen):
-    """Popen of argv under _PEAK: rusage_mib is the peak RSS of argv's process alone."""
-
-    rusage_mib = float("nan")
-
-    def __init__(self, argv: list[str], **kwargs) -> None:
-        super().__init__([sys.executable, "-c", _PEAK, *argv], stderr=subprocess.PIPE,
-                         **kwargs)
-
-    def communicate(self, *args, **kwargs):
-        out, err = super().communicate(*args, **kwargs)
-        text = err.decode() if isinstance(err, bytes) else err
-        self.rusage_mib = int(text.strip().splitlines()[-1]) / 1024
-        return out, text
-
-
 def _orch(*argv: str) -> tuple[str, float]:
-    """(stdout, peak RSS MiB of that process alone) of one orch command."""
-    proc = _Measured([sys.executable, "-m", "orchestrator.entry", *argv],
-                     stdout=subprocess.PIPE, text=True)
-    out, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0, err
-    return out, proc.rusage_mib
+    """(stdout, peak RSS MiB of that process alone: tests/peak_rss.py) of one orch command."""
+    proc, peak_mib = run_orch(list(argv), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout, peak_mib
 
 
 @pytest.mark.slow
@@ -272,6 +243,6 @@ def test_a_300k_token_run_imported_and_shown(tmp_path: Path) -> None:
     # a frame of every column of these rows, as `orch show` read them before, needs far more
     script = ("import sys; from orchestrator.db.store import Store; "
               "s = Store.open(sys.argv[1], create=False); print(len(s.frame('token', [1])))")
-    proc = _Measured([sys.executable, "-c", script, db], stdout=subprocess.PIPE, text=True)
-    proc.communicate(timeout=600)
-    assert rss < proc.rusage_mib - 60, (rss, proc.rusage_mib)
+    proc, frame_mib = run_measured([sys.executable, "-c", script, db], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert rss < frame_mib - 60, (rss, frame_mib)
