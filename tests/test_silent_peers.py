@@ -37,3 +37,28 @@ def test_a_silent_postgresql_store_is_one_line_and_exit_1(workspace, argv):
     assert "timeout" in lines[0], out
     assert "Traceback" not in out
     assert not (workspace / "dev-local").exists()   # no device was touched
+
+
+SSH_AND_ADB = {
+    "ssh": ("devices:\n  box: {{kind: ssh, host: 127.0.0.1, port: {port}, user: nobody}}\n",
+            "box", "no SSH answer within 10 s"),
+    "adb": ("devices:\n  box: {{kind: adb, serial: emulator-5554, adb_port: {port}}}\n",
+            "box", "the adb server at 127.0.0.1:{port} did not answer within 30 s"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SSH_AND_ADB))
+def test_a_silent_ssh_or_adb_peer_is_one_line_and_exit_1(workspace, kind):
+    """A device whose SSH port, or whose adb server's port, accepts and never answers: `orch
+    run` gives up with one line naming what did not answer, and exit 1 (paramiko's banner
+    and auth timeouts, our adb socket timeout), instead of "No existing session" or waiting."""
+    inventory, device, words = SSH_AND_ADB[kind]
+    (workspace / "m.yaml").write_text(MATRIX)
+    with SilentPeer() as peer:
+        (workspace / "devices.yaml").write_text(inventory.format(port=peer.port))
+        code, out = orch("run", "m.yaml", "-d", device, "-i", str(workspace / "devices.yaml"))
+        assert peer.accepted, "orch never connected"
+    assert code == 1, out
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1 and words.format(port=peer.port) in lines[0], out
+    assert "Traceback" not in out

@@ -12,6 +12,9 @@ answer (a hung device still shows `device`) is LinkLost. connect() of a host:por
 (64 KiB DATA, sendall, progress; adbutils sends 4 KiB with send(), which may write short) to
 `<file>.orch-tmp-PID-RANDOM` (transports/push_lock.py), then rename; big files go in resumable
 pieces (_put_pieces).
+
+About 410 lines on purpose: the connection, the shell v2 framing and the sync protocol share
+one client and its timeouts, and each piece is the protocol's, not orch's to divide.
 """
 from __future__ import annotations
 
@@ -122,8 +125,16 @@ class AdbTransport(PosixTransport):
         try:
             return next((i.state for i in self._client.list() if i.serial == self.serial), None)
         except _NET as exc:
-            raise TransportError(f"{self.name}: no adb server at {self.adb_host}:{self.adb_port} "
-                                 f"({exc}); `adb -P {self.adb_port} start-server`") from None
+            where = f"{self.adb_host}:{self.adb_port}"
+            if "timeout" in str(exc).lower() or isinstance(exc, TimeoutError):
+                # the port accepts connections and says nothing: a hung server or another
+                # program there; starting a server would not help
+                raise TransportError(f"{self.name}: the adb server at {where} did not answer "
+                                     f"within {self.timeout:g} s ({exc}): a hung adb server "
+                                     f"(`adb -P {self.adb_port} kill-server`), or not adb on "
+                                     f"that port") from None
+            raise TransportError(f"{self.name}: no adb server at {where} ({exc}); "
+                                 f"`adb -P {self.adb_port} start-server`") from None
 
     def connect(self) -> None:
         self._dev, self._dirs = None, set()

@@ -159,7 +159,7 @@ class SshTransport(SshFiles, PosixTransport):
             conn.open()
         except _NET as exc:
             self._drop()
-            error = self._connect_error(exc)
+            error = self._connect_error(exc, conn)
             raise error from (None if isinstance(error, HostKeyError) else exc)
         finally:
             for c in (conn, gateway):
@@ -179,7 +179,7 @@ class SshTransport(SshFiles, PosixTransport):
         self.home, self.workdir = result.stdout.decode().splitlines()[-2:]
         self._resolved = True
 
-    def _connect_error(self, exc: Exception) -> TransportError:
+    def _connect_error(self, exc: Exception, conn: Connection | None = None) -> TransportError:
         where = f"{self.host}:{self.port}"
         hostname = getattr(exc, "hostname", self.host)  # paramiko's host key errors have one
         if hostname.strip("[").split("]")[0] != self.host:
@@ -197,6 +197,17 @@ class SshTransport(SshFiles, PosixTransport):
                                 f"{exc.key.get_name()} {fingerprint(exc.key)}); check it, "
                                 f"then {hint}")
         who = f"({self.user or 'default user'}@{where}): {exc or type(exc).__name__}"
+        # a port that accepts and never speaks (a hung sshd, a proxy, not an SSH server):
+        # paramiko says "No existing session" or "Error reading SSH protocol banner"; the
+        # transport holds no server version then
+        transport = conn.client.get_transport() if conn is not None else None
+        if isinstance(exc, paramiko.SSHException) and not isinstance(
+                exc, paramiko.AuthenticationException) and (
+                "banner" in str(exc) or (transport is not None and not transport.remote_version)):
+            return TransportError(
+                f"{self.name}: cannot connect ({self.user or 'default user'}@{where}): no SSH "
+                f"answer within {self.connect_timeout:g} s (the port accepts connections but "
+                f"says nothing: a hung sshd, or no SSH server there)")
         if isinstance(exc, paramiko.AuthenticationException):
             return AccessDenied(f"{self.name}: authentication failed {who}")
         return TransportError(f"{self.name}: cannot connect {who}")
