@@ -9,6 +9,11 @@ matrix file (config/yamlfile.py): every problem is one `file:line: key.path: mes
 Matching is pure (no file system): a pattern is an fnmatch glob matched against a file's
 POSIX path relative to the folder, the whole path. `*` also crosses `/` (fnmatch has no
 path segments), but a bare name such as `run.csv` does not match `sub/run.csv`.
+
+About 470 lines on purpose, as config/matrix.py: the model and its cross-key rules (one
+model_validator calls every `_*_problems` check, so every problem of a file is reported at
+once with its line) are one contract; split, the checks would import the model they check
+and the model the checks, a cycle.
 """
 from __future__ import annotations
 

@@ -21,6 +21,11 @@ Importing a folder again imports only files that changed (their runs are replace
 duplicated), with the options stored at the first import, and renames, regroups and reorders
 the others as the folder now says; `replace=True` re-imports every run with the options given
 now.
+
+About 430 lines on purpose: the steps after planning (each run's model, start, config,
+repeat and order, decided over all runs at once; then the writes, renames and the session's
+end) share the import's options, its report and its lock; the steps that stand alone are
+already modules of their own (listed above).
 """
 from __future__ import annotations
 
