@@ -12,9 +12,10 @@ The designs, as bench/decision's matrices have them:
 - fixed: `order: as-written` (each config's repeats in a row), a 45 s timer before every run
   but the first, `repeat: 5`; Welch's test on the logs against the baseline, Holm over the
   comparisons (orch's report on a fixed design);
-- decided: round k runs the baseline and every config still undecided after rounds 0..k-1,
-  in the written order, each run after the thermal cooldown (until the target, at most the
-  old timer), at most `max` rounds.
+- decided: a warm-up run of the baseline (orch's default, `warmup` tokens, not measured),
+  then round k runs the baseline and every config still undecided after rounds 0..k-1, in
+  the written order, each run after the thermal cooldown (until the target, at most the old
+  timer), at most `max` rounds.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 from _phone_physics import Thermal, run_factor, token_ms
 from scipy import stats
 
+from orchestrator.run.decisions import DEFAULT_WARMUP
 from orchestrator.stats.decision import DIFFERS, UNDECIDED, Block, Rule, decide
 from orchestrator.stats.uncertainty import compare, correct
 
@@ -34,6 +36,7 @@ class Replay:
     claims: dict[str, float | None]       # config -> reported Δ% when it claims a difference
     rounds: dict[str, int]                # config -> rounds its decision rests on
     states: dict[str, str]                # config -> differs | equivalent | undecided
+    aside: tuple[tuple[str, int, float], ...] = ()   # runs set aside as outliers
 
 
 class ModelPhone:
@@ -79,10 +82,13 @@ def fixed(model: Any, effects: dict[str, float], tokens: int, timer_s: float,
 
 
 def decided(model: Any, effects: dict[str, float], tokens: int, target_c: float,
-            max_wait_s: float, rule: Rule) -> Replay:
+            max_wait_s: float, rule: Rule, warmup: int = DEFAULT_WARMUP) -> Replay:
     phone = ModelPhone(model)
     values: dict[str, dict[int, float]] = {c: {} for c in ("base", *effects)}
     first = True
+    if warmup:
+        phone.run(0.0, warmup)         # the baseline's warm-up, as orch runs it: not kept
+        first = False
     for k in range(rule.max):
         state = decide([Block(values["base"], {c: values[c] for c in effects})], rule)
         open_configs = [c for c in effects if not state[c].decided]
@@ -94,9 +100,11 @@ def decided(model: Any, effects: dict[str, float], tokens: int, target_c: float,
             first = False
             values[config][k] = phone.run(effects.get(config, 0.0), tokens)
     state = decide([Block(values["base"], {c: values[c] for c in effects})], rule)
+    aside = tuple(sorted({run for d in state.values() for run in d.aside}))
     return Replay(phone.thermal.clock_s,
                   {c: d.delta_pct for c, d in state.items() if d.state == DIFFERS},
-                  {c: d.n for c, d in state.items()}, {c: d.state for c, d in state.items()})
+                  {c: d.n for c, d in state.items()}, {c: d.state for c, d in state.items()},
+                  aside)
 
 
 def rate_interval(hits: int, total: int) -> tuple[float, float]:

@@ -20,7 +20,7 @@ from orchestrator.db import schema
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
 from orchestrator.errors import ConfigError
-from orchestrator.run.decisions import decisions
+from orchestrator.run.decisions import decisions, warmup_tokens
 from orchestrator.run.session import RunOptions, run_matrix
 from orchestrator.transports.local import LocalEntry
 
@@ -82,9 +82,10 @@ def test_until_decided_runs_only_the_undecided_and_resumes(tmp_path, monkeypatch
                                                    env=phone.env)})
         loaded = load_matrix(path)
         stop = threading.Event()
-        # interrupted while the second round runs (cells 0-2 are round 0, 3-5 round 1)
+        # interrupted while the second round runs (cell 0 is the warm-up, cells 1-3 round 0,
+        # 4-6 round 1)
         with pytest.raises(KeyboardInterrupt):
-            run_matrix(store, inventory, loaded, "local", StopAt(phone, stop, 4),
+            run_matrix(store, inventory, loaded, "local", StopAt(phone, stop, 5),
                        RunOptions(command="test", stop=stop))
         assert engines_left(phone) == []
         cut = Runs(store).current()
@@ -94,6 +95,12 @@ def test_until_decided_runs_only_the_undecided_and_resumes(tmp_path, monkeypatch
                             RunOptions(command="test", resume=True))
         assert engines_left(phone) == []
     runs = Runs(store).current(session=result.session_id)
+    # a warm-up run of 16 tokens before the first measured cell, and again on --resume (the
+    # device idled meanwhile): stored, as `warmup`, which no figure counts
+    warm = [r for r in runs if r.repeat_index < 0]
+    assert [(r.status, r.config) for r in warm] == [("warmup", "base")] * 2
+    assert all(Runs(store).figures([r])[r.id].tokens == 16 for r in warm)
+    runs = [r for r in runs if r.repeat_index >= 0]
     assert all(r.status == "ok" for r in runs)
     state = decisions(store, result.session_id, loaded.matrix)
     fast, same = state["phone/fast"], state["phone/same"]
@@ -110,6 +117,7 @@ def test_until_decided_runs_only_the_undecided_and_resumes(tmp_path, monkeypatch
     assert any("fast decided (differs): +" in n for n in progress.notes)
     (session,) = store.fetch(select(schema.session))
     assert session.repeat_stop.startswith("until decided (Pocock over looks 2..6")
+    assert "a 16-token warm-up run first" in session.repeat_stop
     assert "phone/fast differs" in session.repeat_stop
     code, report = orch("report", "--no-plots", "--db", str(tmp_path / "orch.db"))
     assert code == 0, report
@@ -133,7 +141,7 @@ def test_the_pure_model_replays_the_real_path(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("ORCH_DB", raising=False)
-    model = PhoneModel(seed=5)
+    model = PhoneModel(seed=6)
     with Phone(tmp_path / "phone", model) as phone:
         loaded = load_matrix(matrix(tmp_path, phone))
         store = Store.open(str(tmp_path / "orch.db"))
@@ -159,7 +167,9 @@ def test_the_matrix_setting_is_checked(tmp_path):
                           ("{until: 2%, min: 2, max: 5, equivalence: 2%}",
                            "equivalence goes with `until: decided`"),
                           ("{until: decided, max: 5, equivalence: 200%}",
-                           "between 0 and 100")):
+                           "between 0 and 100"),
+                          ("{min: 3, max: 3, warmup: 16}", "warmup goes with `until: decided`"),
+                          ("{until: decided, max: 5, warmup: -1}", "greater than or equal to 0")):
         (tmp_path / "m.yaml").write_text(base + f"repeat: {repeat}\n")
         with pytest.raises(ConfigError) as caught:
             load_matrix(str(tmp_path / "m.yaml"))
@@ -167,3 +177,6 @@ def test_the_matrix_setting_is_checked(tmp_path):
     (tmp_path / "m.yaml").write_text(base + "repeat: {until: decided, max: 8}\n")
     policy = load_matrix(str(tmp_path / "m.yaml")).matrix.repeat
     assert (policy.decided, policy.min, policy.max, policy.equivalence) == (True, 2, 8, None)
+    assert warmup_tokens(load_matrix(str(tmp_path / "m.yaml")).matrix) == 16
+    (tmp_path / "m.yaml").write_text(base + "repeat: {until: decided, max: 5, warmup: 0}\n")
+    assert warmup_tokens(load_matrix(str(tmp_path / "m.yaml")).matrix) == 0

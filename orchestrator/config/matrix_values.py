@@ -211,6 +211,9 @@ class RepeatPolicy(BaseModel):
     until: float | Literal["decided"] | None = None
     equivalence: float | None = None    # `until: decided`: the margin within which configs
                                         # count as equivalent, % (default 2%)
+    # `until: decided`: tokens of a warm-up run before round 0, not measured (default 16;
+    # 0: none): the first run would otherwise start colder than every later one
+    warmup: int | None = Field(default=None, ge=0, le=MAX_REPEAT * 1000)
 
     @model_validator(mode="before")
     @classmethod
@@ -247,6 +250,8 @@ class RepeatPolicy(BaseModel):
             return self
         if self.equivalence is not None:
             raise ValueError("equivalence goes with `until: decided`")
+        if self.warmup is not None:
+            raise ValueError("warmup goes with `until: decided`")
         if self.until is not None and not 0 < self.until < 100:
             raise ValueError("until must be a percentage between 0 and 100")
         if self.until is None and self.max != self.min:

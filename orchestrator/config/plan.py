@@ -27,6 +27,7 @@ class Cell:
     binary: str | None = None  # ... and that build's cached binary (else the matrix's binary)
     # a session cell's turns, resolved (config/session.py); empty for a one-shot cell
     session: tuple[SessionRequest, ...] = ()
+    tokens: int | None = None  # a warm-up cell's own token count (else the matrix's)
 
     @property
     def config_key(self) -> ConfigKey:

@@ -15,16 +15,21 @@ from typing import Any
 
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db.store import Store
-from orchestrator.run.decisions import decisions, needed, rule_of, stop_reason
+from orchestrator.run.decisions import (decisions, needed, rule_of, stop_reason,
+                                       warmup_cell, warmup_tokens)
 from orchestrator.run.progress import Progress
 
 
 def run_until_decided(store: Store, session_id: int, matrix: Any, seed: int | None,
-                      run_cells: Callable[[list[Cell]], None], progress: Progress) -> str:
+                      run_cells: Callable[[list[Cell]], None], progress: Progress,
+                      warm_up: Callable[[Cell], None]) -> str:
     """The session's rounds under the decision rule; returns why it stopped (the session's
-    repeat_stop, the report's Method section)."""
+    repeat_stop, the report's Method section). Before the first cell it runs (a --resume
+    too: the device has idled since), the warm-up run (run/decisions.py, warmup_cell)."""
     rule = rule_of(matrix)
+    tokens = warmup_tokens(matrix)
     per_round = len(plan_cells(matrix, seed, range(0, 1)))
+    warm = tokens > 0
     k = 0
     while k < rule.max:
         state = decisions(store, session_id, matrix, before_round=k)
@@ -32,9 +37,15 @@ def run_until_decided(store: Store, session_id: int, matrix: Any, seed: int | No
                        matrix, state)
         if not cells:
             break
+        cell = warmup_cell(cells, tokens) if warm else None
+        if cell is not None:
+            progress.note(f"warm-up: a {tokens}-token run of {cell.config} before the first "
+                          "measured cell (stored as `warmup`, never measured)")
+            warm_up(cell)
+        warm = False
         run_cells(cells)
         k += 1
         progress.note(f"decision after round {k}: " + "; ".join(
             f"{name} {d.shown(k + 1, rule)}"
             for name, d in decisions(store, session_id, matrix, before_round=k).items()))
-    return stop_reason(decisions(store, session_id, matrix), rule, k)
+    return stop_reason(decisions(store, session_id, matrix), rule, k, tokens)

@@ -7,21 +7,40 @@ decisions from here, so a document never gives a second answer.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from orchestrator.config.plan import Cell
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.stats.decision import Block, Decision, Rule, decide
+from orchestrator.stats.decision import OUTLIER_LEVEL, Block, Decision, Rule, decide
 from orchestrator.stats.status import Status
 
 DEFAULT_EQUIVALENCE = 2.0
+DEFAULT_WARMUP = 16        # tokens: enough to bring a phone's zone up to its cooldown target
 
 
 def rule_of(matrix: Any) -> Rule:
     policy = matrix.repeat
     eq = DEFAULT_EQUIVALENCE if policy.equivalence is None else policy.equivalence
     return Rule(max=policy.max, equivalence=eq, first=policy.min)
+
+
+def warmup_tokens(matrix: Any) -> int:
+    """Tokens of the warm-up run before round 0 (`repeat: {until: decided, warmup: N}`; 0:
+    none). Why: every later run starts after the cooldown, at its target; the session's
+    first would start from the idle device, colder (and with colder caches), and its
+    round's pairs would carry that difference into every comparison."""
+    tokens = matrix.repeat.warmup
+    return DEFAULT_WARMUP if tokens is None else int(tokens)
+
+
+def warmup_cell(cells: list[Cell], tokens: int) -> Cell | None:
+    """The warm-up cell: the round's first cell, `tokens` long, repeat -1 (stored with status
+    `warmup`, which no figure counts); None without one."""
+    if tokens <= 0 or not cells:
+        return None
+    return replace(cells[0], repeat=-1, order=-1, tokens=tokens)
 
 
 def _name(model: str, config: str) -> str:
@@ -84,14 +103,22 @@ def needed(cells: list[Cell], matrix: Any, decided: dict[str, Decision]) -> list
         c.config == matrix.baseline_for(c.model) or not decided[_name(c.model, c.config)].decided)]
 
 
-def stop_reason(state: dict[str, Decision], rule: Rule, rounds: int) -> str:
-    """One line: the rule, then per config its decision, the rounds it took and why."""
+def stop_reason(state: dict[str, Decision], rule: Rule, rounds: int, warmup: int = 0) -> str:
+    """One line: the rule, then per config its decision, the rounds it took and why, and the
+    runs set aside as outliers."""
     head = (f"until decided (Pocock over looks {rule.first}..{rule.max}, Holm over "
             f"{len(state)}, equivalence ±{rule.equivalence:g}% by TOST, alpha "
-            f"{rule.alpha:g}): {rounds} rounds")
+            f"{rule.alpha:g}, outlier runs set aside at {OUTLIER_LEVEL:g}"
+            + (f", a {warmup}-token warm-up run first" if warmup else "")
+            + f"): {rounds} rounds")
     parts = []
     for name, d in state.items():
         figure = "" if d.delta_pct is None else (
             f" {d.delta_pct:+.1f}% [{d.low_pct:+.1f}%, {d.high_pct:+.1f}%]")
         parts.append(f"{name} {d.state}{figure}, {d.why}")
+    aside = sorted({run for d in state.values() for run in d.aside})
+    if aside:
+        parts.append("set aside as outliers: " + ", ".join(
+            f"{series} round {k + 1} ({residual:+.1f}% from its fit)"
+            for series, k, residual in aside))
     return head + ("; " + "; ".join(parts) if parts else "")

@@ -223,7 +223,7 @@ class DeviceProgress(Progress):
     def cell_started(self, index: int, cell: Any) -> None:
         model = "" if cell.model == "-" else str(cell.model)
         self.cell = (f"[{index + 1}/{self.cells}]", model, str(cell.config),
-                     f"rep {cell.repeat + 1}")
+                     f"rep {cell.repeat + 1}" if cell.repeat >= 0 else "warm-up")
         self.cell_clock = self.last_line = self.board.clock()
         self.phase = "starting"   # its cooldown, if any, then the engine's start
         self._reset()

@@ -200,7 +200,7 @@ class DeviceRunner:
         jobdir = self.client.job_dir(uid)
         binary_path, binary_sha = self.binary(cell)
         spec = CellSpec(binary=binary_path, model_path=cell.model_path,
-                        prompt=self.loaded.prompt_text, tokens=matrix.tokens,
+                        prompt=self.loaded.prompt_text, tokens=cell.tokens or matrix.tokens,
                         flags=cell.argv_flags, csv_path=f"{jobdir}/tokens.csv",
                         extra={"workdir": self.transport.workdir, **matrix.engine_options},
                         route_trace_path=trace_path(jobdir) if cell.route_trace else None,

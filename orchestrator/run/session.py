@@ -24,13 +24,13 @@ from orchestrator.db.store import Store, now
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.plugins import PluginError, get_adapter
 from orchestrator.run.controller import SessionProvenance
-from orchestrator.run.cooldown import Reading, wait_for_condition
+from orchestrator.run.cell_wait import settle
 from orchestrator.run.device_jobs import check_device_free, settle_orphaned_runs
 from orchestrator.run.device_session import DevicePolicy, DeviceSession, begin_session
 from orchestrator.run.prepare import PreparedDevice, prepare_device
 from orchestrator.run.progress import Board, Progress
 from orchestrator.run.quality import run_quality
-from orchestrator.run.runner import CellOutcome, DeviceRunner
+from orchestrator.run.runner import CellOutcome
 from orchestrator.run.session_turns import session_changed
 from orchestrator.run.store_stop import STORE_ERRORS
 from orchestrator.stats.status import RESUMABLE, Status
@@ -190,7 +190,7 @@ def _run_session(device: DeviceSession, seed: int | None, previous: dict[str, An
 
         loop = _CellLoop(device, result, previous, live)
         result.repeat_stop = run_until_decided(store, session_id, matrix, seed, loop.cells,
-                                               progress)
+                                               progress, loop.warm_up)
         store.update_session(session_id, repeat_stop=result.repeat_stop)
         progress.note(f"decision: {result.repeat_stop}")
         return _end_session(device, result)
@@ -276,6 +276,20 @@ class _CellLoop:
             self.result.outcomes.append(outcome)
 
 
+    def warm_up(self, cell: Cell) -> None:
+        """A warm-up run (run/decisions.py, warmup_cell): the cooldown, the engine, stored;
+        ended ok it becomes `warmup`, which no figure counts. Not one of the session's
+        outcomes: a failed warm-up is stored and shown, and the rounds run regardless."""
+        progress = self.device.progress
+        progress.cell_started(-1, cell)
+        settled = settle(self.device, self.first)
+        outcome = self.device.runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
+                                              cooldown_temps=settled.temps)
+        self.first = False
+        if outcome.status == Status.OK:
+            self.device.store.update_run(outcome.run_id, status=Status.WARMUP)
+
+
 def run_or_collect(device: DeviceSession, cell: Cell, earlier: Any, first: bool) -> CellOutcome:
     """One cell that is not ok yet: an earlier interrupted or running run of it is collected
     from the device's spool when its engine is still there (or finished), else the cooldown
@@ -285,7 +299,7 @@ def run_or_collect(device: DeviceSession, cell: Cell, earlier: Any, first: bool)
     if earlier is not None and earlier.status in RESUMABLE and earlier.remote_dir:
         outcome = device.collect(earlier, cell)
     if outcome is None:
-        settled = _settle(device, first)
+        settled = settle(device, first)
         outcome = device.runner.run_cell(cell, settled.waited_s, cooldown_met=settled.met,
                                          cooldown_temps=settled.temps,
                                          superseding=earlier.id if earlier is not None else None)
@@ -298,52 +312,6 @@ def _changed(earlier: Any) -> Any:
     collected, but superseded by a new run (a status other than ok/interrupted/running forces
     that)."""
     return earlier.replace(status="changed")
-
-
-@dataclass
-class Settled:
-    waited_s: float = 0.0
-    met: bool | None = None          # None: a fixed wait, no condition
-    temps: dict[str, int] | None = None
-
-
-def _settle(device: DeviceSession, first: bool) -> Settled:
-    """The cooldown before a cell: the thermal condition before every cell (the first one
-    too: it should start from the baseline as well), or the fixed timer between cells."""
-    spec, progress = device.cooldown, device.progress
-    if spec.is_condition:
-        target_c = spec.threshold_mC(device.baseline) / 1000.0   # the board shows what it waits for
-
-        def shown(reading: Reading) -> None:
-            temp = reading.values.get("value_mC")
-            progress.cooldown(spec.max, spec.max - reading.elapsed_ms / 1000.0,
-                              None if temp is None else temp / 1000.0, target_c)
-
-        result = wait_for_condition(device.client, spec, device.baseline, shown)
-        if result.outcome == "max":
-            progress.note(f"cooldown hit its max ({spec.max:g} s) before the condition was met")
-        elif result.outcome == "nosensor":
-            progress.note(f"cooldown: sensor {spec.sensor!r} is not readable on this device")
-        last = result.readings[-1].values if result.readings else {}
-        return Settled(result.waited_s, result.met if result.outcome != "nosensor" else None,
-                       {k: v for k, v in last.items() if v is not None} or None)
-    if first or not spec.seconds:
-        return Settled()
-    _count_down(device.runner, progress, spec.seconds)
-    return Settled(spec.seconds)
-
-
-def _count_down(runner: DeviceRunner, progress: Progress, seconds: float) -> None:
-    """A fixed cooldown, in one-second steps so the board shows what is left."""
-    progress.cooldown(seconds)
-    left = seconds
-    while left > 0:
-        if runner.stop is not None and runner.stop.is_set():
-            raise KeyboardInterrupt
-        step = min(1.0, left)
-        runner.sleep(step)
-        left -= step
-        progress.cooldown(seconds, left)
 
 
 def run_devices(store: Store, inventory: Inventory, loaded: LoadedMatrix, devices: list[str],

@@ -17,21 +17,31 @@ The design (docs/decision.md says why):
 - Equivalence by TOST: a comparison is equivalent once its repeated interval at two-sided
   level 2·alpha (each one-sided test at alpha, the same Pocock correction) lies within
   ±`equivalence` %; it stays so.
+- An outlier run is set aside: at each look, the run whose externally studentized residual
+  is largest is tested against Student's t (df - 1), Bonferroni over the look's runs, at
+  OUTLIER_LEVEL; one that fails is left out of that look and every later one (at most one
+  run per series). Under normal run-to-run noise this happens in at most OUTLIER_LEVEL x
+  looks of sessions, which bounds what it can add to the error rates; a run slowed by a
+  background task (10 sd away) is set aside within a round or two instead of widening every
+  comparison of its block until `max`.
 Pure: the callers hand in the measured values; the store stays the truth (the decisions are
 replayed from the stored runs on every call, so --resume recomputes the same ones).
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 from scipy import stats
 
 ALPHA = 0.05
+OUTLIER_LEVEL = 0.001     # per look, Bonferroni over its runs (docs/decision.md)
 DIFFERS, EQUIVALENT, UNDECIDED = "differs", "equivalent", "undecided"
+BASELINE = "baseline"      # the baseline's series, in Decision.aside
 _PATHS = 200_000          # simulated paths for Pocock's constant (its error: ~0.01 on c)
 
 
@@ -61,6 +71,9 @@ class Decision:
     low_pct: float | None          # the repeated interval the decision rests on, in %
     high_pct: float | None
     why: str
+    # runs of the block set aside as outliers by the end: (series, round, residual in %),
+    # series = the config's name or BASELINE
+    aside: tuple[tuple[str, int, float], ...] = ()
 
     @property
     def decided(self) -> bool:
@@ -133,21 +146,37 @@ class _Look:
         return self.mean - half, self.mean + half
 
 
-def _fit(block: Block, rounds: int, stopped: Mapping[str, int]) -> dict[str, _Look]:
+Aside = dict[tuple[int, str | None], float]   # (round, config or None: baseline) -> residual
+
+
+def _fit(block: Block, rounds: int, stopped: Mapping[str, int],
+         aside: Aside) -> dict[str, _Look]:
     """The block's rounds before `rounds` (a config stopped at look j: its rounds before j),
     as log(value) = round effect + config effect (the baseline's is 0), by least squares:
     each config's effect with its standard error from the residual variance pooled over the
-    block (a randomized complete block design; with one config, the paired t-test)."""
+    block (a randomized complete block design; with one config, the paired t-test). Runs in
+    `aside` are left out; a run this fit finds to be an outlier is added to it (sticky: the
+    caller keeps `aside` across looks) and the block refitted without it."""
+    while True:
+        looks, outlier = _fit_once(block, rounds, stopped, aside)
+        if outlier is None:
+            return looks
+        aside[outlier[0]] = outlier[1]
+
+
+def _fit_once(block: Block, rounds: int, stopped: Mapping[str, int], aside: Aside
+              ) -> tuple[dict[str, _Look], tuple[tuple[int, str | None], float] | None]:
     rows: list[tuple[int, str | None, float]] = [
         (k, None, math.log(v)) for k, v in block.baseline.items() if k < rounds]
     for c, series in block.configs.items():
         end = min(rounds, stopped.get(c, rounds))
         rows += [(k, c, math.log(v)) for k, v in series.items() if k < end]
+    rows = [r for r in rows if (r[0], r[1]) not in aside]
     present = sorted({k for k, c, _ in rows if c is not None})
     names = sorted({c for _, c, _ in rows if c is not None})
     rows = [r for r in rows if r[0] in present]   # a round without a config tells nothing
     if not names or not rows:
-        return {}
+        return {}, None
     col = {k: i for i, k in enumerate(present)}
     x = np.zeros((len(rows), len(present) + len(names)))
     for i, (k, which, _) in enumerate(rows):
@@ -160,13 +189,48 @@ def _fit(block: Block, rounds: int, stopped: Mapping[str, int]) -> dict[str, _Lo
     residual = y - x @ beta
     mse = float(residual @ residual) / df if df > 0 else math.inf
     cov = np.linalg.pinv(x.T @ x)
+    # only a run with two others of its series can be told from them: of a config's two
+    # runs that disagree, neither is the outlier more than the other, and setting aside the
+    # wrong one would leave the outlier as the config's only value
+    per_series = Counter(c for _, c, _ in rows)
+    told = np.array([per_series[c] >= 3 for _, c, _ in rows])
+    outlier = _outlier(x, cov, residual, df, told)
+    if outlier is not None and rows[outlier[0]][1] not in {c for _, c in aside}:
+        k, which, _ = rows[outlier[0]]
+        return {}, ((k, which), _pct(outlier[1]))
     out = {}
     for j, c in enumerate(names):
         var = float(cov[len(present) + j, len(present) + j])
         if df <= 0 or var > 1e6:             # no baseline beside it: not estimable yet
             continue
         out[c] = _Look(float(beta[len(present) + j]), math.sqrt(max(0.0, mse * var)), df)
-    return out
+    return out, None
+
+
+def _outlier(x: np.ndarray, cov: np.ndarray, residual: np.ndarray, df: int,
+             told: np.ndarray) -> tuple[int, float] | None:
+    """The fit's one outlier, if any, as (row, its distance on the log scale from what the
+    other runs predict): the largest externally studentized residual (each run's residual
+    against the fit without it, t with df - 1 under normal noise) among the rows that can be
+    `told` from the rest, Bonferroni over the rows, at OUTLIER_LEVEL. The caller sets aside
+    at most one run per series: a config noisier than the rest is not trimmed to fit."""
+    if df < 2:
+        return None
+    leverage = np.einsum("ij,jk,ik->i", x, cov, x)
+    free = (leverage < 1.0 - 1e-9) & told        # a run alone in its round/config fits exactly
+    if not free.any():
+        return None
+    squared = residual ** 2
+    sse = float(squared.sum())
+    keep = np.where(free, 1.0 - leverage, 1.0)
+    spread = (sse - squared / keep) / (df - 1)
+    t = np.where(free & (spread > 0),
+                 np.abs(residual) / np.sqrt(np.maximum(spread, 1e-300) * keep), 0.0)
+    row = int(np.argmax(t))
+    p = 2.0 * float(stats.t.sf(t[row], df - 1)) * int(free.sum())
+    if p > OUTLIER_LEVEL:
+        return None
+    return row, float(residual[row] / keep[row])
 
 
 def _pct(x: float) -> float:
@@ -190,10 +254,12 @@ def decide(blocks: Sequence[Block] | Mapping[str, Sequence[tuple[float, float]]]
                   default=0)
     tost = nominal(min(1.0, 2.0 * rule.alpha), rule)
     margin = math.log1p(rule.equivalence / 100.0)
+    asides: list[Aside] = [{} for _ in blocks]
     for n in range(rule.first, min(longest, rule.max) + 1):
         looks: dict[str, _Look] = {}
-        for b in blocks:
-            looks.update({c: lk for c, lk in _fit(b, n, stopped).items() if c not in decided})
+        for b, aside in zip(blocks, asides):
+            looks.update({c: lk for c, lk in _fit(b, n, stopped, aside).items()
+                          if c not in decided})
         while differ < m:      # step-down within the look: a rejection frees alpha for the rest
             level = nominal(rule.alpha / (m - differ), rule)
             found = [c for c, lk in looks.items() if c not in decided and lk.p_value() <= level]
@@ -218,22 +284,26 @@ def decide(blocks: Sequence[Block] | Mapping[str, Sequence[tuple[float, float]]]
         stopped.update({c: n for c in decided if c not in stopped})
     out: dict[str, Decision] = {}
     last: dict[str, _Look] = {}
-    for b in blocks:
-        last.update(_fit(b, min(longest, rule.max), stopped))
+    set_aside: dict[str, tuple[tuple[str, int, float], ...]] = {}
+    for b, aside in zip(blocks, asides):
+        last.update(_fit(b, min(longest, rule.max), stopped, aside))
+        runs = tuple((BASELINE if c is None else c, k, r) for (k, c), r in aside.items())
+        set_aside.update({c: runs for c in b.configs})
     for c in names:
         if c in decided:
-            out[c] = decided[c]
+            out[c] = replace(decided[c], aside=set_aside.get(c, ()))
             continue
         final = last.get(c)
         rounds = len([k for b in blocks for k in b.configs.get(c, {}) if k < rule.max])
         if final is None:
             out[c] = Decision(c, UNDECIDED, rounds, None, None, None,
-                              f"{rounds} round(s): no interval yet")
+                              f"{rounds} round(s): no interval yet", set_aside.get(c, ()))
             continue
         low, high = final.interval(nominal(rule.alpha / max(1, m - differ), rule))
         ended = rounds >= rule.max
         out[c] = Decision(c, UNDECIDED, rounds, _pct(final.mean), _pct(low), _pct(high),
                           (f"max reached ({rule.max} rounds)" if ended else f"{rounds} rounds")
                           + f": interval {_pct(low):+.1f}%..{_pct(high):+.1f}% neither "
-                            f"excludes 0 nor lies within ±{rule.equivalence:g}%")
+                            f"excludes 0 nor lies within ±{rule.equivalence:g}%",
+                          set_aside.get(c, ()))
     return out

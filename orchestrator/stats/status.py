@@ -18,6 +18,7 @@ class Status(StrEnum):
     TIMEOUT = "timeout"          # exceeded the matrix's per-cell timeout
     ABORTED = "aborted"          # stopped by the agent at the matrix's thermal ceiling
     INTERRUPTED = "interrupted"  # the stream ended without an X line (resumable)
+    WARMUP = "warmup"            # a warm-up run that ended ok: kept, never measured
 
     @property
     def ended(self) -> bool:

@@ -22,6 +22,7 @@ from orchestrator.report.format.cells import id_list
 from orchestrator.report.format.device_facts import DESIGN_SOURCE, facts_source, ram_text
 from orchestrator.report.format.formatters import file_size, tokens_after_trim, when
 from orchestrator.report.format.markdown import Table, md_code, md_escape, md_flags
+from orchestrator.report.format.labels import repeat_shown
 from orchestrator.report.format.paths import SHARE, Paths, base_of
 from orchestrator.results.report_data import ReportData, RunView
 from orchestrator.stats.values import DAGGER, DASH
@@ -253,7 +254,7 @@ def runs_table(data: ReportData, paths: Paths = SHARE) -> Table:
             cooldown += " (not met)"
         t.rows.append([str(row.id), str(row.session_id), md_escape(row.device),
                        md_escape(row.model or "-"), md_escape(row.config),
-                       str(row.repeat_index + 1), md_escape(status),
+                       repeat_shown(row.repeat_index), md_escape(status),
                        tokens_after_trim(r.figures.tokens, r.figures.n, data.trim),
                        _started(row), _ended(row), cooldown,
                        md_flags(paths.text(row.flags, bases.get(row.session_id))),

@@ -26,6 +26,7 @@ import pandas as pd
 from orchestrator.errors import ConfigError
 from orchestrator.record import load_record
 from orchestrator.report.format.markdown import Table, md_escape
+from orchestrator.report.format.labels import repeat_suffix
 from orchestrator.results.report_data import ReportData, RunView, traced_runs
 from orchestrator.results.routes import (
     LAGS,
@@ -205,8 +206,7 @@ def build_section(data: ReportData, run: RunView) -> RoutingSection:
     overlap, popularity = _heatmaps(trace)
     record = load_record(run.row.summary)
     model = _model_title(run, trace)
-    config = run.config_label + (f" #{run.row.repeat_index + 1}" if run.row.repeat_index
-                                  else "")
+    config = run.config_label + repeat_suffix(run.row.repeat_index)
     heading = md_escape(f"Run {run.id}: {config} — {model} on {run.row.device}")
     return RoutingSection(run=run, slug=f"routing-run{run.id}", heading=heading,
                           figures=figures, layers=layer_figures(trace), overlap=overlap,

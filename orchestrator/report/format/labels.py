@@ -18,11 +18,25 @@ if TYPE_CHECKING:
     from orchestrator.results.report_data import Group, ReportData, RunView
 
 
+def repeat_shown(index: int) -> str:
+    """A run's repeat as shown: 1-based, or "warm-up" for a warm-up run (repeat -1,
+    run/decisions.py)."""
+    return "warm-up" if index < 0 else str(index + 1)
+
+
+def repeat_suffix(index: int) -> str:
+    """What a run's label adds for its repeat: nothing for the first, " #N" for the others,
+    " (warm-up)" for a warm-up run."""
+    if index < 0:
+        return " (warm-up)"
+    return f" #{index + 1}" if index else ""
+
+
 def labelled(rows: Iterable[RunRow]) -> dict[int, str]:
     """Row labels: the config name (and repeat), with a dagger on runs that did not end ok."""
     out = {}
     for row in rows:
-        label = row.config + (f" #{row.repeat_index + 1}" if row.repeat_index else "")
+        label = row.config + repeat_suffix(row.repeat_index)
         out[row.id] = label if row.status == Status.OK else f"{label} {DAGGER}"
     return out
 
@@ -44,7 +58,7 @@ def run_label(run: RunView) -> str:
     """A report run's label: its config's label (#repeat), with a dagger when it did not end
     ok."""
     row = run.row
-    label = run.config_label + (f" #{row.repeat_index + 1}" if row.repeat_index else "")
+    label = run.config_label + repeat_suffix(row.repeat_index)
     return label if run.ok else f"{label} {DAGGER}"
 
 

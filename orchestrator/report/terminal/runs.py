@@ -16,6 +16,7 @@ from orchestrator.escape import visible
 from orchestrator.record_versions import entry_state
 from orchestrator.report.format.columns import LISTING, SESSION, SHOW
 from orchestrator.report.format.formatters import token_count, when
+from orchestrator.report.format.labels import repeat_shown
 from orchestrator.report.terminal.fit import FitColumn, fitted_table
 from orchestrator.stats.figures import RunFigures
 from orchestrator.stats.status import Status
@@ -39,7 +40,7 @@ def print_session_table(console: Console, listing: Listing) -> None:
     columns = [FitColumn("run", [str(r.id) for r in rows], "right"),
                FitColumn("device", [visible(r.device) for r in rows]),
                FitColumn("config", [visible(r.config) for r in rows]),
-               FitColumn("rep", [str(r.repeat_index + 1) for r in rows], "right"),
+               FitColumn("rep", [repeat_shown(r.repeat_index) for r in rows], "right"),
                FitColumn("status", [_status(r) for r in rows])]
     columns += [FitColumn(col.header, [col.text(stats.get(r.id)) for r in rows], col.justify,
                           _RUN_DROPS.get(col.key)) for col in SESSION.columns]
@@ -139,7 +140,7 @@ def runs_json(listing: Listing) -> list[dict[str, Any]]:
 def print_run(console: Console, detail: RunDetail) -> None:
     row, stats = detail.row, detail.figures     # the figures kept with the run
     console.print(visible(f"[bold]run {row.id}[/] session {row.session_id}, device {row.device}, "
-                  f"config {row.config} (repeat {row.repeat_index + 1})"))
+                  f"config {row.config} (repeat {repeat_shown(row.repeat_index)})"))
     console.print(visible(f"status {_status(row)}" + (f" — {row.cause}" if row.cause else "")
                   + f", {token_count(stats.tokens)} tokens, engine {row.engine}"))
     console.print(visible(f"flags: {row.flags or '(none)'}"), highlight=False)
