@@ -117,7 +117,7 @@ def test_until_decided_runs_only_the_undecided_and_resumes(tmp_path, monkeypatch
     assert any("fast decided (differs): +" in n for n in progress.notes)
     (session,) = store.fetch(select(schema.session))
     assert session.repeat_stop.startswith("until decided (Pocock over looks 2..6")
-    assert "a 16-token warm-up run first" in session.repeat_stop
+    assert "a 16-token warm-up run of each model first" in session.repeat_stop
     assert "phone/fast differs" in session.repeat_stop
     code, report = orch("report", "--no-plots", "--db", str(tmp_path / "orch.db"))
     assert code == 0, report
@@ -180,3 +180,18 @@ def test_the_matrix_setting_is_checked(tmp_path):
     assert warmup_tokens(load_matrix(str(tmp_path / "m.yaml")).matrix) == 16
     (tmp_path / "m.yaml").write_text(base + "repeat: {until: decided, max: 5, warmup: 0}\n")
     assert warmup_tokens(load_matrix(str(tmp_path / "m.yaml")).matrix) == 0
+
+
+def test_each_model_is_warmed_up_once():
+    """One warm-up cell per model (its first cell of the round), the warm-up's own length,
+    repeat -1; none at `warmup: 0`."""
+    from orchestrator.config.plan import Cell
+    from orchestrator.run.decisions import warmup_cells
+
+    cells = [Cell(model=m, model_path=None, config=c, flags="", repeat=0, order=i)
+             for i, (m, c) in enumerate([("q", "base"), ("q", "fast"), ("g", "fast"),
+                                         ("g", "base")])]
+    warm = warmup_cells(cells, 16)
+    assert [(c.model, c.config, c.repeat, c.tokens) for c in warm] == \
+        [("q", "base", -1, 16), ("g", "fast", -1, 16)]
+    assert warmup_cells(cells, 0) == []

@@ -61,15 +61,19 @@ def _daemon_pid(path: Path) -> int:
 
 
 def test_a_setsid_daemon_is_stopped_and_named(shell, runs, tmp_path):
-    """An engine that starts `setsid sleep 302 &` and exits: the daemon left its process
-    group, so the group cleanup missed it; the tag finds it, a W line names it."""
+    """An engine that starts a `setsid` daemon and exits: the daemon left its process group,
+    so the group cleanup missed it; the tag finds it, a W line names it. The engine exits
+    only once the daemon has left (it writes its pid from its new session): exiting before,
+    the daemon would die with the group and there would be nothing to name."""
     pid_file = tmp_path / "daemon.pid"
-    job = _job(runs, "a", f'setsid sleep 302 & echo $! > "{pid_file}"; echo started')
+    job = _job(runs, "a", f'setsid sh -c \'echo $$ > "{pid_file}"; exec sleep 302\' & '
+                          f'i=0; while [ ! -s "{pid_file}" ] && [ $i -lt 3000 ]; do '
+                          f'sleep 0.01; i=$((i + 1)); done; echo started')
     start_job(shell, job)
     assert shell.run("attach", job, "0", timeout=60).returncode == 0
     daemon = _daemon_pid(pid_file)
     warnings = [line[1] for line in spool_lines(job) if line[0] == "W"]
-    # (named by its pid: it may be killed before it has become `sleep`, while still `setsid`)
+    # (named by its pid: it may be killed before it has become `sleep`, while still `sh`)
     assert any("outside its process group" in w and f" {daemon}(" in w
                for w in warnings), warnings
     assert not alive(daemon)

@@ -15,8 +15,8 @@ from typing import Any
 
 from orchestrator.config.plan import Cell, plan_cells
 from orchestrator.db.store import Store
-from orchestrator.run.decisions import (decisions, needed, rule_of, stop_reason,
-                                       warmup_cell, warmup_tokens)
+from orchestrator.run.decisions import (decision_name, decisions, needed, rule_of,
+                                       stop_reason, warmup_cells, warmup_tokens)
 from orchestrator.run.progress import Progress
 
 
@@ -25,7 +25,7 @@ def run_until_decided(store: Store, session_id: int, matrix: Any, seed: int | No
                       warm_up: Callable[[Cell], None]) -> str:
     """The session's rounds under the decision rule; returns why it stopped (the session's
     repeat_stop, the report's Method section). Before the first cell it runs (a --resume
-    too: the device has idled since), the warm-up run (run/decisions.py, warmup_cell)."""
+    too: the device has idled since), the warm-up runs (run/decisions.py, warmup_cells)."""
     rule = rule_of(matrix)
     tokens = warmup_tokens(matrix)
     per_round = len(plan_cells(matrix, seed, range(0, 1)))
@@ -37,10 +37,10 @@ def run_until_decided(store: Store, session_id: int, matrix: Any, seed: int | No
                        matrix, state)
         if not cells:
             break
-        cell = warmup_cell(cells, tokens) if warm else None
-        if cell is not None:
-            progress.note(f"warm-up: a {tokens}-token run of {cell.config} before the first "
-                          "measured cell (stored as `warmup`, never measured)")
+        for cell in warmup_cells(cells, tokens) if warm else []:
+            name = decision_name(cell.model, cell.config)
+            progress.note(f"warm-up: a {tokens}-token run of {name} before the first measured "
+                          "cell (stored as `warmup`, never measured)")
             warm_up(cell)
         warm = False
         run_cells(cells)

@@ -35,12 +35,16 @@ def warmup_tokens(matrix: Any) -> int:
     return DEFAULT_WARMUP if tokens is None else int(tokens)
 
 
-def warmup_cell(cells: list[Cell], tokens: int) -> Cell | None:
-    """The warm-up cell: the round's first cell, `tokens` long, repeat -1 (stored with status
-    `warmup`, which no figure counts); None without one."""
-    if tokens <= 0 or not cells:
-        return None
-    return replace(cells[0], repeat=-1, order=-1, tokens=tokens)
+def warmup_cells(cells: list[Cell], tokens: int) -> list[Cell]:
+    """The warm-up cells: each model's first cell of the round, `tokens` long, repeat -1
+    (stored with status `warmup`, which no figure counts). One per model: the device's
+    temperature is shared, but each model's pages come cold from storage."""
+    if tokens <= 0:
+        return []
+    firsts: dict[str, Cell] = {}
+    for cell in cells:
+        firsts.setdefault(cell.model, cell)
+    return [replace(c, repeat=-1, order=-1, tokens=tokens) for c in firsts.values()]
 
 
 def _name(model: str, config: str) -> str:
@@ -109,7 +113,7 @@ def stop_reason(state: dict[str, Decision], rule: Rule, rounds: int, warmup: int
     head = (f"until decided (Pocock over looks {rule.first}..{rule.max}, Holm over "
             f"{len(state)}, equivalence ±{rule.equivalence:g}% by TOST, alpha "
             f"{rule.alpha:g}, outlier runs set aside at {OUTLIER_LEVEL:g}"
-            + (f", a {warmup}-token warm-up run first" if warmup else "")
+            + (f", a {warmup}-token warm-up run of each model first" if warmup else "")
             + f"): {rounds} rounds")
     parts = []
     for name, d in state.items():

@@ -277,7 +277,7 @@ class _CellLoop:
 
 
     def warm_up(self, cell: Cell) -> None:
-        """A warm-up run (run/decisions.py, warmup_cell): the cooldown, the engine, stored;
+        """A warm-up run (run/decisions.py, warmup_cells): the cooldown, the engine, stored;
         ended ok it becomes `warmup`, which no figure counts. Not one of the session's
         outcomes: a failed warm-up is stored and shown, and the rounds run regardless."""
         progress = self.device.progress
