@@ -281,3 +281,24 @@ def test_orch_run_on_two_devices_without_a_terminal(workspace):
     assert "│ run │" not in out          # the per-run table is behind --runs
     code, out = orch("run", "m.yaml", "-d", "local", "--resume", "--runs")
     assert code == 0 and "2 already ok, skipped" in out and "┃ run ┃" in out, out
+
+
+def test_a_warm_up_run_is_named_and_no_cell_of_the_count():
+    """A decided session's warm-up run (repeat -1) shows as `[warm-up]`, and the cells
+    after it are counted and timed as if it had not run."""
+    class WarmUp(Cell):
+        repeat = -1
+
+    b, clock = board(200)
+    device = b.device(DEVICE)
+    device.cell_started(-1, WarmUp())
+    device.cell_running(WarmUp(), 16)
+    clock.now += 5
+    device.cell_done("ok", 16)
+    device.start(DEVICE, 2, 0)
+    device.cell_started(0, Cell())
+    lines = b.console.export_text().splitlines()
+    assert lines[0].startswith(f"{DEVICE} [warm-up] {MODEL} {CONFIG}: started (16 tokens)"), lines
+    assert any(line.startswith(f"{DEVICE} [warm-up] {MODEL} {CONFIG}: ok") for line in lines)
+    assert (device.done, device.cell_times) == (0, [])
+    assert device.label(markup=False) == f"[1/2] {MODEL} {CONFIG} rep 2"

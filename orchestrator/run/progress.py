@@ -138,6 +138,7 @@ class DeviceProgress(Progress):
         self.cells = self.done = 0
         self.cell_times: list[float] = []
         self.cell: tuple[str, str, str, str] | None = None   # [i/n], model, config, rep
+        self.warm_up = False
         self.phase = "idle"                         # idle | starting | cooling | running
         self.cell_clock = self.run_clock = self.last_line = board.clock()
         self._reset()
@@ -222,8 +223,11 @@ class DeviceProgress(Progress):
 
     def cell_started(self, index: int, cell: Any) -> None:
         model = "" if cell.model == "-" else str(cell.model)
-        self.cell = (f"[{index + 1}/{self.cells}]", model, str(cell.config),
-                     f"rep {cell.repeat + 1}" if cell.repeat >= 0 else "warm-up")
+        # a warm-up run (repeat -1, run/decisions.py) is no cell of the count or the ETA
+        self.warm_up = cell.repeat < 0
+        self.cell = (("[warm-up]", model, str(cell.config), "") if self.warm_up else
+                     (f"[{index + 1}/{self.cells}]", model, str(cell.config),
+                      f"rep {cell.repeat + 1}"))
         self.cell_clock = self.last_line = self.board.clock()
         self.phase = "starting"   # its cooldown, if any, then the engine's start
         self._reset()
@@ -266,9 +270,10 @@ class DeviceProgress(Progress):
             self._heartbeat()
 
     def cell_done(self, status: str, tokens: int) -> None:
-        self.done += 1
         took = self.board.clock() - self.cell_clock
-        self.cell_times.append(took)
+        if not self.warm_up:
+            self.done += 1
+            self.cell_times.append(took)
         mean = rate(tokens, self.wall)
         colour = "green" if status == Status.OK else "red"
         shown = (f"{tokens} tokens, " + (f"{mean:.2f} tok/s mean" if mean is not None

@@ -19,11 +19,12 @@ The design (docs/decision.md says why):
   ±`equivalence` %; it stays so.
 - An outlier run is set aside: at each look, the run whose externally studentized residual
   is largest is tested against Student's t (df - 1), Bonferroni over the look's runs, at
-  OUTLIER_LEVEL; one that fails is left out of that look and every later one (at most one
-  run per series). Under normal run-to-run noise this happens in at most OUTLIER_LEVEL x
-  looks of sessions, which bounds what it can add to the error rates; a run slowed by a
-  background task (10 sd away) is set aside within a round or two instead of widening every
-  comparison of its block until `max`.
+  OUTLIER_LEVEL; one that fails is left out of that look and every later one (only a run
+  with two others of its series is tested; at most one run per series). Under normal
+  run-to-run noise this happens in at most OUTLIER_LEVEL x looks of sessions, which bounds
+  what it can add to the error rates; a run slowed by a background task (10 sd away) is
+  set aside within a round or two instead of widening every comparison of its block until
+  `max`.
 Pure: the callers hand in the measured values; the store stays the truth (the decisions are
 replayed from the stored runs on every call, so --resume recomputes the same ones).
 """
