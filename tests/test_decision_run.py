@@ -122,6 +122,9 @@ def test_until_decided_runs_only_the_undecided_and_resumes(tmp_path, monkeypatch
     code, report = orch("report", "--no-plots", "--db", str(tmp_path / "orch.db"))
     assert code == 0, report
     assert "Stopping rule" in report and "phone/fast differs" in report
+    # the warm-up runs are no repeats of the baseline
+    low, high = len(rounds["fast"]), len(rounds["base"])
+    assert f"**Repeats:** {low if low == high else f'{low} to {high}'} run(s)" in report
     # one answer per comparison: the A/B table and the findings give the rule's decision
     # (a fixed-sample test of the same runs could call it "no significant difference")
     assert f"faster (decided after {fast.n} rounds)" in report, report

@@ -13,6 +13,7 @@ from orchestrator.report.document.request import SectionRequest
 from orchestrator.report.format import markdown as md
 from orchestrator.report.format.device_facts import facts_source, ram_text
 from orchestrator.results.report_data import ReportData, RunView
+from orchestrator.stats.status import Status
 
 TEMPLATE = "environment.md.j2"
 
@@ -148,7 +149,9 @@ def _tokens(data: ReportData) -> str:
 
 
 def _repeats(data: ReportData) -> str:
-    counts = [len(a.runs) + len(a.bad) for g in data.groups for a in g.configs]
+    # a run that did not end ok was an attempt at a repeat; a warm-up run was none
+    counts = [len(a.runs) + sum(r.row.status != Status.WARMUP for r in a.bad)
+              for g in data.groups for a in g.configs]
     if not counts:
         return "—"
     low, high = min(counts), max(counts)
