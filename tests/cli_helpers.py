@@ -59,9 +59,9 @@ class Heater(threading.Thread):
 
     def watch(self, monkeypatch) -> None:
         """Tap the readings of orch's thermal cooldown (the in-process `orch run`)."""
-        from orchestrator.run import session
+        from orchestrator.run import cell_wait
 
-        real = session.wait_for_condition
+        real = cell_wait.wait_for_condition
 
         def tapped(client, spec, baseline, on_reading=None):
             def reading(r):
@@ -71,7 +71,7 @@ class Heater(threading.Thread):
                 if on_reading is not None:
                     on_reading(r)
             return real(client, spec, baseline, reading)
-        monkeypatch.setattr(session, "wait_for_condition", tapped)
+        monkeypatch.setattr(cell_wait, "wait_for_condition", tapped)
 
     def run(self) -> None:
         for index, value in enumerate(self.curve):
