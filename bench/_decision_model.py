@@ -26,7 +26,7 @@ from _phone_physics import Thermal, run_factor, token_ms
 from scipy import stats
 
 from orchestrator.run.decisions import DEFAULT_WARMUP
-from orchestrator.stats.decision import DIFFERS, UNDECIDED, Block, Rule, decide
+from orchestrator.stats.decision import DIFFERS, UNDECIDED, Block, Rule, decide, set_aside
 from orchestrator.stats.uncertainty import compare, correct
 
 
@@ -100,11 +100,10 @@ def decided(model: Any, effects: dict[str, float], tokens: int, target_c: float,
             first = False
             values[config][k] = phone.run(effects.get(config, 0.0), tokens)
     state = decide([Block(values["base"], {c: values[c] for c in effects})], rule)
-    aside = tuple(sorted({run for d in state.values() for run in d.aside}))
     return Replay(phone.thermal.clock_s,
                   {c: d.delta_pct for c, d in state.items() if d.state == DIFFERS},
                   {c: d.n for c, d in state.items()}, {c: d.state for c, d in state.items()},
-                  aside)
+                  set_aside(state))
 
 
 def rate_interval(hits: int, total: int) -> tuple[float, float]:

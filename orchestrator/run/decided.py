@@ -29,7 +29,6 @@ def run_until_decided(store: Store, session_id: int, matrix: Any, seed: int | No
     rule = rule_of(matrix)
     tokens = warmup_tokens(matrix)
     per_round = len(plan_cells(matrix, seed, range(0, 1)))
-    warm = tokens > 0
     k = 0
     while k < rule.max:
         state = decisions(store, session_id, matrix, before_round=k)
@@ -37,12 +36,11 @@ def run_until_decided(store: Store, session_id: int, matrix: Any, seed: int | No
                        matrix, state)
         if not cells:
             break
-        for cell in warmup_cells(cells, tokens) if warm else []:
+        for cell in warmup_cells(cells, tokens) if k == 0 else []:
             name = decision_name(cell.model, cell.config)
             progress.note(f"warm-up: a {tokens}-token run of {name} before the first measured "
                           "cell (stored as `warmup`, never measured)")
             warm_up(cell)
-        warm = False
         run_cells(cells)
         k += 1
         progress.note(f"decision after round {k}: " + "; ".join(

@@ -13,7 +13,8 @@ from typing import Any
 from orchestrator.config.plan import Cell
 from orchestrator.db.runs import Runs
 from orchestrator.db.store import Store
-from orchestrator.stats.decision import OUTLIER_LEVEL, Block, Decision, Rule, decide
+from orchestrator.stats.decision import (OUTLIER_LEVEL, Block, Decision, Rule, decide,
+                                         set_aside)
 from orchestrator.stats.status import Status
 
 DEFAULT_EQUIVALENCE = 2.0
@@ -120,7 +121,7 @@ def stop_reason(state: dict[str, Decision], rule: Rule, rounds: int, warmup: int
         figure = "" if d.delta_pct is None else (
             f" {d.delta_pct:+.1f}% [{d.low_pct:+.1f}%, {d.high_pct:+.1f}%]")
         parts.append(f"{name} {d.state}{figure}, {d.why}")
-    aside = sorted({run for d in state.values() for run in d.aside})
+    aside = set_aside(state)
     if aside:
         parts.append("set aside as outliers: " + ", ".join(
             f"{series} round {k + 1} ({residual:+.1f}% from its fit)"

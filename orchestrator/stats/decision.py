@@ -234,6 +234,11 @@ def _outlier(x: np.ndarray, cov: np.ndarray, residual: np.ndarray, df: int,
     return row, float(residual[row] / keep[row])
 
 
+def set_aside(state: Mapping[str, Decision]) -> tuple[tuple[str, int, float], ...]:
+    """Every run the decisions set aside as an outlier, once each, in order."""
+    return tuple(sorted({run for d in state.values() for run in d.aside}))
+
+
 def _pct(x: float) -> float:
     return (math.exp(x) - 1.0) * 100.0
 
